@@ -1,0 +1,3 @@
+module github.com/mwrpc/mwrpc
+
+go 1.26

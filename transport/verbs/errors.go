@@ -1,0 +1,40 @@
+package verbs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by verbs calls (as opposed to error statuses in work completions).
+// Providers wrap them with detail; match them with errors.Is.
+var (
+	// ErrInvalid is a bad argument or a call in the wrong state (EINVAL).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrBusy is a release of an object still in use, such as an MR with a window bound.
+	ErrBusy = errors.New("resource busy")
+	// ErrClosed is a call on an object that was already released.
+	ErrClosed = errors.New("object already released")
+	// ErrQueueFull is a post to a full work queue (ENOMEM in libibverbs).
+	ErrQueueFull = errors.New("work queue full")
+	// ErrNotMapped is an attempt to register memory that did not come from Map.
+	ErrNotMapped = errors.New("memory not from verbs.Map")
+	// ErrNoMemory is a failure to map or pin memory (ENOMEM), often RLIMIT_MEMLOCK.
+	ErrNoMemory = errors.New("cannot allocate or pin memory")
+	// ErrUnsupported is a feature the provider or device does not have.
+	ErrUnsupported = errors.New("not supported")
+)
+
+// PostError reports which work request of a PostSend or PostRecv batch was refused.
+// Requests before Index were queued; Index and after were not.
+type PostError struct {
+	Op    string // "post_send" or "post_recv"
+	Index int
+	Err   error
+}
+
+func (e *PostError) Error() string {
+	return fmt.Sprintf("verbs: %s: wr[%d]: %v", e.Op, e.Index, e.Err)
+}
+
+// Unwrap returns the cause, so errors.Is(err, ErrInvalid) works.
+func (e *PostError) Unwrap() error { return e.Err }

@@ -1,0 +1,179 @@
+package verbs
+
+import (
+	"net"
+	"time"
+)
+
+// Device is an opened RDMA device (ibv_context): the NIC.
+type Device interface {
+	// Name is the device name, for example "soft0" or "rxe0".
+	Name() string
+	// Attr reports the device's limits.
+	Attr() DeviceAttr
+	// AllocPD allocates a protection domain.
+	AllocPD() (PD, error)
+	// CreateCQ creates a completion queue with room for at least cqe completions.
+	CreateCQ(cqe int) (CQ, error)
+	// Close releases the device. Every PD, CQ, QP, MR and MW must be released first.
+	Close() error
+}
+
+// DeviceAttr reports a device's limits (a subset of ibv_device_attr).
+type DeviceAttr struct {
+	MaxQPWR         int    // send or receive queue depth
+	MaxSGE          int    // scatter/gather elements per work request
+	MaxCQE          int    // completion queue depth
+	MaxMR           int    // memory regions
+	MaxMRSize       uint64 // bytes in one memory region
+	MaxMW           int    // memory windows
+	MaxQPRdAtom     int    // max_dest_rd_atomic: READs a QP serves at once as responder
+	MaxQPInitRdAtom int    // max_rd_atomic: READs a QP keeps outstanding as requester
+	MaxInlineData   int    // largest inline send
+	MWType2         bool   // type-2 memory windows are supported
+}
+
+// PD is a protection domain: MRs, MWs and QPs of one PD may be used together; a key of one
+// PD is useless through a QP of another.
+type PD interface {
+	// RegMR registers buf (which must lie in memory from Map) with the given access.
+	// AccessRemoteWrite and AccessRemoteAtomic require AccessLocalWrite, as in libibverbs.
+	RegMR(buf []byte, access Access) (MR, error)
+	// AllocMW allocates a memory window of type t.
+	AllocMW(t MWType) (MW, error)
+	// CreateQP creates a queue pair in state RESET.
+	CreateQP(attr QPInitAttr) (QP, error)
+	// Dealloc releases the PD. Its MRs, MWs and QPs must be released first.
+	Dealloc() error
+}
+
+// MR is a registered memory region. Its bytes stay mapped and pinned until Dereg.
+type MR interface {
+	LKey() uint32   // the key for local access (SGEs)
+	RKey() uint32   // the key peers use for RDMA on the region itself
+	Addr() uint64   // the virtual address of Bytes()[0]
+	Bytes() []byte  // the registered memory
+	Access() Access // the rights it was registered with
+	// Dereg deregisters the region. It fails with ErrBusy while a memory window is bound
+	// to it (libibverbs returns EINVAL there).
+	Dereg() error
+}
+
+// MW is a memory window: a remotely accessible view of part of an MR, cheap to bind and
+// revoke.
+type MW interface {
+	Type() MWType
+	// RKey is the key at allocation, or after the last successful type-1 Bind. As in
+	// libibverbs, the owner of a type-2 window tracks the rkey it binds with BIND_MW itself.
+	RKey() uint32
+	// Bind binds a type-1 window through qp (ibv_bind_mw): it posts a bind work request
+	// with the given id and flags and returns the window's new rkey. b.MW and b.RKey are
+	// ignored.
+	Bind(qp QP, wrid uint64, flags SendFlags, b MWBind) (uint32, error)
+	// Dealloc releases the window, invalidating it if bound.
+	Dealloc() error
+}
+
+// QPCap are the capacities of a queue pair.
+type QPCap struct {
+	MaxSendWR     int
+	MaxRecvWR     int
+	MaxSendSGE    int
+	MaxRecvSGE    int
+	MaxInlineData int
+}
+
+// QPInitAttr creates a queue pair.
+type QPInitAttr struct {
+	Type   QPType // QPTypeRC (the zero value means RC)
+	SendCQ CQ
+	RecvCQ CQ
+	Cap    QPCap
+	SigAll bool // every send work request generates a completion
+}
+
+// Endpoint is what a peer needs to connect its queue pair to this one: the QP number, the
+// first packet sequence number this side will send, and the port's address.
+type Endpoint struct {
+	QPN uint32
+	PSN uint32
+	LID uint16
+	GID [16]byte
+}
+
+// QPAttr drives a queue-pair state transition (ibv_modify_qp). Each transition reads the
+// fields that belong to it and ignores the rest; zero values select the documented
+// defaults.
+type QPAttr struct {
+	State QPState // the target state
+
+	// RESET -> INIT
+	Access Access // remote rights the QP grants its peer: AccessRemoteRead, AccessRemoteWrite
+	Port   uint8  // physical port (1 when zero)
+
+	// INIT -> RTR
+	Remote          Endpoint      // the peer's QPN, first PSN and address
+	PathMTU         int           // bytes: 256, 512, 1024, 2048 or 4096 (1024 when zero)
+	MaxDestRdAtomic int           // READs served at once as responder; 0 refuses READs
+	MinRNRTimer     time.Duration // how long a peer should wait before retrying a SEND we had no receive for
+
+	// RTR -> RTS
+	MaxRdAtomic int           // READs outstanding at once as requester; more are queued
+	Timeout     time.Duration // local ACK timeout before a retry
+	RetryCnt    int           // retries on ACK timeout before RETRY_EXC_ERR
+	RNRRetry    int           // retries after receiver-not-ready before RNR_RETRY_EXC_ERR; 7 is infinite
+}
+
+// QP is a reliable-connected queue pair.
+type QP interface {
+	Num() uint32
+	Type() QPType
+	State() QPState
+	Cap() QPCap
+	PD() PD
+	// Endpoint returns what the peer needs to connect to this QP (valid from INIT on).
+	Endpoint() Endpoint
+	// Modify moves the QP to attr.State. Only the libibverbs transitions are allowed:
+	// RESET->INIT->RTR->RTS, any->ERR, any->RESET.
+	Modify(attr QPAttr) error
+	// PostSend queues send work requests in order. On failure it returns a *PostError
+	// naming the first request that was not queued; the ones before it were.
+	PostSend(wrs []SendWR) error
+	// PostRecv queues receive work requests in order, reporting failure as PostSend does.
+	PostRecv(wrs []RecvWR) error
+	// Destroy flushes and releases the QP.
+	Destroy() error
+}
+
+// StreamQP is implemented by queue pairs whose provider carries traffic over a byte stream
+// the caller supplies (the soft TCP fabric). A connection manager hands such a QP the
+// bootstrap connection after the endpoint exchange, before moving it to RTR.
+type StreamQP interface {
+	QP
+	// NeedsStream reports whether the QP must be given a stream before RTR.
+	NeedsStream() bool
+	// AttachStream makes conn the QP's wire. The QP owns conn from then on and closes it
+	// on Destroy.
+	AttachStream(conn net.Conn) error
+}
+
+// CQ is a completion queue.
+type CQ interface {
+	// Poll moves up to len(wcs) completions into wcs and returns how many. It never blocks
+	// and does not allocate.
+	Poll(wcs []WorkCompletion) (int, error)
+	// ReqNotify arms the queue: the next completion added after this call sends one token
+	// on Notify's channel (ibv_req_notify_cq). Poll again after arming to close the race.
+	ReqNotify() error
+	// Notify returns the event channel of the queue (a completion channel).
+	Notify() <-chan struct{}
+	// Cap returns the number of completions the queue holds.
+	Cap() int
+	// Destroy releases the queue. QPs using it must be destroyed first.
+	Destroy() error
+}
+
+// SGEFor returns the scatter/gather element for n bytes at offset off of mr.
+func SGEFor(mr MR, off, n int) SGE {
+	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}
+}
