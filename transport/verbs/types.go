@@ -162,14 +162,14 @@ type WCOpcode uint8
 
 // Work completion opcodes, with libibverbs' values.
 const (
-	WCSend             WCOpcode = 0
-	WCRDMAWrite        WCOpcode = 1
-	WCRDMARead         WCOpcode = 2
-	WCBindMW           WCOpcode = 5
-	WCLocalInv         WCOpcode = 6
-	WCRecv             WCOpcode = 128
-	WCRecvRDMAWithImm  WCOpcode = 129
-	WCOpcodeUnknown    WCOpcode = 255 // reported on flushed completions, whose opcode is undefined
+	WCSend            WCOpcode = 0
+	WCRDMAWrite       WCOpcode = 1
+	WCRDMARead        WCOpcode = 2
+	WCBindMW          WCOpcode = 5
+	WCLocalInv        WCOpcode = 6
+	WCRecv            WCOpcode = 128
+	WCRecvRDMAWithImm WCOpcode = 129
+	WCOpcodeUnknown   WCOpcode = 255 // reported on flushed completions, whose opcode is undefined
 )
 
 // String returns the libibverbs name of the opcode.
