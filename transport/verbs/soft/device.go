@@ -1,0 +1,286 @@
+// Package soft is a software RDMA NIC in pure Go: no cgo, runs anywhere. It implements the
+// verbs model of package verbs with the semantics of real RC hardware (and of the kernel's
+// rxe and siw drivers, where those follow the IBTA specification).
+//
+// Two fabrics connect its queue pairs:
+//
+//   - In-process (NewFabric): devices opened on one Fabric reach each other's QPs directly;
+//     a transfer is one memcpy from registered memory to registered memory.
+//   - TCP (OpenTCP): each QP is given a byte stream (the bootstrap connection, see package
+//     cm); frames go from registered memory to the socket with writev and from the socket
+//     into registered memory with no staging copy.
+//
+// Every remote access is checked by the target's engine, never by application code, the way
+// hardware does: the key's index and key8, the object's state, the PD, the QP a type-2
+// window is bound to, the access rights, the window bounds (as the IBTA says; rxe skips
+// this) and the region bounds.
+//
+// Where a behaviour is the provider's choice it is documented on the type or in
+// docs/verbs.md: for example, a QP whose stream or in-process peer goes away moves to ERR at
+// once (outstanding work completes with RETRY_EXC_ERR, the rest flushes) instead of waiting
+// for its retry timer, the way an RDMA CM disconnect event would be handled.
+package soft
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// Limits of a soft device.
+const (
+	maxQPWR       = 1 << 14
+	maxSGE        = 16
+	maxCQE        = 1 << 20
+	maxInlineData = 1024
+	maxRdAtom     = 128
+	maxKeys       = 1 << 24
+	// MaxMessage is the largest single transfer (a SEND, WRITE or READ) a soft device moves.
+	MaxMessage = 1<<31 - 1
+)
+
+// Fabric connects soft devices inside one process.
+type Fabric struct {
+	id uint32
+
+	mu      sync.Mutex
+	devices map[[16]byte]*Device
+	next    uint32
+}
+
+var fabricIDs atomic.Uint32
+
+// NewFabric returns an empty in-process fabric.
+func NewFabric() *Fabric {
+	return &Fabric{id: fabricIDs.Add(1), devices: make(map[[16]byte]*Device)}
+}
+
+// Open opens a new device on the fabric. QPs of devices on one fabric connect directly.
+func (f *Fabric) Open(name string) (*Device, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	d := newDevice(name, f)
+	d.gid[0], d.gid[1] = 0xfe, 0x80 // link-local style: fe80::<fabric>:<device>
+	putU32(d.gid[8:], f.id)
+	putU32(d.gid[12:], f.next)
+	f.devices[d.gid] = d
+	return d, nil
+}
+
+func (f *Fabric) lookup(gid [16]byte) *Device {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.devices[gid]
+}
+
+func (f *Fabric) remove(d *Device) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.devices, d.gid)
+}
+
+// OpenTCP opens a device for the TCP fabric: each of its QPs carries traffic over the stream
+// it is given (verbs.StreamQP), normally by cm.Connect.
+func OpenTCP(name string) (*Device, error) {
+	return newDevice(name, nil), nil
+}
+
+func putU32(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+}
+
+// Device is a soft NIC. It implements verbs.Device.
+type Device struct {
+	name   string
+	fabric *Fabric
+	gid    [16]byte
+
+	// keyMu guards the key table and the state of every MR and MW: binds and invalidations
+	// take it for writing, rkey and lkey checks for reading.
+	keyMu sync.RWMutex
+	keys  []keyEntry // by key index; 0 is never used
+	free  []uint32
+
+	mu      sync.Mutex
+	closed  bool
+	objects int // live PDs and CQs
+	qps     map[uint32]*QP
+	nextQPN uint32
+
+	stats stats
+}
+
+type keyEntry struct {
+	mr *mr
+	mw *mw
+}
+
+func newDevice(name string, f *Fabric) *Device {
+	return &Device{name: name, fabric: f, keys: make([]keyEntry, 1), qps: make(map[uint32]*QP), nextQPN: 0x11}
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.name }
+
+// Attr reports the device's limits.
+func (d *Device) Attr() verbs.DeviceAttr {
+	return verbs.DeviceAttr{
+		MaxQPWR: maxQPWR, MaxSGE: maxSGE, MaxCQE: maxCQE, MaxMR: maxKeys, MaxMW: maxKeys,
+		MaxMRSize: MaxMessage, MaxQPRdAtom: maxRdAtom, MaxQPInitRdAtom: maxRdAtom,
+		MaxInlineData: maxInlineData, MWType2: true,
+	}
+}
+
+// Stats counts the payload bytes the device moved, by how it moved them.
+type Stats struct {
+	// SocketTxBytes and SocketRxBytes are payload bytes written to or read from a TCP
+	// stream straight from or into registered memory: the one unavoidable copy at the
+	// socket boundary.
+	SocketTxBytes uint64
+	SocketRxBytes uint64
+	// CopyBytes are payload bytes copied in user space: in-process transfers (one memcpy
+	// from the source region to the target region) and inline data copied at post time.
+	CopyBytes uint64
+	// DiscardBytes are payload bytes read from a stream and thrown away (dropped or
+	// refused frames).
+	DiscardBytes uint64
+}
+
+type stats struct {
+	socketTx, socketRx, copied, discarded atomic.Uint64
+}
+
+// Stats returns the device's copy counters.
+func (d *Device) Stats() Stats {
+	return Stats{
+		SocketTxBytes: d.stats.socketTx.Load(), SocketRxBytes: d.stats.socketRx.Load(),
+		CopyBytes: d.stats.copied.Load(), DiscardBytes: d.stats.discarded.Load(),
+	}
+}
+
+func (d *Device) use() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("soft: device %s: %w", d.name, verbs.ErrClosed)
+	}
+	d.objects++
+	return nil
+}
+
+func (d *Device) unuse() {
+	d.mu.Lock()
+	d.objects--
+	d.mu.Unlock()
+}
+
+// Close releases the device. It fails with verbs.ErrBusy while PDs, CQs or QPs remain.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("soft: close device %s: %w", d.name, verbs.ErrClosed)
+	}
+	if d.objects > 0 || len(d.qps) > 0 {
+		return fmt.Errorf("soft: close device %s: %d PDs/CQs and %d QPs still open: %w", d.name, d.objects, len(d.qps), verbs.ErrBusy)
+	}
+	d.closed = true
+	if d.fabric != nil {
+		d.fabric.remove(d)
+	}
+	return nil
+}
+
+// AllocPD allocates a protection domain.
+func (d *Device) AllocPD() (verbs.PD, error) {
+	if err := d.use(); err != nil {
+		return nil, err
+	}
+	return &pd{dev: d}, nil
+}
+
+// CreateCQ creates a completion queue for cqe completions.
+func (d *Device) CreateCQ(cqe int) (verbs.CQ, error) {
+	if cqe <= 0 || cqe > maxCQE {
+		return nil, fmt.Errorf("soft: create CQ of %d entries (1..%d): %w", cqe, maxCQE, verbs.ErrInvalid)
+	}
+	if err := d.use(); err != nil {
+		return nil, err
+	}
+	return newCQ(d, cqe), nil
+}
+
+// addKey stores an MR or MW in the key table and returns its index. keyMu must be held.
+func (d *Device) addKey(e keyEntry) (uint32, error) {
+	if n := len(d.free); n > 0 {
+		i := d.free[n-1]
+		d.free = d.free[:n-1]
+		d.keys[i] = e
+		return i, nil
+	}
+	if len(d.keys) >= maxKeys {
+		return 0, fmt.Errorf("soft: %d keys in use: %w", maxKeys-1, verbs.ErrNoMemory)
+	}
+	d.keys = append(d.keys, e)
+	return uint32(len(d.keys) - 1), nil
+}
+
+// dropKey frees a key index. keyMu must be held.
+func (d *Device) dropKey(i uint32) {
+	d.keys[i] = keyEntry{}
+	d.free = append(d.free, i)
+}
+
+// entry returns the table entry of key's index. keyMu must be held (read or write).
+func (d *Device) entry(key uint32) keyEntry {
+	i := verbs.KeyIndex(key)
+	if i == 0 || int(i) >= len(d.keys) {
+		return keyEntry{}
+	}
+	return d.keys[i]
+}
+
+func randomKey8() uint8 { return uint8(rand.Uint32()) }
+
+// pd is a protection domain.
+type pd struct {
+	dev *Device
+
+	mu     sync.Mutex
+	users  int // MRs, MWs and QPs
+	closed bool
+}
+
+func (p *pd) use() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("soft: PD: %w", verbs.ErrClosed)
+	}
+	p.users++
+	return nil
+}
+
+func (p *pd) unuse() {
+	p.mu.Lock()
+	p.users--
+	p.mu.Unlock()
+}
+
+func (p *pd) Dealloc() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("soft: dealloc PD: %w", verbs.ErrClosed)
+	}
+	if p.users > 0 {
+		return fmt.Errorf("soft: dealloc PD: %d MRs, MWs or QPs still use it: %w", p.users, verbs.ErrBusy)
+	}
+	p.closed = true
+	p.dev.unuse()
+	return nil
+}

@@ -1,0 +1,260 @@
+package soft
+
+import (
+	"time"
+
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// engine is the QP's transmit loop: it sends the responder's output first (so a peer
+// waiting on us is never stuck behind our own requests), then the send queue in order.
+func (q *QP) engine(l link, stop <-chan struct{}) {
+	defer q.wg.Done()
+	for {
+		select {
+		case <-q.wake:
+		case <-stop:
+			return
+		}
+		for q.step(l) {
+		}
+	}
+}
+
+// step transmits one frame or executes one local work request. It reports whether there
+// may be more to do.
+func (q *QP) step(l link) bool {
+	q.mu.Lock()
+	if q.link != l {
+		q.mu.Unlock()
+		return false
+	}
+	if q.ackPending {
+		h := header{op: opAck, psn: q.ackPSN}
+		q.ackPending = false
+		q.mu.Unlock()
+		q.transmit(l, &h, nil)
+		return true
+	}
+	if q.outHead < len(q.outq) {
+		f := q.outq[q.outHead]
+		q.outq[q.outHead] = outFrame{}
+		if q.outHead++; q.outHead == len(q.outq) {
+			q.outq, q.outHead = q.outq[:0], 0
+		}
+		q.mu.Unlock()
+		segs := q.txSegs[:0]
+		if len(f.data) > 0 {
+			segs = append(segs, f.data)
+		}
+		q.transmit(l, &f.h, segs)
+		if f.mr != nil {
+			f.mr.release()
+		}
+		return true
+	}
+	if q.state != verbs.QPStateRTS || q.halted || q.rnrWait || q.sqNext == q.sqTail {
+		q.mu.Unlock()
+		return false
+	}
+	w := q.slot(q.sqNext)
+	if w.done { // a local work request executed before a go-back-N rewind
+		q.sqNext++
+		q.mu.Unlock()
+		return true
+	}
+	switch w.wr.Opcode {
+	case verbs.WRBindMW:
+		if why := q.bind(&w.wr.Bind); why != "" {
+			q.fail(w, verbs.WCMWBindErr)
+		} else {
+			w.done = true
+		}
+		w.sent = true
+		q.sqNext++
+		q.completeSQ()
+		q.mu.Unlock()
+		return true
+	case verbs.WRLocalInv:
+		if q.sqHead != q.sqNext { // LOCAL_INV waits for every earlier work request
+			q.mu.Unlock()
+			return false
+		}
+		if why := q.invalidate(w.wr.InvalidateRKey, false); why != "" {
+			q.fail(w, verbs.WCLocQPOpErr)
+		} else {
+			w.done = true
+		}
+		w.sent = true
+		q.sqNext++
+		q.completeSQ()
+		q.mu.Unlock()
+		return true
+	case verbs.WRRDMARead:
+		if q.rdOut >= q.maxRd { // READs beyond max_rd_atomic wait their turn
+			q.mu.Unlock()
+			return false
+		}
+	}
+	if w.wr.Flags&verbs.SendFence != 0 && q.rdOut > 0 {
+		q.mu.Unlock()
+		return false
+	}
+	h, segs, ok := q.prepare(w)
+	if !ok {
+		q.fail(w, verbs.WCLocProtErr)
+		w.sent = true
+		q.sqNext++
+		q.completeSQ()
+		q.mu.Unlock()
+		return true
+	}
+	if !w.hasPSN {
+		w.psn, w.hasPSN = q.nextPSN, true
+		q.nextPSN = (q.nextPSN + 1) & psnMask
+	}
+	h.psn = w.psn
+	if q.sqHead == q.sqNext {
+		q.lastRx.Store(time.Now().UnixNano()) // the ACK timer counts from the first frame outstanding
+	}
+	w.sent = true
+	if w.wr.Opcode == verbs.WRRDMARead {
+		q.rdOut++
+	}
+	q.sqNext++
+	q.armAckTimer()
+	q.mu.Unlock()
+	q.transmit(l, &h, segs)
+	for i, m := range q.txMRs {
+		m.release()
+		q.txMRs[i] = nil
+	}
+	q.txMRs = q.txMRs[:0]
+	return true
+}
+
+// fail marks w finished with an error found by the requester; nothing more is transmitted
+// and the QP moves to ERR when w completes in order. q.mu is held.
+func (q *QP) fail(w *swqe, st verbs.WCStatus) {
+	w.done, w.status, q.halted = true, st, true
+}
+
+// prepare builds the frame for w and resolves the memory it sends (acquired into txMRs).
+// For an RDMA READ it checks the target memory (LOC_PROT_ERR if it is not writable) but
+// does not hold it: the READ response resolves it again. q.mu is held.
+func (q *QP) prepare(w *swqe) (header, [][]byte, bool) {
+	var h header
+	segs := q.txSegs[:0]
+	switch w.wr.Opcode {
+	case verbs.WRSend:
+		h.op = opSend
+	case verbs.WRSendWithImm:
+		h.op, h.imm = opSendImm, w.wr.ImmData
+	case verbs.WRSendWithInv:
+		h.op, h.imm = opSendInv, w.wr.InvalidateRKey
+	case verbs.WRRDMAWrite:
+		h.op, h.rkey, h.raddr = opWrite, w.wr.RKey, w.wr.RemoteAddr
+	case verbs.WRRDMAWriteWithImm:
+		h.op, h.rkey, h.raddr, h.imm = opWriteImm, w.wr.RKey, w.wr.RemoteAddr, w.wr.ImmData
+	case verbs.WRRDMARead:
+		h.op, h.rkey, h.raddr = opReadReq, w.wr.RKey, w.wr.RemoteAddr
+		for _, s := range w.sges {
+			if s.Length == 0 {
+				continue
+			}
+			_, m, ok := q.resolveLocal(s, true)
+			if !ok {
+				return h, nil, false
+			}
+			m.release()
+			h.rlen += s.Length
+		}
+		return h, nil, true
+	}
+	if w.wr.Flags&verbs.SendInline != 0 {
+		if len(w.inline) > 0 {
+			segs = append(segs, w.inline)
+		}
+		h.len = uint32(len(w.inline))
+		return h, segs, true
+	}
+	for _, s := range w.sges {
+		if s.Length == 0 {
+			continue
+		}
+		b, m, ok := q.resolveLocal(s, false)
+		if !ok {
+			q.releaseTx()
+			return h, nil, false
+		}
+		q.txMRs = append(q.txMRs, m)
+		segs = append(segs, b)
+		h.len += s.Length
+	}
+	w.byteLen = h.len
+	return h, segs, true
+}
+
+func (q *QP) releaseTx() {
+	for i, m := range q.txMRs {
+		m.release()
+		q.txMRs[i] = nil
+	}
+	q.txMRs = q.txMRs[:0]
+}
+
+// transmit sends one frame. A peer that is not connected yet (in-process fabric) is
+// retried, like a transport retry on a real fabric; a dead link moves the QP to ERR.
+func (q *QP) transmit(l link, h *header, payload [][]byte) {
+	err := l.send(h, payload)
+	for i := 0; err == errNotReady; i++ {
+		if time.Duration(i)*50*time.Microsecond > q.ackLimit() {
+			break
+		}
+		time.Sleep(50 * time.Microsecond)
+		err = l.send(h, payload)
+	}
+	if err != nil {
+		q.linkDown()
+	}
+}
+
+func (q *QP) ackLimit() time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t := q.timeout
+	if t <= 0 {
+		t = defaultTimeout
+	}
+	return t * time.Duration(q.retryCnt+1)
+}
+
+// armAckTimer makes sure a timer watches the outstanding work requests: when nothing has
+// arrived from the peer for timeout*(retry_cnt+1), the request in flight completes with
+// RETRY_EXC_ERR, as on a real fabric whose peer stopped answering. q.mu is held.
+func (q *QP) armAckTimer() {
+	if q.ackOn {
+		return
+	}
+	q.ackOn = true
+	if q.ackT == nil {
+		q.ackT = time.AfterFunc(q.timeout, q.checkAck)
+	} else {
+		q.ackT.Reset(q.timeout)
+	}
+}
+
+func (q *QP) checkAck() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.ackOn = false
+	if q.state != verbs.QPStateRTS || q.sqHead == q.sqNext {
+		return
+	}
+	idle := time.Duration(time.Now().UnixNano() - q.lastRx.Load())
+	if idle >= q.timeout*time.Duration(q.retryCnt+1) {
+		q.toError(verbs.WCRetryExcErr)
+		return
+	}
+	q.armAckTimer()
+}

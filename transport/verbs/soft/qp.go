@@ -1,0 +1,634 @@
+package soft
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// Defaults for attributes left zero.
+const (
+	defaultTimeout  = time.Second // local ACK timeout, per retry
+	defaultRNRTimer = 10 * time.Microsecond
+	infiniteRNR     = 7
+)
+
+var (
+	errLinkDown = errors.New("soft: link down")
+	errNotReady = errors.New("soft: peer QP not ready to receive")
+)
+
+// QP is a reliable-connected queue pair of a soft device. It implements verbs.QP and
+// verbs.StreamQP.
+//
+// Each connected QP runs one engine goroutine, which transmits (requests from the send
+// queue, and the responder's ACKs, NAKs and READ responses) and never runs application
+// code; on the TCP fabric a second goroutine reads the stream. Incoming frames are handled
+// one at a time in order (rxMu), like a NIC's receive pipeline: the responder checks them,
+// places their payload straight into registered memory and queues completions; the
+// requester matches ACKs, NAKs and READ responses to its outstanding work requests.
+type QP struct {
+	dev     *Device
+	pd      *pd
+	typ     verbs.QPType
+	scq     *cq
+	rcq     *cq
+	cap     verbs.QPCap
+	sigAll  bool
+	qpn     uint32
+	initPSN uint32
+
+	rxMu sync.Mutex // serializes incoming frames
+	mu   sync.Mutex // everything below
+
+	state     verbs.QPState
+	destroyed bool
+	access    verbs.Access
+	remote    verbs.Endpoint
+	maxDestRd int
+	maxRd     int
+	rnrTimer  time.Duration // ours, announced in RNR NAKs
+	timeout   time.Duration
+	retryCnt  int
+	rnrRetry  int
+
+	stream net.Conn // attached, not yet started (TCP fabric)
+	link   link
+	wake   chan struct{}
+	stop   chan struct{}
+	wg     sync.WaitGroup
+
+	// Send queue: [sqHead, sqNext) transmitted or executed, [sqNext, sqTail) waiting.
+	sq      []swqe
+	sqHead  uint64
+	sqNext  uint64
+	sqTail  uint64
+	nextPSN uint32
+	rdOut   int  // READs transmitted and not answered
+	halted  bool // a work request failed: transmit nothing more until it completes in order
+	rnrWait bool
+	rnrT    *time.Timer
+	ackT    *time.Timer
+	ackOn   bool
+
+	// Receive queue.
+	rq     []rwqe
+	rqHead uint64
+	rqTail uint64
+	ePSN   uint32
+
+	// Responder output, sent by the engine before any request: one coalesced ACK, then
+	// READ responses and NAKs in order.
+	ackPending bool
+	ackPSN     uint32
+	outq       []outFrame
+	outHead    int
+
+	lastRx atomic.Int64 // unix nanos of the last frame received, for the ACK timeout
+
+	// Scratch, owned by the engine goroutine (tx*) and by the holder of rxMu (rx*).
+	txSegs [][]byte
+	txMRs  []*mr
+	rxSegs [][]byte
+	rxMRs  []*mr
+}
+
+type swqe struct {
+	wr      verbs.SendWR // SGL is nil: the elements are in sges
+	sges    []verbs.SGE
+	inline  []byte
+	psn     uint32
+	hasPSN  bool
+	sent    bool // transmitted (remote operations) or executed (local ones)
+	done    bool
+	status  verbs.WCStatus
+	byteLen uint32
+	rnrLeft int
+}
+
+type rwqe struct {
+	wrid uint64
+	sges []verbs.SGE
+}
+
+type outFrame struct {
+	h    header
+	data []byte
+	mr   *mr // acquired for data; released once sent
+}
+
+func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
+	if a.Type == 0 {
+		a.Type = verbs.QPTypeRC
+	}
+	if a.Type != verbs.QPTypeRC && a.Type != verbs.QPTypeUD {
+		return nil, fmt.Errorf("soft: create QP of type %v: %w", a.Type, verbs.ErrUnsupported)
+	}
+	scq, ok1 := a.SendCQ.(*cq)
+	rcq, ok2 := a.RecvCQ.(*cq)
+	if !ok1 || !ok2 || scq == nil || rcq == nil || scq.dev != p.dev || rcq.dev != p.dev {
+		return nil, fmt.Errorf("soft: create QP: send and receive CQs must be CQs of device %s: %w", p.dev.name, verbs.ErrInvalid)
+	}
+	c := a.Cap
+	switch {
+	case c.MaxSendWR < 0 || c.MaxSendWR > maxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > maxQPWR:
+		return nil, fmt.Errorf("soft: create QP: queue depths %d/%d outside 0..%d: %w", c.MaxSendWR, c.MaxRecvWR, maxQPWR, verbs.ErrInvalid)
+	case c.MaxSendSGE < 0 || c.MaxSendSGE > maxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > maxSGE:
+		return nil, fmt.Errorf("soft: create QP: SGE counts %d/%d outside 0..%d: %w", c.MaxSendSGE, c.MaxRecvSGE, maxSGE, verbs.ErrInvalid)
+	case c.MaxInlineData < 0 || c.MaxInlineData > maxInlineData:
+		return nil, fmt.Errorf("soft: create QP: max inline data %d outside 0..%d: %w", c.MaxInlineData, maxInlineData, verbs.ErrInvalid)
+	}
+	if err := p.use(); err != nil {
+		return nil, err
+	}
+	if err := scq.use(); err != nil {
+		p.unuse()
+		return nil, err
+	}
+	if err := rcq.use(); err != nil {
+		scq.unuse()
+		p.unuse()
+		return nil, err
+	}
+	q := &QP{
+		dev: p.dev, pd: p, typ: a.Type, scq: scq, rcq: rcq, cap: c, sigAll: a.SigAll,
+		initPSN: rand.Uint32() & psnMask,
+		sq:      make([]swqe, c.MaxSendWR),
+		rq:      make([]rwqe, c.MaxRecvWR),
+		txSegs:  make([][]byte, 0, maxSGE+1),
+		rxSegs:  make([][]byte, 0, maxSGE),
+		txMRs:   make([]*mr, 0, maxSGE),
+		rxMRs:   make([]*mr, 0, maxSGE),
+		wake:    make(chan struct{}, 1),
+	}
+	q.nextPSN = q.initPSN
+	for i := range q.sq {
+		q.sq[i].sges = make([]verbs.SGE, 0, c.MaxSendSGE)
+	}
+	for i := range q.rq {
+		q.rq[i].sges = make([]verbs.SGE, 0, c.MaxRecvSGE)
+	}
+	d := p.dev
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		rcq.unuse()
+		scq.unuse()
+		p.unuse()
+		return nil, fmt.Errorf("soft: create QP: device %s: %w", d.name, verbs.ErrClosed)
+	}
+	q.qpn = d.nextQPN
+	d.nextQPN++
+	d.qps[q.qpn] = q
+	d.mu.Unlock()
+	return q, nil
+}
+
+// Num returns the QP number.
+func (q *QP) Num() uint32 { return q.qpn }
+
+// Type returns the QP's transport type.
+func (q *QP) Type() verbs.QPType { return q.typ }
+
+// Cap returns the capacities the QP was created with.
+func (q *QP) Cap() verbs.QPCap { return q.cap }
+
+// PD returns the QP's protection domain.
+func (q *QP) PD() verbs.PD { return q.pd }
+
+// State returns the QP's current state.
+func (q *QP) State() verbs.QPState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.state
+}
+
+// Endpoint returns the QP number, first PSN and device GID the peer connects to.
+func (q *QP) Endpoint() verbs.Endpoint {
+	return verbs.Endpoint{QPN: q.qpn, PSN: q.initPSN, GID: q.dev.gid}
+}
+
+// NeedsStream reports whether the QP is on the TCP fabric and must be given a stream.
+func (q *QP) NeedsStream() bool { return q.dev.fabric == nil }
+
+// AttachStream makes conn the QP's wire (TCP fabric). It must be called in RESET or INIT,
+// before the move to RTR, which starts reading it. The QP owns conn from then on.
+func (q *QP) AttachStream(conn net.Conn) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.destroyed:
+		return fmt.Errorf("soft: attach stream to QP %d: %w", q.qpn, verbs.ErrClosed)
+	case q.dev.fabric != nil:
+		return fmt.Errorf("soft: attach stream to QP %d: its device is on an in-process fabric: %w", q.qpn, verbs.ErrInvalid)
+	case q.state != verbs.QPStateReset && q.state != verbs.QPStateInit:
+		return fmt.Errorf("soft: attach stream to QP %d in state %v (needs RESET or INIT): %w", q.qpn, q.state, verbs.ErrInvalid)
+	case q.stream != nil:
+		return fmt.Errorf("soft: attach stream to QP %d: a stream is already attached: %w", q.qpn, verbs.ErrInvalid)
+	}
+	q.stream = conn
+	return nil
+}
+
+// Modify moves the QP to a.State.
+func (q *QP) Modify(a verbs.QPAttr) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return fmt.Errorf("soft: modify QP %d: %w", q.qpn, verbs.ErrClosed)
+	}
+	from, to := q.state, a.State
+	switch {
+	case to == verbs.QPStateReset:
+		q.reset()
+		return nil
+	case to == verbs.QPStateError:
+		q.toError(0)
+		return nil
+	case (from == verbs.QPStateReset || from == verbs.QPStateInit) && to == verbs.QPStateInit:
+		if a.Access&^(verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 {
+			return fmt.Errorf("soft: modify QP %d to INIT: access %v (only REMOTE_* rights apply to a QP): %w", q.qpn, a.Access, verbs.ErrInvalid)
+		}
+		q.access = a.Access
+	case from == verbs.QPStateInit && to == verbs.QPStateRTR:
+		if q.typ != verbs.QPTypeRC {
+			return fmt.Errorf("soft: modify %v QP %d to RTR: %w", q.typ, q.qpn, verbs.ErrUnsupported)
+		}
+		if a.MaxDestRdAtomic < 0 || a.MaxDestRdAtomic > maxRdAtom {
+			return fmt.Errorf("soft: modify QP %d to RTR: max_dest_rd_atomic %d outside 0..%d: %w", q.qpn, a.MaxDestRdAtomic, maxRdAtom, verbs.ErrInvalid)
+		}
+		if err := q.connect(a.Remote); err != nil {
+			return err
+		}
+		q.remote, q.ePSN = a.Remote, a.Remote.PSN&psnMask
+		q.maxDestRd = a.MaxDestRdAtomic
+		q.rnrTimer = a.MinRNRTimer
+		if q.rnrTimer <= 0 {
+			q.rnrTimer = defaultRNRTimer
+		}
+	case from == verbs.QPStateRTR && to == verbs.QPStateRTS, from == verbs.QPStateRTS && to == verbs.QPStateRTS:
+		if a.MaxRdAtomic < 0 || a.MaxRdAtomic > maxRdAtom || a.RNRRetry < 0 || a.RNRRetry > infiniteRNR || a.RetryCnt < 0 || a.RetryCnt > 7 {
+			return fmt.Errorf("soft: modify QP %d to RTS: max_rd_atomic %d (0..%d), rnr_retry %d (0..7), retry_cnt %d (0..7): %w",
+				q.qpn, a.MaxRdAtomic, maxRdAtom, a.RNRRetry, a.RetryCnt, verbs.ErrInvalid)
+		}
+		q.maxRd = max(a.MaxRdAtomic, 1)
+		q.timeout = a.Timeout
+		if q.timeout <= 0 {
+			q.timeout = defaultTimeout
+		}
+		q.retryCnt, q.rnrRetry = a.RetryCnt, a.RNRRetry
+	default:
+		return fmt.Errorf("soft: modify QP %d from %v to %v: transition not allowed: %w", q.qpn, from, to, verbs.ErrInvalid)
+	}
+	q.state = to
+	return nil
+}
+
+// connect builds the QP's link at RTR and starts its goroutines. q.mu is held.
+func (q *QP) connect(remote verbs.Endpoint) error {
+	var l link
+	if f := q.dev.fabric; f != nil {
+		d := f.lookup(remote.GID)
+		if d == nil {
+			return fmt.Errorf("soft: modify QP %d to RTR: no device with GID %x on this fabric: %w", q.qpn, remote.GID, verbs.ErrInvalid)
+		}
+		d.mu.Lock()
+		peer := d.qps[remote.QPN]
+		d.mu.Unlock()
+		if peer == nil {
+			return fmt.Errorf("soft: modify QP %d to RTR: device %s has no QP %d: %w", q.qpn, d.name, remote.QPN, verbs.ErrInvalid)
+		}
+		l = &inprocLink{local: q, peer: peer}
+	} else {
+		if q.stream == nil {
+			return fmt.Errorf("soft: modify QP %d to RTR: no stream attached (TCP fabric QPs need AttachStream, which cm.Connect does): %w", q.qpn, verbs.ErrInvalid)
+		}
+		tl := &tcpLink{q: q, conn: q.stream}
+		q.stream = nil
+		l = tl
+		q.wg.Add(1)
+		go tl.readLoop()
+	}
+	q.link = l
+	q.stop = make(chan struct{})
+	q.lastRx.Store(time.Now().UnixNano())
+	q.wg.Add(1)
+	go q.engine(l, q.stop)
+	return nil
+}
+
+// reset returns the QP to RESET: the link closes, queues empty without completions. q.mu
+// is held; it is released while the goroutines stop.
+func (q *QP) reset() {
+	q.state = verbs.QPStateReset
+	q.shutdownLocked()
+	for ; q.sqHead < q.sqTail; q.sqHead++ {
+		q.clearSlot(q.slot(q.sqHead))
+	}
+	q.sqNext, q.rqHead = q.sqTail, q.rqTail
+	q.halted, q.rnrWait, q.rdOut, q.ackPending = false, false, 0, false
+	q.dropOutput()
+	q.initPSN = rand.Uint32() & psnMask
+	q.nextPSN = q.initPSN
+}
+
+// shutdownLocked closes the link and waits for the QP's goroutines. q.mu is held on entry
+// and exit but released while waiting.
+func (q *QP) shutdownLocked() {
+	l, stop := q.link, q.stop
+	q.link, q.stop = nil, nil
+	if q.stream != nil {
+		_ = q.stream.Close()
+		q.stream = nil
+	}
+	if q.rnrT != nil {
+		q.rnrT.Stop()
+	}
+	if q.ackT != nil {
+		q.ackT.Stop()
+		q.ackOn = false
+	}
+	if l == nil {
+		return
+	}
+	q.mu.Unlock()
+	l.close()
+	close(stop)
+	q.wg.Wait()
+	q.rxMu.Lock() // wait out a delivery in progress from an in-process peer
+	q.rxMu.Unlock()
+	q.mu.Lock()
+}
+
+// Destroy moves the QP to ERR (flushing its work requests), closes its link and releases
+// it. A peer on the other end sees the link go down.
+func (q *QP) Destroy() error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return fmt.Errorf("soft: destroy QP %d: %w", q.qpn, verbs.ErrClosed)
+	}
+	q.toError(0)
+	q.destroyed = true
+	q.shutdownLocked()
+	q.dropOutput()
+	q.mu.Unlock()
+	d := q.dev
+	d.mu.Lock()
+	delete(d.qps, q.qpn)
+	d.mu.Unlock()
+	q.scq.unuse()
+	q.rcq.unuse()
+	q.pd.unuse()
+	return nil
+}
+
+func (q *QP) dropOutput() {
+	for i := q.outHead; i < len(q.outq); i++ {
+		if m := q.outq[i].mr; m != nil {
+			m.release()
+		}
+		q.outq[i] = outFrame{}
+	}
+	q.outq, q.outHead = q.outq[:0], 0
+}
+
+func (q *QP) slot(i uint64) *swqe { return &q.sq[i%uint64(len(q.sq))] }
+
+func (q *QP) clearSlot(w *swqe) {
+	sges, inline := w.sges[:0], w.inline[:0]
+	*w = swqe{sges: sges, inline: inline}
+}
+
+func (q *QP) kick() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// PostSend queues send work requests.
+func (q *QP) PostSend(wrs []verbs.SendWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range wrs {
+		if err := q.postSend(&wrs[i]); err != nil {
+			return &verbs.PostError{Op: "post_send", Index: i, Err: err}
+		}
+	}
+	if len(wrs) > 0 {
+		q.kick()
+	}
+	return nil
+}
+
+func (q *QP) postSend(wr *verbs.SendWR) error {
+	if q.destroyed {
+		return fmt.Errorf("soft: QP %d: %w", q.qpn, verbs.ErrClosed)
+	}
+	if err := q.checkSend(wr); err != nil {
+		return err
+	}
+	switch q.state {
+	case verbs.QPStateRTS:
+	case verbs.QPStateError:
+		q.scq.push(verbs.WorkCompletion{WRID: wr.WRID, Status: verbs.WCWRFlushErr, Opcode: wcOpcode(wr.Opcode), QPNum: q.qpn})
+		return nil
+	default:
+		return fmt.Errorf("soft: QP %d is in state %v; post_send needs RTS (or ERR, which flushes): %w", q.qpn, q.state, verbs.ErrInvalid)
+	}
+	if q.sqTail-q.sqHead >= uint64(len(q.sq)) {
+		return fmt.Errorf("soft: QP %d: %d send work requests outstanding (max_send_wr): %w", q.qpn, len(q.sq), verbs.ErrQueueFull)
+	}
+	w := q.slot(q.sqTail)
+	q.clearSlot(w)
+	w.wr = *wr
+	w.wr.SGL = nil
+	w.sges = append(w.sges, wr.SGL...)
+	w.rnrLeft = q.rnrRetry
+	if wr.Flags&verbs.SendInline != 0 {
+		for _, s := range wr.SGL {
+			b, m, ok := q.resolveLocal(s, false)
+			if !ok {
+				return fmt.Errorf("soft: inline SGE {addr 0x%x len %d lkey 0x%x} is not inside a registered region of this PD: %w", s.Addr, s.Length, s.LKey, verbs.ErrInvalid)
+			}
+			w.inline = append(w.inline, b...)
+			m.release()
+		}
+		q.dev.stats.copied.Add(uint64(len(w.inline)))
+	}
+	q.sqTail++
+	return nil
+}
+
+// checkSend applies the checks libibverbs providers make at post time.
+func (q *QP) checkSend(wr *verbs.SendWR) error {
+	op := wr.Opcode
+	if op == verbs.WRBindMW {
+		switch {
+		case q.typ != verbs.QPTypeRC:
+			return fmt.Errorf("soft: BIND_MW on a %v QP (needs RC): %w", q.typ, verbs.ErrInvalid)
+		case len(wr.SGL) > 0:
+			return fmt.Errorf("soft: BIND_MW with %d SGEs (needs none): %w", len(wr.SGL), verbs.ErrInvalid)
+		case wr.ImmData != 0:
+			return fmt.Errorf("soft: BIND_MW with immediate data: %w", verbs.ErrInvalid)
+		case wr.Bind.MW == nil:
+			return fmt.Errorf("soft: BIND_MW without a window: %w", verbs.ErrInvalid)
+		case wr.Bind.MW.Type() == verbs.MWType1 && wr.Bind.Access&verbs.AccessZeroBased != 0:
+			return fmt.Errorf("soft: zero-based bind of a type-1 window: %w", verbs.ErrInvalid)
+		}
+		return nil
+	}
+	if q.typ != verbs.QPTypeRC {
+		return fmt.Errorf("soft: %v on a %v QP: %w", op, q.typ, verbs.ErrUnsupported)
+	}
+	switch op {
+	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead:
+	case verbs.WRLocalInv:
+		if len(wr.SGL) > 0 {
+			return fmt.Errorf("soft: LOCAL_INV with %d SGEs (needs none): %w", len(wr.SGL), verbs.ErrInvalid)
+		}
+		return nil
+	default:
+		return fmt.Errorf("soft: unknown opcode %v: %w", op, verbs.ErrInvalid)
+	}
+	if len(wr.SGL) > q.cap.MaxSendSGE {
+		return fmt.Errorf("soft: %v with %d SGEs (max_send_sge %d): %w", op, len(wr.SGL), q.cap.MaxSendSGE, verbs.ErrInvalid)
+	}
+	var total uint64
+	for _, s := range wr.SGL {
+		total += uint64(s.Length)
+	}
+	if total > MaxMessage {
+		return fmt.Errorf("soft: %v of %d bytes (max %d): %w", op, total, uint64(MaxMessage), verbs.ErrInvalid)
+	}
+	if wr.Flags&verbs.SendInline != 0 {
+		if op == verbs.WRRDMARead {
+			return fmt.Errorf("soft: inline RDMA_READ: %w", verbs.ErrInvalid)
+		}
+		if total > uint64(q.cap.MaxInlineData) {
+			return fmt.Errorf("soft: inline %v of %d bytes exceeds max_inline_data %d: %w", op, total, q.cap.MaxInlineData, verbs.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// PostRecv queues receive work requests.
+func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range wrs {
+		if err := q.postRecv(&wrs[i]); err != nil {
+			return &verbs.PostError{Op: "post_recv", Index: i, Err: err}
+		}
+	}
+	return nil
+}
+
+func (q *QP) postRecv(wr *verbs.RecvWR) error {
+	switch {
+	case q.destroyed:
+		return fmt.Errorf("soft: QP %d: %w", q.qpn, verbs.ErrClosed)
+	case len(wr.SGL) > q.cap.MaxRecvSGE:
+		return fmt.Errorf("soft: receive with %d SGEs (max_recv_sge %d): %w", len(wr.SGL), q.cap.MaxRecvSGE, verbs.ErrInvalid)
+	case q.state == verbs.QPStateReset:
+		return fmt.Errorf("soft: QP %d is in state RESET; post_recv needs INIT or later: %w", q.qpn, verbs.ErrInvalid)
+	case q.state == verbs.QPStateError:
+		q.rcq.push(verbs.WorkCompletion{WRID: wr.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn})
+		return nil
+	case q.rqTail-q.rqHead >= uint64(len(q.rq)):
+		return fmt.Errorf("soft: QP %d: %d receives posted (max_recv_wr): %w", q.qpn, len(q.rq), verbs.ErrQueueFull)
+	}
+	r := &q.rq[q.rqTail%uint64(len(q.rq))]
+	r.wrid = wr.WRID
+	r.sges = append(r.sges[:0], wr.SGL...)
+	q.rqTail++
+	return nil
+}
+
+func wcOpcode(op verbs.WROpcode) verbs.WCOpcode {
+	switch op {
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		return verbs.WCRDMAWrite
+	case verbs.WRRDMARead:
+		return verbs.WCRDMARead
+	case verbs.WRBindMW:
+		return verbs.WCBindMW
+	case verbs.WRLocalInv:
+		return verbs.WCLocalInv
+	}
+	return verbs.WCSend
+}
+
+// completeSQ generates the completions of finished work requests at the head of the send
+// queue, in order. A failed one moves the QP to ERR. q.mu is held.
+func (q *QP) completeSQ() {
+	for q.sqHead < q.sqNext {
+		w := q.slot(q.sqHead)
+		if !w.done {
+			return
+		}
+		failed := w.status != verbs.WCSuccess
+		if failed || q.sigAll || w.wr.Flags&verbs.SendSignaled != 0 {
+			q.scq.push(verbs.WorkCompletion{WRID: w.wr.WRID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), ByteLen: w.byteLen, QPNum: q.qpn})
+		}
+		q.clearSlot(w)
+		q.sqHead++
+		if failed {
+			q.toError(0)
+			return
+		}
+	}
+}
+
+// toError moves the QP to ERR: every outstanding send work request completes (the one in
+// flight with inflight if that is not zero, the rest with WR_FLUSH_ERR, finished ones with
+// their status) and every posted receive flushes. q.mu is held.
+func (q *QP) toError(inflight verbs.WCStatus) {
+	if q.state == verbs.QPStateError {
+		return
+	}
+	q.state = verbs.QPStateError
+	if q.rnrT != nil {
+		q.rnrT.Stop()
+	}
+	for ; q.sqHead < q.sqTail; q.sqHead++ {
+		w := q.slot(q.sqHead)
+		st := w.status
+		if !w.done {
+			st = verbs.WCWRFlushErr
+			if w.sent && inflight != 0 {
+				st, inflight = inflight, 0
+			}
+		}
+		if st != verbs.WCSuccess || q.sigAll || w.wr.Flags&verbs.SendSignaled != 0 {
+			q.scq.push(verbs.WorkCompletion{WRID: w.wr.WRID, Status: st, Opcode: wcOpcode(w.wr.Opcode), ByteLen: w.byteLen, QPNum: q.qpn})
+		}
+		q.clearSlot(w)
+	}
+	q.sqNext = q.sqTail
+	q.rdOut, q.halted, q.rnrWait = 0, false, false
+	for ; q.rqHead < q.rqTail; q.rqHead++ {
+		r := &q.rq[q.rqHead%uint64(len(q.rq))]
+		q.rcq.push(verbs.WorkCompletion{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn})
+	}
+	q.kick() // the engine still sends a queued NAK
+}
+
+// linkDown handles the loss of the link: the peer is gone, as an RDMA CM disconnect or a
+// transport retry timeout would report. The work request in flight completes with
+// RETRY_EXC_ERR and the rest flush.
+func (q *QP) linkDown() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed || q.state == verbs.QPStateReset || q.state == verbs.QPStateError {
+		return
+	}
+	q.toError(verbs.WCRetryExcErr)
+}

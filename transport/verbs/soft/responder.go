@@ -1,0 +1,409 @@
+package soft
+
+import (
+	"time"
+
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// payloadSource yields the payload of the frame being delivered: a socket on the TCP
+// fabric, the sender's registered memory on the in-process fabric.
+type payloadSource interface {
+	// fill moves the next len(dst) payload bytes into dst, counting them against q's device.
+	fill(q *QP, dst []byte) error
+}
+
+// deliver handles one incoming frame. The caller (the stream reader, or the in-process
+// peer's engine) delivers frames one at a time, in order; whatever payload deliver does not
+// consume is discarded by the caller. It returns errLinkDown if the QP is gone, errNotReady
+// if it is not yet in RTR, and the payload source's error if the stream broke.
+func (q *QP) deliver(h *header, src payloadSource) error {
+	q.rxMu.Lock()
+	defer q.rxMu.Unlock()
+	q.lastRx.Store(time.Now().UnixNano())
+	q.mu.Lock()
+	switch {
+	case q.destroyed || q.link == nil:
+		q.mu.Unlock()
+		return errLinkDown
+	case q.state == verbs.QPStateInit || q.state == verbs.QPStateReset:
+		q.mu.Unlock()
+		return errNotReady
+	case q.state == verbs.QPStateError:
+		q.mu.Unlock() // an ERR QP drops everything, as hardware does
+		return nil
+	}
+	switch h.op {
+	case opAck:
+		q.ackUpTo(h.psn, true)
+		q.completeSQ()
+		q.mu.Unlock()
+		q.kick()
+		return nil
+	case opNak:
+		q.onNak(h)
+		q.mu.Unlock()
+		q.kick()
+		return nil
+	case opReadResp:
+		return q.onReadResponse(h, src)
+	}
+	return q.onRequest(h, src)
+}
+
+// psnLE reports whether a comes at or before b in 24-bit sequence space.
+func psnLE(a, b uint32) bool { return (b-a)&psnMask < 1<<23 }
+
+// ackUpTo finishes the SENDs and WRITEs transmitted up to psn (to psn-1 when inclusive is
+// false): ACKs are cumulative, and a NAK or READ response acknowledges what came before.
+// q.mu is held.
+func (q *QP) ackUpTo(psn uint32, inclusive bool) {
+	for i := q.sqHead; i < q.sqNext; i++ {
+		w := q.slot(i)
+		if w.done || !w.sent || !w.hasPSN {
+			continue
+		}
+		if !psnLE(w.psn, psn) || (!inclusive && w.psn == psn) {
+			return
+		}
+		if w.wr.Opcode != verbs.WRRDMARead {
+			w.done = true
+		}
+	}
+}
+
+// find returns the transmitted, unfinished work request with the given psn.
+func (q *QP) find(psn uint32) *swqe {
+	for i := q.sqHead; i < q.sqNext; i++ {
+		if w := q.slot(i); w.sent && !w.done && w.hasPSN && w.psn == psn {
+			return w
+		}
+	}
+	return nil
+}
+
+func (q *QP) onNak(h *header) {
+	q.ackUpTo(h.psn, false)
+	w := q.find(h.psn)
+	if w == nil {
+		q.completeSQ()
+		return
+	}
+	switch h.syn {
+	case synRNR:
+		if q.rnrRetry != infiniteRNR {
+			if w.rnrLeft == 0 {
+				q.fail(w, verbs.WCRNRRetryExcErr)
+				q.completeSQ()
+				return
+			}
+			w.rnrLeft--
+		}
+		q.goBack(w)
+		q.rnrWait = true
+		wait := time.Duration(h.imm) * time.Microsecond
+		if q.rnrT == nil {
+			q.rnrT = time.AfterFunc(wait, q.rnrExpired)
+		} else {
+			q.rnrT.Reset(wait)
+		}
+	case synAccess:
+		q.fail(w, verbs.WCRemAccessErr)
+	case synInvalid:
+		q.fail(w, verbs.WCRemInvReqErr)
+	default:
+		q.fail(w, verbs.WCRemOpErr)
+	}
+	q.completeSQ()
+}
+
+// goBack rewinds transmission to w after an RNR NAK: the responder drops everything after
+// the refused message, so it and every later request are sent again (local work requests
+// already executed are not). q.mu is held.
+func (q *QP) goBack(w *swqe) {
+	var at uint64
+	for i := q.sqHead; i < q.sqNext; i++ {
+		if q.slot(i) == w {
+			at = i
+			break
+		}
+	}
+	for i := at; i < q.sqNext; i++ {
+		x := q.slot(i)
+		if x.done || !x.sent {
+			continue
+		}
+		x.sent = false
+		if x.wr.Opcode == verbs.WRRDMARead {
+			q.rdOut--
+		}
+	}
+	q.sqNext = at
+}
+
+func (q *QP) rnrExpired() {
+	q.mu.Lock()
+	q.rnrWait = false
+	q.mu.Unlock()
+	q.kick()
+}
+
+// onReadResponse places READ response data into the requester's target memory. q.mu is
+// held on entry and released.
+func (q *QP) onReadResponse(h *header, src payloadSource) error {
+	q.ackUpTo(h.psn, false)
+	w := q.find(h.psn)
+	if w == nil || w.wr.Opcode != verbs.WRRDMARead {
+		q.completeSQ()
+		q.mu.Unlock()
+		return nil
+	}
+	segs, ok := q.resolveRecvSGEs(w.sges)
+	if !ok { // the target region went away after the READ was posted
+		q.fail(w, verbs.WCLocProtErr)
+		q.rdOut--
+		q.completeSQ()
+		q.mu.Unlock()
+		return nil
+	}
+	q.mu.Unlock()
+	err := scatter(q, src, segs, h.len)
+	q.releaseRx()
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	if w.sent && !w.done && w.hasPSN && w.psn == h.psn { // not flushed meanwhile
+		w.done, w.byteLen = true, h.len
+		q.rdOut--
+		q.completeSQ()
+	}
+	q.mu.Unlock()
+	q.kick()
+	return nil
+}
+
+// resolveRecvSGEs resolves SGEs the NIC writes (a receive, a READ target) into rxSegs,
+// acquiring their regions into rxMRs.
+func (q *QP) resolveRecvSGEs(sges []verbs.SGE) ([][]byte, bool) {
+	segs := q.rxSegs[:0]
+	for _, s := range sges {
+		if s.Length == 0 {
+			continue
+		}
+		b, m, ok := q.resolveLocal(s, true)
+		if !ok {
+			q.releaseRx()
+			return nil, false
+		}
+		q.rxMRs = append(q.rxMRs, m)
+		segs = append(segs, b)
+	}
+	return segs, true
+}
+
+func (q *QP) releaseRx() {
+	for i, m := range q.rxMRs {
+		m.release()
+		q.rxMRs[i] = nil
+	}
+	q.rxMRs = q.rxMRs[:0]
+}
+
+// scatter fills segs, in order, with n payload bytes.
+func scatter(q *QP, src payloadSource, segs [][]byte, n uint32) error {
+	left := int(n)
+	for _, s := range segs {
+		if left == 0 {
+			break
+		}
+		k := min(left, len(s))
+		if err := src.fill(q, s[:k]); err != nil {
+			return err
+		}
+		left -= k
+	}
+	return nil
+}
+
+// onRequest is the responder: SEND, WRITE and READ requests from the peer. q.mu is held on
+// entry and released.
+func (q *QP) onRequest(h *header, src payloadSource) error {
+	if h.psn != q.ePSN {
+		// After a NAK the requester goes back to the refused message; everything it had
+		// sent after it is dropped here and sent again.
+		q.mu.Unlock()
+		return nil
+	}
+	switch h.op {
+	case opReadReq:
+		return q.onRead(h)
+	case opWrite:
+		return q.onWrite(h, src)
+	}
+	// SEND, SEND_WITH_IMM, SEND_WITH_INV and WRITE_WITH_IMM consume a receive.
+	if q.rqHead == q.rqTail {
+		q.respond(header{op: opNak, syn: synRNR, psn: h.psn, imm: uint32(q.rnrTimer / time.Microsecond)})
+		q.mu.Unlock()
+		q.kick()
+		return nil
+	}
+	r := &q.rq[q.rqHead%uint64(len(q.rq))]
+	q.rqHead++
+	wc := verbs.WorkCompletion{WRID: r.wrid, Opcode: verbs.WCRecv, ByteLen: h.len, QPNum: q.qpn}
+	var segs [][]byte
+	var wmr *mr
+	if h.op == opWriteImm {
+		wc.Opcode, wc.Flags, wc.ImmData = verbs.WCRecvRDMAWithImm, verbs.WCWithImm, h.imm
+		if h.len > 0 {
+			if q.access&verbs.AccessRemoteWrite == 0 {
+				return q.refuse(h, &wc, verbs.WCRemInvReqErr, synInvalid)
+			}
+			b, m, why := q.resolveRemote(h.rkey, h.raddr, uint64(h.len), verbs.AccessRemoteWrite)
+			if why != "" {
+				return q.refuse(h, &wc, verbs.WCRemAccessErr, synAccess)
+			}
+			segs, wmr = append(q.rxSegs[:0], b), m
+		}
+	} else {
+		var ok bool
+		if segs, ok = q.resolveRecvSGEs(r.sges); !ok {
+			return q.refuse(h, &wc, verbs.WCLocProtErr, synOperation)
+		}
+		var room uint64
+		for _, s := range segs {
+			room += uint64(len(s))
+		}
+		if uint64(h.len) > room {
+			q.releaseRx()
+			return q.refuse(h, &wc, verbs.WCLocLenErr, synInvalid)
+		}
+	}
+	q.mu.Unlock()
+	err := scatter(q, src, segs, h.len)
+	q.releaseRx()
+	if wmr != nil {
+		wmr.release()
+	}
+	q.mu.Lock()
+	if err != nil {
+		if q.state != verbs.QPStateError {
+			wc.Status = verbs.WCWRFlushErr
+			q.rcq.push(wc)
+		}
+		q.mu.Unlock()
+		return err
+	}
+	if q.state == verbs.QPStateError { // flushed while the payload was placed
+		q.mu.Unlock()
+		return nil
+	}
+	switch h.op {
+	case opSendImm:
+		wc.Flags, wc.ImmData = verbs.WCWithImm, h.imm
+	case opSendInv:
+		if why := q.invalidate(h.imm, true); why != "" {
+			wc.Status = verbs.WCRemInvReqErr
+			q.rcq.push(wc)
+			q.respond(header{op: opNak, syn: synInvalid, psn: h.psn})
+			q.toError(0)
+			q.mu.Unlock()
+			return nil
+		}
+		wc.Flags, wc.InvalidatedRKey = verbs.WCWithInv, h.imm
+	}
+	q.rcq.push(wc)
+	q.acknowledge(h.psn)
+	q.mu.Unlock()
+	q.kick()
+	return nil
+}
+
+// refuse completes the consumed receive with st, NAKs the message and moves the QP to ERR.
+// q.mu is held on entry and released.
+func (q *QP) refuse(h *header, wc *verbs.WorkCompletion, st verbs.WCStatus, syn syndrome) error {
+	wc.Status = st
+	q.rcq.push(*wc)
+	q.respond(header{op: opNak, syn: syn, psn: h.psn})
+	q.toError(0)
+	q.mu.Unlock()
+	q.kick()
+	return nil
+}
+
+// reject NAKs a WRITE or READ the responder refuses and moves the QP to ERR (the IBTA's
+// class of responder errors that end the connection). q.mu is held on entry and released.
+func (q *QP) reject(h *header, syn syndrome) error {
+	q.respond(header{op: opNak, syn: syn, psn: h.psn})
+	q.toError(0)
+	q.mu.Unlock()
+	q.kick()
+	return nil
+}
+
+func (q *QP) onWrite(h *header, src payloadSource) error {
+	if q.access&verbs.AccessRemoteWrite == 0 {
+		return q.reject(h, synInvalid)
+	}
+	var b []byte
+	var m *mr
+	if h.len > 0 {
+		var why string
+		if b, m, why = q.resolveRemote(h.rkey, h.raddr, uint64(h.len), verbs.AccessRemoteWrite); why != "" {
+			return q.reject(h, synAccess)
+		}
+	}
+	q.mu.Unlock()
+	var err error
+	if m != nil {
+		err = src.fill(q, b)
+		m.release()
+	}
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	if q.state != verbs.QPStateError {
+		q.acknowledge(h.psn)
+	}
+	q.mu.Unlock()
+	q.kick()
+	return nil
+}
+
+// maxPendingReads bounds the READ responses a responder queues, whatever the peer asks.
+const maxPendingReads = 2 * maxRdAtom
+
+func (q *QP) onRead(h *header) error {
+	if q.access&verbs.AccessRemoteRead == 0 || q.maxDestRd == 0 || len(q.outq)-q.outHead >= maxPendingReads {
+		return q.reject(h, synInvalid)
+	}
+	f := outFrame{h: header{op: opReadResp, psn: h.psn, len: h.rlen}}
+	if h.rlen > 0 { // a zero-length READ touches no memory, so its key is not checked
+		b, m, why := q.resolveRemote(h.rkey, h.raddr, uint64(h.rlen), verbs.AccessRemoteRead)
+		if why != "" {
+			return q.reject(h, synAccess)
+		}
+		f.data, f.mr = b, m
+	}
+	q.ePSN = (q.ePSN + 1) & psnMask
+	q.outq = append(q.outq, f)
+	q.mu.Unlock()
+	q.kick()
+	return nil
+}
+
+// acknowledge records that the message psn was executed. q.mu is held.
+func (q *QP) acknowledge(psn uint32) {
+	q.ePSN = (psn + 1) & psnMask
+	q.ackPending, q.ackPSN = true, psn
+}
+
+// respond queues a NAK or READ response behind earlier ones. q.mu is held.
+func (q *QP) respond(h header) {
+	if q.ackPending { // keep ACKs ahead of a NAK that follows them
+		q.outq = append(q.outq, outFrame{h: header{op: opAck, psn: q.ackPSN}})
+		q.ackPending = false
+	}
+	q.outq = append(q.outq, outFrame{h: h})
+}

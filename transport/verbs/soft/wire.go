@@ -1,0 +1,122 @@
+package soft
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// The TCP fabric's frame: a fixed 32-byte little-endian header, then Len payload bytes.
+//
+//	0  op u8        what the frame is (opSend ... opNak)
+//	1  syndrome u8  NAK reason (opNak only)
+//	2  flags u16    reserved, zero
+//	4  psn u32      packet sequence number (24 bits used): one per message
+//	8  len u32      payload bytes that follow the header
+//	12 imm u32      immediate data (opSendImm, opWriteImm) or the rkey to invalidate (opSendInv)
+//	16 rkey u32     remote key (opWrite*, opReadReq)
+//	20 raddr u64    remote address (opWrite*, opReadReq)
+//	28 rlen u32     bytes to read (opReadReq)
+//
+// A message is one frame, however large: TCP does the segmentation that the MTU does on a
+// real fabric. The in-process fabric passes the same header values without encoding them.
+const headerLen = 32
+
+type opcode uint8
+
+const (
+	opSend opcode = iota + 1
+	opSendImm
+	opSendInv
+	opWrite
+	opWriteImm
+	opReadReq
+	opReadResp
+	opAck
+	opNak
+	opMax
+)
+
+var opNames = [...]string{"", "SEND", "SEND_IMM", "SEND_INV", "WRITE", "WRITE_IMM", "READ_REQ", "READ_RESP", "ACK", "NAK"}
+
+func (o opcode) String() string {
+	if o > 0 && o < opMax {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// syndrome says why a responder refused a message.
+type syndrome uint8
+
+const (
+	synNone      syndrome = iota
+	synRNR                // no receive posted: retry after the RNR timer
+	synInvalid            // invalid request: opcode not allowed, length error, bad invalidation
+	synAccess             // remote access error: key, rights or bounds
+	synOperation          // remote operational error: the responder failed locally
+	synMax
+)
+
+type header struct {
+	op    opcode
+	syn   syndrome
+	psn   uint32
+	len   uint32
+	imm   uint32
+	rkey  uint32
+	raddr uint64
+	rlen  uint32
+}
+
+// errFrame is wrapped by every parse failure.
+var errFrame = errors.New("soft: malformed frame")
+
+func appendHeader(b []byte, h *header) []byte {
+	b = append(b, byte(h.op), byte(h.syn), 0, 0)
+	b = binary.LittleEndian.AppendUint32(b, h.psn)
+	b = binary.LittleEndian.AppendUint32(b, h.len)
+	b = binary.LittleEndian.AppendUint32(b, h.imm)
+	b = binary.LittleEndian.AppendUint32(b, h.rkey)
+	b = binary.LittleEndian.AppendUint64(b, h.raddr)
+	return binary.LittleEndian.AppendUint32(b, h.rlen)
+}
+
+// parseHeader parses and validates one header from the front of b. It returns the bytes
+// after it; the payload (h.len bytes) follows on the stream.
+func parseHeader(b []byte, h *header) ([]byte, error) {
+	if len(b) < headerLen {
+		return b, fmt.Errorf("%w: %d header bytes, need %d", errFrame, len(b), headerLen)
+	}
+	*h = header{
+		op:    opcode(b[0]),
+		syn:   syndrome(b[1]),
+		psn:   binary.LittleEndian.Uint32(b[4:]),
+		len:   binary.LittleEndian.Uint32(b[8:]),
+		imm:   binary.LittleEndian.Uint32(b[12:]),
+		rkey:  binary.LittleEndian.Uint32(b[16:]),
+		raddr: binary.LittleEndian.Uint64(b[20:]),
+		rlen:  binary.LittleEndian.Uint32(b[28:]),
+	}
+	switch {
+	case h.op == 0 || h.op >= opMax:
+		return b, fmt.Errorf("%w: unknown opcode %d", errFrame, b[0])
+	case b[2] != 0 || b[3] != 0:
+		return b, fmt.Errorf("%w: %v: reserved flags 0x%02x%02x set", errFrame, h.op, b[3], b[2])
+	case h.psn > psnMask:
+		return b, fmt.Errorf("%w: %v: psn 0x%x wider than 24 bits", errFrame, h.op, h.psn)
+	case h.len > MaxMessage:
+		return b, fmt.Errorf("%w: %v: payload of %d bytes exceeds %d", errFrame, h.op, h.len, MaxMessage)
+	case (h.op == opAck || h.op == opNak || h.op == opReadReq) && h.len != 0:
+		return b, fmt.Errorf("%w: %v carries %d payload bytes, want none", errFrame, h.op, h.len)
+	case h.op == opNak && (h.syn == synNone || h.syn >= synMax):
+		return b, fmt.Errorf("%w: NAK with unknown syndrome %d", errFrame, h.syn)
+	case h.op != opNak && h.syn != synNone:
+		return b, fmt.Errorf("%w: %v with syndrome %d", errFrame, h.op, h.syn)
+	case h.op == opReadReq && h.rlen > MaxMessage:
+		return b, fmt.Errorf("%w: READ of %d bytes exceeds %d", errFrame, h.rlen, MaxMessage)
+	}
+	return b[headerLen:], nil
+}
+
+const psnMask = 1<<24 - 1

@@ -1,0 +1,87 @@
+package soft
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestHeaderRoundTrip(t *testing.T) {
+	for _, h := range seedHeaders() {
+		b := appendHeader(nil, &h)
+		if len(b) != headerLen {
+			t.Fatalf("%v: encoded %d bytes, want %d", h.op, len(b), headerLen)
+		}
+		var got header
+		rest, err := parseHeader(append(b, 7), &got)
+		if err != nil {
+			t.Fatalf("%v: %v", h.op, err)
+		}
+		if got != h || len(rest) != 1 {
+			t.Fatalf("round trip: got %+v rest %d, want %+v", got, len(rest), h)
+		}
+	}
+}
+
+func TestParseHeaderRejects(t *testing.T) {
+	valid := appendHeader(nil, &header{op: opSend, psn: 1, len: 10})
+	mut := func(f func(b []byte)) []byte { b := append([]byte(nil), valid...); f(b); return b }
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"short", valid[:31]},
+		{"opcode zero", mut(func(b []byte) { b[0] = 0 })},
+		{"opcode unknown", mut(func(b []byte) { b[0] = byte(opMax) })},
+		{"reserved flags", mut(func(b []byte) { b[2] = 1 })},
+		{"psn too wide", mut(func(b []byte) { b[7] = 1 })},
+		{"payload too large", mut(func(b []byte) { b[11] = 0x80 })},
+		{"ack with payload", mut(func(b []byte) { b[0] = byte(opAck) })},
+		{"nak without syndrome", mut(func(b []byte) { b[0] = byte(opNak); b[8] = 0 })},
+		{"nak unknown syndrome", mut(func(b []byte) { b[0] = byte(opNak); b[1] = byte(synMax); b[8] = 0 })},
+		{"send with syndrome", mut(func(b []byte) { b[1] = byte(synRNR) })},
+		{"read too long", mut(func(b []byte) { b[0] = byte(opReadReq); b[8] = 0; b[31] = 0x80 })},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var h header
+			if _, err := parseHeader(tc.b, &h); !errors.Is(err, errFrame) {
+				t.Fatalf("parseHeader(%x) = %v, want errFrame", tc.b, err)
+			}
+		})
+	}
+}
+
+func seedHeaders() []header {
+	return []header{
+		{op: opSend, psn: 1, len: 64},
+		{op: opSendImm, psn: 2, len: 0, imm: 0xdeadbeef},
+		{op: opSendInv, psn: 3, len: 5, imm: 0x1234},
+		{op: opWrite, psn: 4, len: 1 << 20, rkey: 0x100, raddr: 0x7f0000001000},
+		{op: opWriteImm, psn: 5, len: 1, rkey: 0x100, raddr: 8, imm: 1},
+		{op: opReadReq, psn: psnMask, rkey: 0x2201, raddr: 0x7f0000002000, rlen: 1 << 20},
+		{op: opReadResp, psn: 6, len: 1 << 20},
+		{op: opAck, psn: 7},
+		{op: opNak, syn: synRNR, psn: 8},
+		{op: opNak, syn: synAccess, psn: 9},
+	}
+}
+
+// FuzzParseHeader checks that no input crashes the frame parser and that every header it
+// accepts encodes back to the same bytes.
+func FuzzParseHeader(f *testing.F) {
+	for _, h := range seedHeaders() {
+		f.Add(appendHeader(nil, &h))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h header
+		rest, err := parseHeader(b, &h)
+		if err != nil {
+			return
+		}
+		if len(rest) != len(b)-headerLen {
+			t.Fatalf("consumed %d bytes", len(b)-len(rest))
+		}
+		if enc := appendHeader(nil, &h); string(enc) != string(b[:headerLen]) {
+			t.Fatalf("re-encoded %x, parsed from %x", enc, b[:headerLen])
+		}
+	})
+}
