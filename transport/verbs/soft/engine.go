@@ -16,27 +16,42 @@ func (q *QP) engine(l link, stop <-chan struct{}) {
 		case <-stop:
 			return
 		}
-		for q.step(l) {
+		q.txMu.Lock()
+		for q.step(l, false) == stepMore {
 		}
+		q.txMu.Unlock()
 	}
 }
 
-// step transmits one frame or executes one local work request. It reports whether there
-// may be more to do.
-func (q *QP) step(l link) bool {
+// stepResult says what step did.
+type stepResult uint8
+
+const (
+	stepMore  stepResult = iota // it did something; there may be more
+	stepIdle                    // nothing can be done now
+	stepDefer                   // the next frame is too large for a poster: the engine's
+)
+
+// step transmits one frame or executes one local work request; txMu is held. A poster
+// (inline) leaves frames with more than inlineTxMax payload bytes to the engine.
+func (q *QP) step(l link, inline bool) stepResult {
 	q.mu.Lock()
 	if q.link != l {
 		q.mu.Unlock()
-		return false
+		return stepIdle
 	}
 	if q.ackPending {
-		h := header{op: opAck, psn: q.ackPSN}
+		q.txHdr = header{op: opAck, psn: q.ackPSN}
 		q.ackPending = false
 		q.mu.Unlock()
-		q.transmit(l, &h, nil)
-		return true
+		q.transmit(l, &q.txHdr, nil)
+		return stepMore
 	}
 	if q.outHead < len(q.outq) {
+		if inline && len(q.outq[q.outHead].data) > inlineTxMax {
+			q.mu.Unlock()
+			return stepDefer
+		}
 		f := q.outq[q.outHead]
 		q.outq[q.outHead] = outFrame{}
 		if q.outHead++; q.outHead == len(q.outq) {
@@ -47,21 +62,26 @@ func (q *QP) step(l link) bool {
 		if len(f.data) > 0 {
 			segs = append(segs, f.data)
 		}
-		q.transmit(l, &f.h, segs)
+		q.txHdr = f.h
+		q.transmit(l, &q.txHdr, segs)
 		if f.mr != nil {
 			f.mr.release()
 		}
-		return true
+		return stepMore
 	}
 	if q.state != verbs.QPStateRTS || q.halted || q.rnrWait || q.sqNext == q.sqTail {
 		q.mu.Unlock()
-		return false
+		return stepIdle
 	}
 	w := q.slot(q.sqNext)
 	if w.done { // a local work request executed before a go-back-N rewind
 		q.sqNext++
 		q.mu.Unlock()
-		return true
+		return stepMore
+	}
+	if inline && w.wr.Opcode != verbs.WRRDMARead && w.wr.Flags&verbs.SendInline == 0 && sgeBytes(w.sges) > inlineTxMax {
+		q.mu.Unlock()
+		return stepDefer
 	}
 	switch w.wr.Opcode {
 	case verbs.WRBindMW:
@@ -74,11 +94,11 @@ func (q *QP) step(l link) bool {
 		q.sqNext++
 		q.completeSQ()
 		q.mu.Unlock()
-		return true
+		return stepMore
 	case verbs.WRLocalInv:
 		if q.sqHead != q.sqNext { // LOCAL_INV waits for every earlier work request
 			q.mu.Unlock()
-			return false
+			return stepIdle
 		}
 		if why := q.invalidate(w.wr.InvalidateRKey, false); why != "" {
 			q.fail(w, verbs.WCLocQPOpErr)
@@ -89,16 +109,16 @@ func (q *QP) step(l link) bool {
 		q.sqNext++
 		q.completeSQ()
 		q.mu.Unlock()
-		return true
+		return stepMore
 	case verbs.WRRDMARead:
 		if q.rdOut >= q.maxRd { // READs beyond max_rd_atomic wait their turn
 			q.mu.Unlock()
-			return false
+			return stepIdle
 		}
 	}
 	if w.wr.Flags&verbs.SendFence != 0 && q.rdOut > 0 {
 		q.mu.Unlock()
-		return false
+		return stepIdle
 	}
 	h, segs, ok := q.prepare(w)
 	if !ok {
@@ -107,13 +127,14 @@ func (q *QP) step(l link) bool {
 		q.sqNext++
 		q.completeSQ()
 		q.mu.Unlock()
-		return true
+		return stepMore
 	}
 	if !w.hasPSN {
 		w.psn, w.hasPSN = q.nextPSN, true
 		q.nextPSN = (q.nextPSN + 1) & psnMask
 	}
 	h.psn = w.psn
+	q.txHdr = h
 	if q.sqHead == q.sqNext {
 		q.lastRx.Store(time.Now().UnixNano()) // the ACK timer counts from the first frame outstanding
 	}
@@ -124,13 +145,16 @@ func (q *QP) step(l link) bool {
 	q.sqNext++
 	q.armAckTimer()
 	q.mu.Unlock()
-	q.transmit(l, &h, segs)
-	for i, m := range q.txMRs {
-		m.release()
-		q.txMRs[i] = nil
+	q.transmit(l, &q.txHdr, segs)
+	q.releaseTx()
+	return stepMore
+}
+
+func sgeBytes(sges []verbs.SGE) (n uint64) {
+	for _, s := range sges {
+		n += uint64(s.Length)
 	}
-	q.txMRs = q.txMRs[:0]
-	return true
+	return n
 }
 
 // fail marks w finished with an error found by the requester; nothing more is transmitted

@@ -71,14 +71,15 @@ type tcpLink struct {
 	conn net.Conn
 	hdr  [headerLen]byte
 	vec  net.Buffers
+	bufs net.Buffers // what WriteTo consumes; a field so that it does not escape per call
 	src  connSource
 }
 
 func (l *tcpLink) send(h *header, payload [][]byte) error {
 	l.vec = append(l.vec[:0], appendHeader(l.hdr[:0], h))
 	l.vec = append(l.vec, payload...)
-	bufs := l.vec
-	_, err := bufs.WriteTo(l.conn)
+	l.bufs = l.vec
+	_, err := l.bufs.WriteTo(l.conn)
 	clear(l.vec) // drop references to registered memory
 	if err != nil {
 		return err

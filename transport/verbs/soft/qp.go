@@ -45,6 +45,7 @@ type QP struct {
 	initPSN uint32
 
 	rxMu sync.Mutex // serializes incoming frames
+	txMu sync.Mutex // held by whoever transmits: the engine, or a poster doing it inline
 	mu   sync.Mutex // everything below
 
 	state     verbs.QPState
@@ -92,7 +93,8 @@ type QP struct {
 
 	lastRx atomic.Int64 // unix nanos of the last frame received, for the ACK timeout
 
-	// Scratch, owned by the engine goroutine (tx*) and by the holder of rxMu (rx*).
+	// Scratch, owned by the holder of txMu (tx*) and by the holder of rxMu (rx*).
+	txHdr  header
 	txSegs [][]byte
 	txMRs  []*mr
 	rxSegs [][]byte
@@ -422,10 +424,36 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 			return &verbs.PostError{Op: "post_send", Index: i, Err: err}
 		}
 	}
-	if len(wrs) > 0 {
+	if len(wrs) == 0 || q.link == nil {
+		return nil
+	}
+	l := q.link
+	q.mu.Unlock()
+	q.transmitInline(l)
+	q.mu.Lock()
+	return nil
+}
+
+// inlineTxMax is the largest frame payload a poster transmits on its own goroutine; larger
+// ones are left to the engine so that PostSend stays short.
+const inlineTxMax = 16 << 10
+
+// transmitInline is the doorbell: when no one else is transmitting, the posting goroutine
+// sends what it can itself, saving the hand-off to the engine goroutine. Anything it leaves
+// (a large frame, or work while the engine holds txMu) is the engine's.
+func (q *QP) transmitInline(l link) {
+	if !q.txMu.TryLock() {
+		q.kick()
+		return
+	}
+	st := stepMore
+	for st == stepMore {
+		st = q.step(l, true)
+	}
+	q.txMu.Unlock()
+	if st == stepDefer {
 		q.kick()
 	}
-	return nil
 }
 
 func (q *QP) postSend(wr *verbs.SendWR) error {
