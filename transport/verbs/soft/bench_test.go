@@ -2,8 +2,8 @@ package soft
 
 import (
 	"io"
-	"runtime"
 	"net"
+	"runtime"
 	"testing"
 
 	"github.com/mwrpc/mwrpc/transport/verbs"
