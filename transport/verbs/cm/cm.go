@@ -96,9 +96,8 @@ func Connect(ctx context.Context, conn net.Conn, qp verbs.QP, p Params) (verbs.E
 			return remote, fmt.Errorf("cm: qp %d to INIT: %w", qp.Num(), err)
 		}
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
+	// The context alone ends the exchange: when it is done, a past deadline unblocks both
+	// directions, and the error reported is the context's.
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	out := AppendEndpoint(make([]byte, 0, msgLen), qp.Endpoint())
 	errc := make(chan error, 1)
