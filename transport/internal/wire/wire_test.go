@@ -1,0 +1,123 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func seedHeaders() []struct {
+	h       Header
+	payload []byte
+} {
+	return []struct {
+		h       Header
+		payload []byte
+	}{
+		{Header{Kind: KindRequest, Credits: 3, CallID: 1, Len: 5}, []byte("hello")},
+		{Header{Kind: KindResponse, Status: 13, CallID: 1 << 40, Len: 0}, nil},
+		{Header{Kind: KindResponse, Flags: FlagLarge, CallID: 7, Len: 1 << 20, RKey: 0x1234ff, Addr: 0x7f0012345000}, nil},
+		{Header{Kind: KindRequest, Flags: FlagLarge, CallID: 8, Len: 64 << 20, RKey: 0x100, Addr: 0x1000}, nil},
+		{Header{Kind: KindCancel, CallID: 9}, nil},
+		{Header{Kind: KindRelease, Credits: 64}, nil},
+		{Header{Kind: KindPing, CallID: 10}, nil},
+		{Header{Kind: KindGoAway, CallID: 11}, nil},
+	}
+}
+
+func TestHeaderRoundTrip(t *testing.T) {
+	for _, s := range seedHeaders() {
+		b := append(AppendHeader(nil, &s.h), s.payload...)
+		var h Header
+		p, err := ParseHeader(b, &h, 64<<20)
+		if err != nil || h != s.h || !bytes.Equal(p, s.payload) {
+			t.Fatalf("%v: got %+v %q %v, want %+v %q", s.h.Kind, h, p, err, s.h, s.payload)
+		}
+	}
+}
+
+func TestParseHeaderRejects(t *testing.T) {
+	eager := AppendHeader(nil, &Header{Kind: KindRequest, CallID: 1, Len: 3})
+	eager = append(eager, "abc"...)
+	large := AppendHeader(nil, &Header{Kind: KindResponse, Flags: FlagLarge, Len: 100, RKey: 1, Addr: 2})
+	mut := func(b []byte, f func(b []byte)) []byte { c := append([]byte(nil), b...); f(c); return c }
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		too  bool
+	}{
+		{"short", eager[:HeaderLen-1], false},
+		{"magic", mut(eager, func(b []byte) { b[0] = 0 }), false},
+		{"kind zero", mut(eager, func(b []byte) { b[1] = 0 }), false},
+		{"kind unknown", mut(eager, func(b []byte) { b[1] = byte(kindMax) }), false},
+		{"flags", mut(eager, func(b []byte) { b[2] = 2 }), false},
+		{"reserved", mut(eager, func(b []byte) { b[3] = 1 }), false},
+		{"length mismatch", eager[:len(eager)-1], false},
+		{"eager with window", mut(eager, func(b []byte) { b[20] = 1 }), false},
+		{"large cancel", mut(large, func(b []byte) { b[1] = byte(KindCancel) }), false},
+		{"large with eager bytes", append(append([]byte(nil), large...), 1), false},
+		{"large of zero", mut(large, func(b []byte) { b[16] = 0 }), true},
+		{"large too large", mut(large, func(b []byte) { b[19] = 0x10 }), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var h Header
+			_, err := ParseHeader(tc.b, &h, 1<<20)
+			if !errors.Is(err, ErrMalformed) || tc.too != errors.Is(err, ErrTooLarge) {
+				t.Fatalf("err = %v", err)
+			}
+		})
+	}
+}
+
+func TestHello(t *testing.T) {
+	good := Hello{Version: Version, SlotSize: 4096, Credits: 64, Inline: 4000, MaxMessage: 64 << 20}
+	var h Hello
+	rest, err := ParseHello(append(AppendHello(nil, &good), 1), &h)
+	if err != nil || h != good || len(rest) != 1 {
+		t.Fatalf("ParseHello = %+v %v", h, err)
+	}
+	for name, bad := range map[string]Hello{
+		"version":     {Version: 2, SlotSize: 4096, Credits: 64, Inline: 10, MaxMessage: 1},
+		"slot":        {Version: Version, SlotSize: 8, Credits: 64, MaxMessage: 1},
+		"credits":     {Version: Version, SlotSize: 4096, Credits: 1, MaxMessage: 1},
+		"inline":      {Version: Version, SlotSize: 4096, Credits: 64, Inline: 4090, MaxMessage: 1},
+		"max message": {Version: Version, SlotSize: 4096, Credits: 64},
+	} {
+		if _, err := ParseHello(AppendHello(nil, &bad), &h); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: err = %v", name, err)
+		}
+	}
+	if _, err := ParseHello([]byte("GET / HTTP/1.1\r\nHost: example\r\n"), &h); !errors.Is(err, ErrMalformed) {
+		t.Errorf("http: err = %v", err)
+	}
+}
+
+func FuzzParseHeader(f *testing.F) {
+	for _, s := range seedHeaders() {
+		f.Add(append(AppendHeader(nil, &s.h), s.payload...))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h Header
+		p, err := ParseHeader(b, &h, 64<<20)
+		if err != nil {
+			return
+		}
+		if enc := append(AppendHeader(nil, &h), p...); !bytes.Equal(enc, b) {
+			t.Fatalf("accepted %x, re-encodes to %x", b, enc)
+		}
+	})
+}
+
+func FuzzParseHello(f *testing.F) {
+	f.Add(AppendHello(nil, &Hello{Version: Version, SlotSize: 4096, Credits: 64, Inline: 4000, MaxMessage: 1 << 26}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h Hello
+		rest, err := ParseHello(b, &h)
+		if err != nil {
+			return
+		}
+		if enc := AppendHello(nil, &h); !bytes.Equal(enc, b[:HelloLen]) || len(rest) != len(b)-HelloLen {
+			t.Fatalf("accepted %x, re-encodes to %x", b[:HelloLen], enc)
+		}
+	})
+}
