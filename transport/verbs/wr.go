@@ -12,8 +12,12 @@ type SGE struct {
 
 // MWBind describes the binding a BIND_MW work request (or a type-1 MW.Bind) creates.
 type MWBind struct {
-	MW     MW     // the window to bind
-	RKey   uint32 // the window's rkey after the bind: for type 2, IncRkey of its current rkey
+	MW MW // the window to bind
+	// RKey is the window's rkey after the bind. Its index bits must name MW (a key of
+	// another object fails with MW_BIND_ERR, as a stale key does on rxe); its low 8 bits
+	// are the caller's choice: IncRkey of the current rkey, so that every old rkey of the
+	// window stops working (for 255 more binds).
+	RKey   uint32
 	MR     MR     // the region the window lies in; it must have AccessMWBind
 	Addr   uint64 // start of the window (a virtual address of MR, or an offset if ZeroBased)
 	Length uint64 // length of the window; 0 is refused with MW_BIND_ERR

@@ -44,9 +44,10 @@ type QP struct {
 	qpn     uint32
 	initPSN uint32
 
-	rxMu sync.Mutex // serializes incoming frames
-	txMu sync.Mutex // held by whoever transmits: the engine, or a poster doing it inline
-	mu   sync.Mutex // everything below
+	rxMu     sync.Mutex // serializes incoming frames
+	rxClosed bool       // rxMu: the link was shut down; deliveries are refused
+	txMu     sync.Mutex // held by whoever transmits: the engine, or a poster doing it inline
+	mu       sync.Mutex // everything below
 
 	state     verbs.QPState
 	destroyed bool
@@ -338,6 +339,9 @@ func (q *QP) reset() {
 	q.dropOutput()
 	q.initPSN = rand.Uint32() & psnMask
 	q.nextPSN = q.initPSN
+	q.rxMu.Lock()
+	q.rxClosed = false
+	q.rxMu.Unlock()
 }
 
 // shutdownLocked closes the link and waits for the QP's goroutines. q.mu is held on entry
@@ -364,6 +368,7 @@ func (q *QP) shutdownLocked() {
 	close(stop)
 	q.wg.Wait()
 	q.rxMu.Lock() // wait out a delivery in progress from an in-process peer
+	q.rxClosed = true
 	q.rxMu.Unlock()
 	q.mu.Lock()
 }
@@ -415,23 +420,25 @@ func (q *QP) kick() {
 	}
 }
 
-// PostSend queues send work requests.
+// PostSend queues send work requests. When request i is refused, the ones before it are
+// queued and transmitted all the same (as libibverbs providers ring the doorbell for them).
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	var err error
+	posted := 0
 	for i := range wrs {
-		if err := q.postSend(&wrs[i]); err != nil {
-			return &verbs.PostError{Op: "post_send", Index: i, Err: err}
+		if e := q.postSend(&wrs[i]); e != nil {
+			err = &verbs.PostError{Op: "post_send", Index: i, Err: e}
+			break
 		}
-	}
-	if len(wrs) == 0 || q.link == nil {
-		return nil
+		posted++
 	}
 	l := q.link
 	q.mu.Unlock()
-	q.transmitInline(l)
-	q.mu.Lock()
-	return nil
+	if posted > 0 && l != nil {
+		q.transmitInline(l)
+	}
+	return err
 }
 
 // inlineTxMax is the largest frame payload a poster transmits on its own goroutine; larger

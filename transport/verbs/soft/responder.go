@@ -20,6 +20,9 @@ type payloadSource interface {
 func (q *QP) deliver(h *header, src payloadSource) error {
 	q.rxMu.Lock()
 	defer q.rxMu.Unlock()
+	if q.rxClosed {
+		return errLinkDown
+	}
 	q.lastRx.Store(time.Now().UnixNano())
 	q.mu.Lock()
 	switch {

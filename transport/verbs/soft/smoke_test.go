@@ -13,14 +13,13 @@ import (
 
 // host is one side of a test connection: a device with a PD, a CQ, a QP and some memory.
 type host struct {
-	dev  *Device
-	pd   verbs.PD
-	cq   verbs.CQ
-	qp   verbs.QP
-	mem  *verbs.Memory
-	mr   verbs.MR
-	wcs  [16]verbs.WorkCompletion
-	done func()
+	dev *Device
+	pd  verbs.PD
+	cq  verbs.CQ
+	qp  verbs.QP
+	mem *verbs.Memory
+	mr  verbs.MR
+	wcs [16]verbs.WorkCompletion
 }
 
 func newHost(t testing.TB, dev *Device, size int) *host {
