@@ -3,6 +3,7 @@ package soft
 import (
 	"io"
 	"net"
+	"time"
 
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
@@ -13,6 +14,8 @@ type link interface {
 	send(h *header, payload [][]byte) error
 	// close tears the link down; the peer sees it go down.
 	close()
+	// setDeadline bounds the sends that follow (used while flushing before close).
+	setDeadline(t time.Time)
 }
 
 // inprocLink delivers frames by calling the peer QP directly: the payload moves with one
@@ -27,6 +30,8 @@ func (l *inprocLink) send(h *header, payload [][]byte) error {
 	l.src = sliceSource{segs: payload}
 	return l.peer.deliver(h, &l.src)
 }
+
+func (l *inprocLink) setDeadline(time.Time) {}
 
 func (l *inprocLink) close() {
 	// The peer learns at once, as from an RDMA CM disconnect.
@@ -79,16 +84,16 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 	l.vec = append(l.vec[:0], appendHeader(l.hdr[:0], h))
 	l.vec = append(l.vec, payload...)
 	l.bufs = l.vec
+	// Counted before the write: the peer may have the bytes before writev returns here.
+	l.q.dev.stats.socketTx.Add(uint64(h.len))
 	_, err := l.bufs.WriteTo(l.conn)
 	clear(l.vec) // drop references to registered memory
-	if err != nil {
-		return err
-	}
-	l.q.dev.stats.socketTx.Add(uint64(h.len))
-	return nil
+	return err
 }
 
 func (l *tcpLink) close() { _ = l.conn.Close() }
+
+func (l *tcpLink) setDeadline(t time.Time) { _ = l.conn.SetWriteDeadline(t) }
 
 // readLoop reads frames until the stream ends; then the QP's link is down.
 func (l *tcpLink) readLoop() {

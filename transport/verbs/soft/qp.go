@@ -364,6 +364,19 @@ func (q *QP) shutdownLocked() {
 		return
 	}
 	q.mu.Unlock()
+	// What the responder already queued (a NAK above all) leaves before the link closes,
+	// as hardware would have sent it at once.
+	q.txMu.Lock()
+	q.mu.Lock()
+	q.link = l
+	q.mu.Unlock()
+	l.setDeadline(time.Now().Add(100 * time.Millisecond))
+	for q.step(l, false) == stepMore {
+	}
+	q.mu.Lock()
+	q.link = nil
+	q.mu.Unlock()
+	q.txMu.Unlock()
 	l.close()
 	close(stop)
 	q.wg.Wait()

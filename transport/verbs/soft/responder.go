@@ -26,12 +26,15 @@ func (q *QP) deliver(h *header, src payloadSource) error {
 	q.lastRx.Store(time.Now().UnixNano())
 	q.mu.Lock()
 	switch {
-	case q.destroyed || q.link == nil:
+	case q.destroyed:
 		q.mu.Unlock()
 		return errLinkDown
 	case q.state == verbs.QPStateInit || q.state == verbs.QPStateReset:
-		q.mu.Unlock()
+		q.mu.Unlock() // the peer got to RTS first: its transport retries
 		return errNotReady
+	case q.link == nil:
+		q.mu.Unlock()
+		return errLinkDown
 	case q.state == verbs.QPStateError:
 		q.mu.Unlock() // an ERR QP drops everything, as hardware does
 		return nil

@@ -1,0 +1,217 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
+)
+
+// call is a client call in flight. It is pooled: its Response is returned to the caller
+// and the call goes back to the pool on Response.Release.
+type call struct {
+	id   uint64
+	done chan struct{}
+	err  error
+	resp Response
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func (cl *call) finish(err error) {
+	cl.err = err
+	cl.done <- struct{}{}
+}
+
+// Response is the answer to a call. Bytes aliases registered memory (a receive slot, or
+// the buffer a large response was READ into) and is valid until Release, which must be
+// called exactly once.
+type Response struct {
+	c      *Conn
+	cl     *call
+	status uint16
+	data   []byte
+	slot   int       // receive slot held, or -1
+	buf    *pool.Buf // buffer held, or nil
+}
+
+// Bytes returns the response payload, valid until Release.
+func (r *Response) Bytes() []byte { return r.data }
+
+// Status returns the handler's status code (StatusOK on success).
+func (r *Response) Status() uint16 { return r.status }
+
+// Release returns the response's memory to the connection. The Response and its Bytes
+// must not be used afterwards.
+func (r *Response) Release() {
+	c, cl := r.c, r.cl
+	if c == nil {
+		panic("transport: Response released twice")
+	}
+	if r.buf != nil {
+		r.buf.Release()
+	} else if r.slot >= 0 {
+		c.releaseSlot(r.slot, true)
+	}
+	*r = Response{}
+	cl.err = nil
+	callPool.Put(cl)
+}
+
+// Call sends req and waits for the response. A payload above the eager threshold is copied
+// once into registered memory and exposed through a window; use CallBuf to build it there
+// in the first place. When ctx ends first, Call sends a cancel to the server and returns
+// ctx's error.
+func (c *Conn) Call(ctx context.Context, req []byte) (*Response, error) {
+	if len(req) > c.maxSend {
+		return nil, fmt.Errorf("transport: request of %d bytes (max %d): %w", len(req), c.maxSend, ErrTooLarge)
+	}
+	if len(req) <= c.eager {
+		return c.call(ctx, req, nil)
+	}
+	buf, err := c.t.pool.Get(ctx, len(req))
+	if err != nil {
+		return nil, fmt.Errorf("transport: request buffer: %w", err)
+	}
+	copy(buf.Bytes(), req)
+	return c.call(ctx, nil, buf)
+}
+
+// CallBuf is Call with a request built in registered memory: buf (its Len bytes) is sent
+// without a copy, through a window when it is above the eager threshold. CallBuf takes
+// ownership of buf, which returns to the pool once the server has it.
+func (c *Conn) CallBuf(ctx context.Context, buf *pool.Buf) (*Response, error) {
+	if buf.Len() > c.maxSend {
+		n := buf.Len()
+		buf.Release()
+		return nil, fmt.Errorf("transport: request of %d bytes (max %d): %w", n, c.maxSend, ErrTooLarge)
+	}
+	if buf.Len() <= c.eager {
+		defer buf.Release()
+		return c.call(ctx, buf.Bytes(), nil)
+	}
+	return c.call(ctx, nil, buf)
+}
+
+func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Response, error) {
+	cl := callPool.Get().(*call)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		callPool.Put(cl)
+		if large != nil {
+			large.Release()
+		}
+		return nil, err
+	}
+	c.nextID++
+	cl.id = c.nextID
+	c.calls[cl.id] = cl
+	c.mu.Unlock()
+
+	h := wire.Header{Kind: wire.KindRequest, CallID: cl.id}
+	var err error
+	if large != nil {
+		err = c.sendLarge(ctx, &h, large, 0)
+	} else {
+		_, err = c.send(ctx, &h, eager, nil, 0, sendWait)
+	}
+	if err != nil {
+		if c.forgetCall(cl) {
+			callPool.Put(cl)
+		} else { // the connection failed and finished the call
+			<-cl.done
+			cl.err = nil
+			callPool.Put(cl)
+		}
+		return nil, err
+	}
+	select {
+	case <-cl.done:
+		if cl.err != nil {
+			err := cl.err
+			cl.err = nil
+			callPool.Put(cl)
+			return nil, err
+		}
+		return &cl.resp, nil
+	case <-ctx.Done():
+	}
+	if !c.forgetCall(cl) { // the response (or the failure) won the race
+		<-cl.done
+		if cl.err == nil {
+			cl.resp.Release()
+		} else {
+			cl.err = nil
+			callPool.Put(cl)
+		}
+		return nil, ctx.Err()
+	}
+	callPool.Put(cl)
+	c.queueCtrl(wire.Header{Kind: wire.KindCancel, CallID: cl.id}, 0)
+	return nil, ctx.Err()
+}
+
+// forgetCall removes cl from the calls in flight; false means it was already gone (a
+// response or a failure took it and will signal done).
+func (c *Conn) forgetCall(cl *call) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls[cl.id] != cl {
+		return false
+	}
+	delete(c.calls, cl.id)
+	return true
+}
+
+// takeCall removes and returns the call a response answers, or nil for a late one.
+func (c *Conn) takeCall(id uint64) *call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.calls[id]
+	if cl != nil {
+		delete(c.calls, id)
+	}
+	return cl
+}
+
+// Ping sends a ping and waits for the pong: a round trip through both sides' pollers.
+func (c *Conn) Ping(ctx context.Context) error {
+	cl := callPool.Get().(*call)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		callPool.Put(cl)
+		return err
+	}
+	c.nextID++
+	cl.id = c.nextID
+	c.calls[cl.id] = cl
+	c.mu.Unlock()
+	h := wire.Header{Kind: wire.KindPing, CallID: cl.id}
+	if _, err := c.send(ctx, &h, nil, nil, 0, sendWait); err != nil {
+		if !c.forgetCall(cl) {
+			<-cl.done
+		}
+		cl.err = nil
+		callPool.Put(cl)
+		return err
+	}
+	select {
+	case <-cl.done:
+	case <-ctx.Done():
+		if c.forgetCall(cl) {
+			callPool.Put(cl)
+			return ctx.Err()
+		}
+		<-cl.done
+	}
+	err := cl.err
+	cl.err = nil
+	callPool.Put(cl)
+	return err
+}

@@ -1,0 +1,162 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
+	"github.com/mwrpc/mwrpc/transport/verbs/cm"
+)
+
+// PollMode is how a poller waits when its completion queue is empty.
+type PollMode uint8
+
+// Poll modes.
+const (
+	// PollAdaptive spins for SpinTime, then arms the completion queue and parks until the
+	// next completion: the lowest latency that still leaves a small machine's cores to the
+	// rest of the process (a spinning goroutine keeps the Go scheduler from polling the
+	// network).
+	PollAdaptive PollMode = iota
+	// PollBusy spins without ever parking: lowest latency, one core per poller.
+	PollBusy
+	// PollEvent always parks on the completion queue's event channel.
+	PollEvent
+)
+
+// String returns "adaptive", "busy" or "event".
+func (m PollMode) String() string {
+	switch m {
+	case PollAdaptive:
+		return "adaptive"
+	case PollBusy:
+		return "busy"
+	case PollEvent:
+		return "event"
+	}
+	return fmt.Sprintf("PollMode(%d)", uint8(m))
+}
+
+// Status codes a response carries. The transport itself produces the ones listed here;
+// handlers may return any code (the rpc package uses the gRPC set, with the same numbers).
+const (
+	StatusOK                uint16 = 0
+	StatusCanceled          uint16 = 1
+	StatusResourceExhausted uint16 = 8
+	StatusUnimplemented     uint16 = 12
+	StatusInternal          uint16 = 13
+	StatusUnavailable       uint16 = 14
+)
+
+// Errors returned by calls; match them with errors.Is.
+var (
+	// ErrUnavailable: the connection failed (the peer died or broke the protocol) or was
+	// closed. The call may or may not have run.
+	ErrUnavailable = errors.New("mwrpc: connection unavailable")
+	// ErrTooLarge: a payload exceeds the maximum message size of this side or the peer's.
+	ErrTooLarge = wire.ErrTooLarge
+	// ErrHandshake: the peer is not an mwrpc transport of a compatible version.
+	ErrHandshake = errors.New("mwrpc: handshake failed")
+)
+
+// Config tunes a Transport. The zero value is usable.
+type Config struct {
+	// SlotSize is the size of each receive slot: the largest SEND this side accepts
+	// (header included). Zero means DefaultSlotSize.
+	SlotSize int
+	// Credits is the number of receive slots posted per connection: how many SENDs the
+	// peer may have outstanding. Zero means DefaultCredits.
+	Credits int
+	// EagerThreshold is the largest payload sent inside a SEND; larger ones go through a
+	// memory window. It is capped by the peer's slot size. Zero means DefaultEagerThreshold.
+	EagerThreshold int
+	// MaxMessage is the largest payload this side sends or accepts. Zero means
+	// DefaultMaxMessage.
+	MaxMessage int
+	// Windows is the number of type-2 memory windows per connection: large messages
+	// exposed at once. Zero means DefaultWindows.
+	Windows int
+	// Lease bounds how long a window stays exposed waiting for the peer's release before
+	// LOCAL_INV reclaims it. Zero means DefaultLease. A peer releases with SEND_WITH_INV
+	// only within half the lease; later it releases without invalidating and the lease
+	// reclaims, so that no window is ever invalidated twice.
+	Lease time.Duration
+	// Pollers is the number of poller goroutines; zero means 1.
+	Pollers int
+	// PollMode is how pollers wait; the zero value is PollAdaptive.
+	PollMode PollMode
+	// SpinTime is how long an adaptive poller spins before parking; zero means 50µs.
+	SpinTime time.Duration
+	// Handlers bounds concurrently running handlers; zero means 256 × GOMAXPROCS. When
+	// all are busy a request is answered with StatusResourceExhausted.
+	Handlers int
+	// Pool configures the registered buffer pool. Its MaxBytes must hold every
+	// connection's receive slots and the large messages in flight.
+	Pool pool.Config
+	// Connect are the queue-pair attributes; the zero value means cm.DefaultParams().
+	Connect cm.Params
+	// HandshakeTimeout bounds connection setup; zero means 10s.
+	HandshakeTimeout time.Duration
+}
+
+// Defaults.
+const (
+	DefaultSlotSize       = 16 << 10
+	DefaultEagerThreshold = DefaultSlotSize - wire.HeaderLen
+	DefaultCredits        = 64
+	DefaultMaxMessage     = 64 << 20
+	DefaultWindows        = 64
+	DefaultLease          = 10 * time.Second
+)
+
+func (c Config) withDefaults() (Config, error) {
+	if c.SlotSize == 0 {
+		c.SlotSize = DefaultSlotSize
+	}
+	if c.Credits == 0 {
+		c.Credits = DefaultCredits
+	}
+	if c.EagerThreshold == 0 {
+		c.EagerThreshold = min(DefaultEagerThreshold, c.SlotSize-wire.HeaderLen)
+	}
+	if c.MaxMessage == 0 {
+		c.MaxMessage = DefaultMaxMessage
+	}
+	if c.Windows == 0 {
+		c.Windows = DefaultWindows
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Pollers == 0 {
+		c.Pollers = 1
+	}
+	if c.SpinTime == 0 {
+		c.SpinTime = 50 * time.Microsecond
+	}
+	if c.Handlers == 0 {
+		c.Handlers = 256 * runtime.GOMAXPROCS(0)
+	}
+	if c.Connect == (cm.Params{}) {
+		c.Connect = cm.DefaultParams()
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	switch {
+	case c.SlotSize < wire.HeaderLen+64 || c.SlotSize > 1<<24:
+		return c, fmt.Errorf("transport: slot size %d outside %d..%d", c.SlotSize, wire.HeaderLen+64, 1<<24)
+	case c.Credits < 4 || c.Credits > 4096:
+		return c, fmt.Errorf("transport: credits %d outside 4..4096", c.Credits)
+	case c.EagerThreshold < 0 || c.EagerThreshold > c.SlotSize-wire.HeaderLen:
+		return c, fmt.Errorf("transport: eager threshold %d outside 0..%d (slot size minus the header)", c.EagerThreshold, c.SlotSize-wire.HeaderLen)
+	case c.MaxMessage <= 0 || c.MaxMessage > 1<<31-1:
+		return c, fmt.Errorf("transport: max message %d outside 1..%d", c.MaxMessage, 1<<31-1)
+	case c.Windows < 1 || c.Pollers < 1 || c.Handlers < 1:
+		return c, fmt.Errorf("transport: windows %d, pollers %d and handlers %d must be positive", c.Windows, c.Pollers, c.Handlers)
+	}
+	return c, nil
+}

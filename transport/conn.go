@@ -1,0 +1,512 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+	"github.com/mwrpc/mwrpc/transport/verbs/cm"
+)
+
+// Work request ids: kind in the top byte, the connection's id, then an index.
+const (
+	wrRecv uint64 = iota + 1 // index: receive slot
+	wrSend                   // index: send slot
+	wrRead                   // index: read operation
+	wrBind                   // index: window (unsignaled; completes only on error)
+	wrInv                    // index: window (LOCAL_INV)
+)
+
+func wrid(kind uint64, conn uint32, idx int) uint64 {
+	return kind<<56 | uint64(conn&0xffffff)<<32 | uint64(uint32(idx))
+}
+
+// ctrlSlots are receive slots beyond the credits, for Release messages: those carry
+// credits and window invalidations and consume no credit themselves (so that returning
+// credits never needs one). At most ctrlSlots of them are in flight per side.
+const ctrlSlots = 8
+
+// Conn is one connection: a queue pair and its receive slots, send slots and windows. Its
+// methods are safe for concurrent use.
+type Conn struct {
+	t       *Transport
+	p       *poller
+	id      uint32
+	qp      verbs.QP
+	ws      *pool.Windows
+	eager   int    // largest payload sent inside a SEND
+	maxSend int    // largest payload sent at all
+	maxRecv uint32 // largest payload accepted
+	credits int    // the peer's receive slots for counted messages
+
+	recv  []recvSlot
+	sends []sendSlot
+	reads []readOp // owned by the poller, but for freeReads
+
+	mu         sync.Mutex
+	err        error // set once: the connection failed or was closed
+	torn       bool  // resources released; holders release their own
+	avail      int   // credits we may still use
+	ctrlOut    int   // Release messages in flight
+	freeSends  []int
+	freeReads  []int
+	waiters    int
+	wake       chan struct{} // closed to wake waiters (credits, slots, windows, failure)
+	pendingInv []pendingInv  // peer windows to revoke with our next SEND
+	ctrl       []wire.Header // counted messages the poller could not send yet
+	ctrlInv    []uint32      // the rkey each ctrl message revokes, or 0
+	calls      map[uint64]*call
+	nextID     uint64
+	serving    map[uint64]*serverCall
+	reclaims   map[int]*pool.Window // LOCAL_INVs in flight, by window index
+	dirty      bool                 // queued with the poller for flushing
+
+	owed   atomic.Int32 // receive slots reposted and not yet announced
+	tornCh chan struct{}
+}
+
+type pendingInv struct {
+	rkey  uint32
+	since time.Time // when the window's header arrived
+}
+
+type recvSlot struct {
+	buf  *pool.Buf
+	wr   [1]verbs.RecvWR
+	sge  [1]verbs.SGE
+	held bool // c.mu: a handler or a Response reads it
+}
+
+type sendSlot struct {
+	buf *pool.Buf
+	wrs [2]verbs.SendWR
+	sge [1]verbs.SGE
+	ctl bool // a Release: completes a ctrlOut
+}
+
+type readOp struct {
+	buf  *pool.Buf
+	h    wire.Header
+	at   time.Time
+	wr   [1]verbs.SendWR
+	sge  [1]verbs.SGE
+	live bool
+}
+
+func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
+	cfg := &t.cfg
+	c := &Conn{
+		t: t, p: p, id: t.nextConn.Add(1) & 0xffffff,
+		eager:   min(cfg.EagerThreshold, int(peer.SlotSize)-wire.HeaderLen),
+		maxSend: min(cfg.MaxMessage, int(peer.MaxMessage)),
+		maxRecv: uint32(cfg.MaxMessage),
+		credits: int(peer.Credits),
+		avail:   int(peer.Credits),
+		calls:   make(map[uint64]*call),
+		serving: make(map[uint64]*serverCall),
+		tornCh:  make(chan struct{}),
+	}
+	nsend := c.credits + ctrlSlots + 4
+	nread := cfg.Credits + ctrlSlots
+	var err error
+	c.qp, err = t.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, Cap: verbs.QPCap{
+		MaxSendWR: nsend + 2*cfg.Windows + nread, MaxRecvWR: cfg.Credits + ctrlSlots, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return nil, fmt.Errorf("transport: create QP: %w", err)
+	}
+	if c.ws, err = pool.NewWindows(t.pd, c.qp, cfg.Windows); err != nil {
+		c.abort()
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	c.recv = make([]recvSlot, cfg.Credits+ctrlSlots)
+	c.sends = make([]sendSlot, nsend)
+	c.reads = make([]readOp, nread)
+	for i := range c.recv {
+		if c.recv[i].buf, err = t.pool.TryGet(cfg.SlotSize); err != nil {
+			c.abort()
+			return nil, fmt.Errorf("transport: receive slots: %w", err)
+		}
+	}
+	for i := range c.sends {
+		if c.sends[i].buf, err = t.pool.TryGet(wire.HeaderLen + c.eager); err != nil {
+			c.abort()
+			return nil, fmt.Errorf("transport: send slots: %w", err)
+		}
+		c.freeSends = append(c.freeSends, i)
+	}
+	for i := range c.reads {
+		c.freeReads = append(c.freeReads, i)
+	}
+	return c, nil
+}
+
+// connect posts the receive slots and connects the QP over nc.
+func (c *Conn) connect(ctx context.Context, nc net.Conn) error {
+	params := c.t.cfg.Connect
+	if err := c.qp.Modify(verbs.QPAttr{State: verbs.QPStateInit, Access: params.Access}); err != nil {
+		return fmt.Errorf("transport: %w", err)
+	}
+	for i := range c.recv {
+		if err := c.postRecv(i); err != nil {
+			return err
+		}
+	}
+	c.p.add(c)
+	if _, err := cm.Connect(ctx, nc, c.qp, params); err != nil {
+		return fmt.Errorf("transport: connect: %w: %w", ErrHandshake, err)
+	}
+	if sq, ok := c.qp.(verbs.StreamQP); !ok || !sq.NeedsStream() {
+		_ = nc.Close() // the bootstrap stream is not the QP's wire
+	}
+	return nil
+}
+
+func (c *Conn) postRecv(i int) error {
+	s := &c.recv[i]
+	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(s.buf.Cap()), LKey: s.buf.LKey()}
+	s.wr[0] = verbs.RecvWR{WRID: wrid(wrRecv, c.id, i), SGL: s.sge[:]}
+	if err := c.qp.PostRecv(s.wr[:]); err != nil {
+		return fmt.Errorf("transport: post receive: %w", err)
+	}
+	return nil
+}
+
+// releaseSlot ends a hold on receive slot i: it is posted again, or, if the connection is
+// gone, its buffer returns to the pool.
+func (c *Conn) releaseSlot(i int, counted bool) {
+	c.mu.Lock()
+	c.recv[i].held = false
+	if c.torn {
+		c.recv[i].buf.Release()
+		c.recv[i].buf = nil
+		c.mu.Unlock()
+		return
+	}
+	dead := c.err != nil
+	c.mu.Unlock()
+	if dead {
+		return // teardown releases it
+	}
+	if err := c.postRecv(i); err != nil {
+		c.fail(err)
+		return
+	}
+	if counted {
+		if n := c.owed.Add(1); int(n) >= max(1, c.t.cfg.Credits/8) {
+			c.returnCredits()
+		}
+	}
+}
+
+// returnCredits announces reposted slots in a Release, which needs no credit.
+func (c *Conn) returnCredits() {
+	h := wire.Header{Kind: wire.KindRelease}
+	_, _ = c.send(context.Background(), &h, nil, nil, 0, sendControl)
+}
+
+type sendMode uint8
+
+const (
+	sendWait    sendMode = iota // a counted message: wait for a credit
+	sendTry                     // a counted message: fail with errNoCredit rather than wait
+	sendControl                 // a Release: uses a control slot, never waits
+)
+
+var errNoCredit = errors.New("transport: no credit")
+
+// send posts one message: h, then payload (copied into a send slot; at most c.eager
+// bytes). bind, if set, is posted just before it (a large message's window). inv revokes a
+// peer window with SEND_WITH_INV; when zero, a pending revocation rides along. It reports
+// whether the message was posted: if not, bind was not either.
+func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *verbs.SendWR, inv uint32, mode sendMode) (bool, error) {
+	c.mu.Lock()
+	for {
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
+			return false, err
+		}
+		ok := len(c.freeSends) > 0
+		if mode == sendControl {
+			ok = ok && c.ctrlOut < ctrlSlots
+		} else {
+			ok = ok && c.avail > 0
+		}
+		if ok {
+			break
+		}
+		if mode != sendWait {
+			c.mu.Unlock()
+			return false, errNoCredit
+		}
+		if err := c.waitLocked(ctx); err != nil {
+			c.mu.Unlock()
+			return false, err
+		}
+	}
+	i := c.freeSends[len(c.freeSends)-1]
+	c.freeSends = c.freeSends[:len(c.freeSends)-1]
+	s := &c.sends[i]
+	s.ctl = mode == sendControl
+	if s.ctl {
+		c.ctrlOut++
+	} else {
+		c.avail--
+	}
+	if inv == 0 {
+		inv = c.popInvLocked()
+	}
+	c.mu.Unlock()
+
+	h.Credits = uint16(c.owed.Swap(0))
+	if h.Flags&wire.FlagLarge == 0 {
+		h.Len = uint32(len(payload))
+	}
+	b := s.buf.Bytes()[:cap(s.buf.Bytes())]
+	wire.PutHeader(b, h)
+	n := copy(b[wire.HeaderLen:], payload)
+	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(wire.HeaderLen + n), LKey: s.buf.LKey()}
+	wr := &s.wrs[1]
+	*wr = verbs.SendWR{WRID: wrid(wrSend, c.id, i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: s.sge[:]}
+	if inv != 0 {
+		wr.Opcode, wr.InvalidateRKey = verbs.WRSendWithInv, inv
+	}
+	wrs := s.wrs[1:]
+	if bind != nil {
+		s.wrs[0] = *bind
+		wrs = s.wrs[:]
+	}
+	if err := c.qp.PostSend(wrs); err != nil {
+		c.fail(err)
+		return false, c.failure()
+	}
+	return true, nil
+}
+
+// popInvLocked takes a pending window revocation that is still safe to send: within half
+// the lease of the window's arrival (later, the owner's lease may already have reclaimed
+// it, and a second invalidation must never happen). c.mu is held.
+func (c *Conn) popInvLocked() uint32 {
+	for len(c.pendingInv) > 0 {
+		p := c.pendingInv[len(c.pendingInv)-1]
+		c.pendingInv = c.pendingInv[:len(c.pendingInv)-1]
+		if time.Since(p.since) < c.t.cfg.Lease/2 {
+			return p.rkey
+		}
+	}
+	return 0
+}
+
+// waitLocked waits, with c.mu held (and released meanwhile), until something changes.
+func (c *Conn) waitLocked(ctx context.Context) error {
+	if c.wake == nil {
+		c.wake = make(chan struct{})
+	}
+	ch := c.wake
+	c.waiters++
+	c.mu.Unlock()
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	c.mu.Lock()
+	c.waiters--
+	return err
+}
+
+// wakeLocked wakes every waiter. c.mu is held.
+func (c *Conn) wakeLocked() {
+	if c.wake != nil {
+		close(c.wake)
+		c.wake = nil
+	}
+}
+
+func (c *Conn) failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// sendLarge exposes buf (n bytes) through the next window and announces it. The window
+// (and buf) belong to the binding from then on, until the peer or a LOCAL_INV revokes it.
+func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, inv uint32) error {
+	w, err := c.nextWindow(ctx)
+	if err != nil {
+		buf.Release()
+		return err
+	}
+	bind, err := c.ws.BindBufWR(w, buf, verbs.AccessRemoteRead, wrid(wrBind, c.id, w.Index()))
+	if err != nil {
+		_ = c.ws.Cancel(w)
+		buf.Release()
+		return fmt.Errorf("transport: %w", err)
+	}
+	h.Flags, h.Len, h.RKey, h.Addr = wire.FlagLarge, uint32(buf.Len()), w.RKey(), buf.Addr()
+	posted, err := c.send(ctx, h, nil, &bind, inv, sendWait)
+	if !posted {
+		_ = c.ws.Cancel(w)
+		buf.Release()
+	}
+	return err
+}
+
+// nextWindow returns a free window, waiting while all are exposed.
+func (c *Conn) nextWindow(ctx context.Context) (*pool.Window, error) {
+	for {
+		w, err := c.ws.Next()
+		if err == nil {
+			return w, nil
+		}
+		if !errors.Is(err, pool.ErrWindowsExhausted) {
+			return nil, fmt.Errorf("transport: %w", err)
+		}
+		c.mu.Lock()
+		if c.err == nil {
+			err = c.waitLocked(ctx)
+		} else {
+			err = c.err
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// invalidated handles the revocation of one of our windows (by the peer's SEND_WITH_INV
+// or our LOCAL_INV): the buffer it exposed returns to the pool.
+func (c *Conn) invalidated(rkey uint32) {
+	b, err := c.ws.Invalidated(rkey)
+	if err != nil {
+		c.fail(fmt.Errorf("peer revoked unknown window 0x%x: %w", rkey, err))
+		return
+	}
+	if b.Buf != nil {
+		b.Buf.Release()
+	}
+	c.mu.Lock()
+	if c.waiters > 0 {
+		c.wakeLocked()
+	}
+	c.mu.Unlock()
+}
+
+// fail marks the connection failed: calls in flight fail with ErrUnavailable, handlers'
+// contexts are canceled, and the poller tears the queue pair down.
+func (c *Conn) fail(cause error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	if errors.Is(cause, ErrUnavailable) {
+		c.err = cause
+	} else {
+		c.err = fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	}
+	calls := c.calls
+	c.calls = make(map[uint64]*call)
+	serving := make([]*serverCall, 0, len(c.serving))
+	for _, sc := range c.serving {
+		serving = append(serving, sc)
+	}
+	c.wakeLocked()
+	err := c.err
+	c.mu.Unlock()
+	for _, cl := range calls {
+		cl.finish(err)
+	}
+	for _, sc := range serving {
+		sc.ctx.cancel(context.Canceled)
+	}
+	c.p.retire(c)
+}
+
+// Close closes the connection: calls in flight fail with ErrUnavailable, and the queue
+// pair, windows and buffers are released (buffers held by running handlers or unreleased
+// Responses when those end). The peer's calls fail too.
+func (c *Conn) Close() error {
+	c.fail(errClosed)
+	<-c.tornCh
+	return nil
+}
+
+var errClosed = fmt.Errorf("%w: connection closed", ErrUnavailable)
+
+// Done is closed when the connection has failed or been closed and torn down.
+func (c *Conn) Done() <-chan struct{} { return c.tornCh }
+
+// Err returns why the connection failed, or nil while it works.
+func (c *Conn) Err() error { return c.failure() }
+
+// teardown runs on the poller once the connection failed: after the QP is destroyed no
+// transfer touches our memory, so every buffer not held by a handler or a Response goes
+// back to the pool and every window is deallocated.
+func (c *Conn) teardown() {
+	_ = c.qp.Destroy()
+	c.releaseAll()
+	c.t.forget(c)
+	close(c.tornCh)
+}
+
+// releaseAll releases what the connection owns. The QP is destroyed (or never connected).
+func (c *Conn) releaseAll() {
+	if c.ws != nil {
+		for _, w := range c.ws.Expired(time.Now(), 0, nil) {
+			if b := w.Binding().Buf; b != nil {
+				b.Release()
+			}
+		}
+		c.mu.Lock()
+		for _, w := range c.reclaims {
+			if b := w.Binding().Buf; b != nil {
+				b.Release()
+			}
+		}
+		c.mu.Unlock()
+		_ = c.ws.Close() // reports the windows just released as bound; they are gone now
+	}
+	c.mu.Lock()
+	c.torn = true
+	for i := range c.recv {
+		if s := &c.recv[i]; s.buf != nil && !s.held {
+			s.buf.Release()
+			s.buf = nil
+		}
+	}
+	for i := range c.sends {
+		if b := c.sends[i].buf; b != nil {
+			b.Release()
+			c.sends[i].buf = nil
+		}
+	}
+	for i := range c.reads {
+		if r := &c.reads[i]; r.live {
+			r.buf.Release()
+			r.buf, r.live = nil, false
+		}
+	}
+	c.mu.Unlock()
+}
+
+// abort releases a connection whose setup failed before the poller knew it.
+func (c *Conn) abort() {
+	_ = c.qp.Destroy()
+	c.releaseAll()
+}
+
+// destroy releases a connection that never served (setup failed after the poller knew it).
+func (c *Conn) destroy() {
+	c.fail(errClosed)
+	<-c.tornCh
+}

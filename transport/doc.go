@@ -1,0 +1,36 @@
+// Package transport is mwrpc's zero-copy call path over the verbs model: one reliable
+// connected queue pair per connection, eager SENDs for small payloads, and rotating type-2
+// memory windows for large ones, fetched by the peer with one-sided RDMA READ and revoked
+// with SEND_WITH_INV as soon as it has the bytes.
+//
+// # Call path
+//
+// A payload of at most the eager threshold travels inside one SEND, behind a 32-byte
+// header, into a receive slot the peer pre-posted from its registered pool; the handler (or
+// the caller) reads it where it landed. A larger payload stays where it was written, in a
+// registered buffer: the sender binds the next window of the connection over exactly those
+// bytes and, on the same QP right after the bind, SENDs a header with {addr, len, rkey}. The
+// receiver READs into a registered buffer of its own and revokes the window: a caller
+// releases a response window with SEND_WITH_INV (on its next request when one is being
+// posted, else alone); a server revokes a request window with the SEND_WITH_INV that
+// carries the response. The owner frees the buffer when the receive completion shows the
+// invalidation. A window the peer never releases is reclaimed with LOCAL_INV when its lease
+// expires, or when the connection dies; no window is invalidated twice.
+//
+// Every SEND consumes one of the peer's receive slots: credits, returned in every header,
+// bound what each side may have outstanding, so no SEND ever meets an empty receive queue.
+//
+// # Lifetimes
+//
+// A request payload a handler receives aliases registered memory and is valid until the
+// handler returns. A response's Bytes alias registered memory and are valid until
+// Response.Release; a response holds one of the connection's receive slots (or a pool
+// buffer) until then, so release promptly: unreleased responses stall the connection. Copy
+// whatever must outlive these.
+//
+// # Completions
+//
+// Completions are reaped by poller goroutines locked to OS threads (PollBusy, PollAdaptive,
+// PollEvent). A poller never runs application code: requests go to a bounded handler pool
+// (github.com/panjf2000/ants/v2); when it is full the caller gets StatusResourceExhausted.
+package transport

@@ -1,0 +1,506 @@
+package transport
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// cqDepth is the completion queue size of a poller.
+const cqDepth = 1 << 16
+
+// poller reaps one completion queue, shared by the connections assigned to it, on a
+// goroutine locked to its OS thread. It never runs application code.
+type poller struct {
+	t  *Transport
+	cq verbs.CQ
+
+	conns atomic.Pointer[map[uint32]*Conn] // copy on write
+
+	mu      sync.Mutex
+	retired []*Conn // failed, waiting for teardown
+	dirty   []*Conn // control messages or revocations to flush
+	wake    chan struct{}
+	quit    chan struct{}
+
+	wcs []verbs.WorkCompletion
+}
+
+func newPoller(t *Transport, i int) (*poller, error) {
+	cq, err := t.dev.CreateCQ(cqDepth)
+	if err != nil {
+		return nil, fmt.Errorf("transport: poller %d: %w", i, err)
+	}
+	p := &poller{t: t, cq: cq, wake: make(chan struct{}, 1), quit: make(chan struct{}), wcs: make([]verbs.WorkCompletion, 64)}
+	m := map[uint32]*Conn{}
+	p.conns.Store(&m)
+	return p, nil
+}
+
+func (p *poller) add(c *Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := *p.conns.Load()
+	m := make(map[uint32]*Conn, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[c.id] = c
+	p.conns.Store(&m)
+}
+
+func (p *poller) remove(c *Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := *p.conns.Load()
+	if old[c.id] != c {
+		return
+	}
+	m := make(map[uint32]*Conn, len(old))
+	for k, v := range old {
+		if k != c.id {
+			m[k] = v
+		}
+	}
+	p.conns.Store(&m)
+}
+
+// retire queues a failed connection for teardown on the poller goroutine.
+func (p *poller) retire(c *Conn) {
+	p.mu.Lock()
+	p.retired = append(p.retired, c)
+	p.mu.Unlock()
+	p.kick()
+}
+
+// markDirty queues c for flushing its control messages when the poller is next idle.
+func (p *poller) markDirty(c *Conn) {
+	p.mu.Lock()
+	p.dirty = append(p.dirty, c)
+	p.mu.Unlock()
+	p.kick()
+}
+
+func (p *poller) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *poller) stop() { close(p.quit) }
+
+func (p *poller) run() {
+	defer p.t.wg.Done()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cfg := &p.t.cfg
+	timer := time.NewTimer(cfg.Lease / 4)
+	defer timer.Stop()
+	lastReap := time.Now()
+	var idleSince time.Time
+	for {
+		n, err := p.cq.Poll(p.wcs)
+		if err != nil { // a CQ overrun loses completions: no connection on it can go on
+			for _, c := range *p.conns.Load() {
+				c.fail(err)
+			}
+		}
+		for i := 0; i < n; i++ {
+			p.dispatch(&p.wcs[i])
+		}
+		if n > 0 {
+			idleSince = time.Time{}
+			continue
+		}
+		// Idle: what waited for a quiet moment.
+		p.housekeeping()
+		if now := time.Now(); now.Sub(lastReap) >= cfg.Lease/4 {
+			lastReap = now
+			p.reap(now)
+		}
+		select {
+		case <-p.quit:
+			p.drainRetired()
+			return
+		default:
+		}
+		switch cfg.PollMode {
+		case PollBusy:
+			continue
+		case PollAdaptive:
+			if idleSince.IsZero() {
+				idleSince = time.Now()
+				continue
+			}
+			if time.Since(idleSince) < cfg.SpinTime {
+				continue
+			}
+		}
+		// Park until a completion, a kick, the lease timer or quit.
+		if err := p.cq.ReqNotify(); err != nil {
+			continue
+		}
+		if n, _ := p.cq.Poll(p.wcs[:1]); n == 1 {
+			p.dispatch(&p.wcs[0])
+			continue
+		}
+		timer.Reset(cfg.Lease / 4)
+		select {
+		case <-p.cq.Notify():
+		case <-p.wake:
+		case <-timer.C:
+		case <-p.quit:
+		}
+		idleSince = time.Time{}
+	}
+}
+
+// housekeeping flushes control messages and tears down failed connections.
+func (p *poller) housekeeping() {
+	p.mu.Lock()
+	dirty, retired := p.dirty, p.retired
+	p.dirty, p.retired = nil, nil
+	p.mu.Unlock()
+	for _, c := range dirty {
+		c.flushCtrl()
+	}
+	for _, c := range retired {
+		p.remove(c)
+		c.teardown()
+	}
+}
+
+func (p *poller) drainRetired() {
+	p.housekeeping()
+	for _, c := range *p.conns.Load() {
+		c.fail(errClosed)
+	}
+	p.housekeeping()
+}
+
+// reap reclaims windows whose lease expired: the peer never released them.
+func (p *poller) reap(now time.Time) {
+	var buf [16]*pool.Window
+	for _, c := range *p.conns.Load() {
+		for _, w := range c.ws.Expired(now, p.t.cfg.Lease, buf[:0]) {
+			c.reclaim(w)
+		}
+	}
+}
+
+func (p *poller) dispatch(wc *verbs.WorkCompletion) {
+	if f := p.t.testHookWC.Load(); f != nil {
+		(*f)(wc)
+	}
+	kind, id, idx := wc.WRID>>56, uint32(wc.WRID>>32)&0xffffff, int(uint32(wc.WRID))
+	c := (*p.conns.Load())[id]
+	if c == nil {
+		return // a completion of a connection already torn down
+	}
+	if wc.Status != verbs.WCSuccess {
+		if wc.Status == verbs.WCWRFlushErr {
+			c.fail(fmt.Errorf("queue pair flushed (the peer is gone)"))
+		} else {
+			c.fail(fmt.Errorf("%v completed with %v", wrKindName(kind), wc.Status))
+		}
+		return
+	}
+	switch kind {
+	case wrRecv:
+		c.onRecv(idx, wc)
+	case wrSend:
+		c.onSent(idx)
+	case wrRead:
+		c.onRead(idx)
+	case wrInv:
+		c.onLocalInv(idx)
+	}
+}
+
+func wrKindName(k uint64) string {
+	switch k {
+	case wrRecv:
+		return "RECV"
+	case wrSend:
+		return "SEND"
+	case wrRead:
+		return "RDMA_READ"
+	case wrBind:
+		return "BIND_MW"
+	case wrInv:
+		return "LOCAL_INV"
+	}
+	return fmt.Sprintf("wr kind %d", k)
+}
+
+// onRecv handles an incoming message in receive slot i.
+func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
+	s := &c.recv[i]
+	var h wire.Header
+	payload, err := wire.ParseHeader(s.buf.Bytes()[:wc.ByteLen], &h, c.maxRecv)
+	if err != nil {
+		c.fail(fmt.Errorf("peer sent a bad message: %w", err))
+		return
+	}
+	if wc.Flags&verbs.WCWithInv != 0 {
+		c.invalidated(wc.InvalidatedRKey)
+	}
+	counted := h.Kind != wire.KindRelease
+	if h.Credits > 0 {
+		c.mu.Lock()
+		c.avail += int(h.Credits)
+		if c.waiters > 0 {
+			c.wakeLocked()
+		}
+		flush := len(c.ctrl) > 0
+		c.mu.Unlock()
+		if flush {
+			c.flushCtrl()
+		}
+	}
+	if h.Flags&wire.FlagLarge != 0 {
+		c.startRead(&h)
+		c.releaseSlot(i, counted)
+		return
+	}
+	switch h.Kind {
+	case wire.KindRequest:
+		c.dispatch(&h, payload, i, nil)
+		return // the slot is the handler's until it returns
+	case wire.KindResponse:
+		c.deliver(&h, payload, i, nil)
+		return
+	case wire.KindCancel:
+		c.mu.Lock()
+		sc := c.serving[h.CallID]
+		c.mu.Unlock()
+		if sc != nil {
+			sc.ctx.cancel(errCanceledByCaller)
+		}
+	case wire.KindPing:
+		c.queueCtrl(wire.Header{Kind: wire.KindPong, CallID: h.CallID}, 0)
+	case wire.KindPong:
+		if cl := c.takeCall(h.CallID); cl != nil {
+			cl.finish(nil)
+		}
+	case wire.KindGoAway:
+		// Calls already sent complete; the caller's layer stops sending new ones.
+	}
+	c.releaseSlot(i, counted)
+}
+
+var errCanceledByCaller = fmt.Errorf("mwrpc: canceled by the caller")
+
+// startRead fetches a large message the peer exposed in a window.
+func (c *Conn) startRead(h *wire.Header) {
+	if f := c.t.testHookLarge.Load(); f != nil {
+		(*f)(h)
+	}
+	buf, err := c.t.pool.TryGet(int(h.Len))
+	c.mu.Lock()
+	if err == nil && len(c.freeReads) == 0 {
+		err = fmt.Errorf("no read slot")
+	}
+	if err != nil {
+		c.mu.Unlock()
+		if buf != nil {
+			buf.Release()
+		}
+		c.refuseLarge(h, err)
+		return
+	}
+	i := c.freeReads[len(c.freeReads)-1]
+	c.freeReads = c.freeReads[:len(c.freeReads)-1]
+	c.mu.Unlock()
+	r := &c.reads[i]
+	r.buf, r.h, r.at, r.live = buf, *h, time.Now(), true
+	r.sge[0] = buf.SGE()
+	r.wr[0] = verbs.SendWR{WRID: wrid(wrRead, c.id, i), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SGL: r.sge[:], RemoteAddr: h.Addr, RKey: h.RKey}
+	if err := c.qp.PostSend(r.wr[:]); err != nil {
+		c.fail(err)
+	}
+}
+
+// refuseLarge answers a large message this side cannot take now (no buffer): a request
+// gets StatusResourceExhausted (revoking its window), a response fails its call.
+func (c *Conn) refuseLarge(h *wire.Header, why error) {
+	if h.Kind == wire.KindRequest {
+		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, h.RKey)
+		return
+	}
+	c.queueInv(h.RKey, time.Now())
+	if cl := c.takeCall(h.CallID); cl != nil {
+		cl.finish(fmt.Errorf("transport: response of %d bytes: %w: %w", h.Len, ErrUnavailable, why))
+	}
+}
+
+// onRead completes the READ of a large message.
+func (c *Conn) onRead(i int) {
+	r := &c.reads[i]
+	buf, h, at := r.buf, r.h, r.at
+	r.buf, r.live = nil, false
+	c.mu.Lock()
+	c.freeReads = append(c.freeReads, i)
+	c.mu.Unlock()
+	if h.Kind == wire.KindRequest {
+		c.dispatch(&h, buf.Bytes(), -1, buf) // the response revokes the window
+		return
+	}
+	c.queueInv(h.RKey, at) // we have the bytes: revoke the window now
+	c.deliver(&h, buf.Bytes(), -1, buf)
+}
+
+// dispatch hands a request to the handler pool.
+func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf) {
+	sc := serverCallPool.Get().(*serverCall)
+	sc.c, sc.id, sc.req, sc.slot, sc.buf = c, h.CallID, req, slot, buf
+	if h.Flags&wire.FlagLarge != 0 {
+		sc.inv = h.RKey
+	}
+	c.mu.Lock()
+	if slot >= 0 {
+		c.recv[slot].held = true
+	}
+	c.serving[h.CallID] = sc
+	c.mu.Unlock()
+	if err := c.t.workers.Invoke(sc); err != nil {
+		// Overloaded: answer at once, without running anything.
+		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv)
+		sc.w.sent = true
+		sc.finish()
+	}
+}
+
+// deliver completes the call a response answers.
+func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) {
+	cl := c.takeCall(h.CallID)
+	if cl == nil { // the caller gave up
+		if buf != nil {
+			buf.Release()
+		} else {
+			c.releaseSlot(slot, true)
+		}
+		return
+	}
+	if slot >= 0 {
+		c.mu.Lock()
+		c.recv[slot].held = true
+		c.mu.Unlock()
+	}
+	cl.resp = Response{c: c, cl: cl, status: h.Status, data: payload, slot: slot, buf: buf}
+	cl.finish(nil)
+}
+
+// queueInv records a peer window to revoke: on our next SEND, or alone when the poller is
+// next idle.
+func (c *Conn) queueInv(rkey uint32, since time.Time) {
+	c.mu.Lock()
+	c.pendingInv = append(c.pendingInv, pendingInv{rkey: rkey, since: since})
+	mark := !c.dirty
+	c.dirty = true
+	c.mu.Unlock()
+	if mark {
+		c.p.markDirty(c)
+	}
+}
+
+// queueCtrl queues a counted message the poller sends when it can (a pong, a cancel, an
+// overload answer): the poller never waits for a credit.
+func (c *Conn) queueCtrl(h wire.Header, inv uint32) {
+	c.mu.Lock()
+	c.ctrl = append(c.ctrl, h)
+	c.ctrlInv = append(c.ctrlInv, inv)
+	mark := !c.dirty
+	c.dirty = true
+	c.mu.Unlock()
+	if mark {
+		c.p.markDirty(c)
+	}
+}
+
+// flushCtrl sends what queueCtrl and queueInv queued, as far as credits allow.
+func (c *Conn) flushCtrl() {
+	for {
+		c.mu.Lock()
+		c.dirty = false
+		if c.err != nil || len(c.ctrl) == 0 {
+			c.mu.Unlock()
+			break
+		}
+		h, inv := c.ctrl[0], c.ctrlInv[0]
+		c.mu.Unlock()
+		if _, err := c.send(bg, &h, nil, nil, inv, sendTry); err != nil {
+			return // no credit: the next credit arrival flushes again
+		}
+		c.mu.Lock()
+		c.ctrl, c.ctrlInv = c.ctrl[1:], c.ctrlInv[1:]
+		c.mu.Unlock()
+	}
+	for {
+		c.mu.Lock()
+		n := len(c.pendingInv)
+		c.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		h := wire.Header{Kind: wire.KindRelease}
+		if _, err := c.send(bg, &h, nil, nil, 0, sendControl); err != nil {
+			return // all control slots in flight: a send completion flushes again
+		}
+	}
+}
+
+// onSent frees a send slot once its SEND completed.
+func (c *Conn) onSent(i int) {
+	c.mu.Lock()
+	c.freeSends = append(c.freeSends, i)
+	flush := false
+	if c.sends[i].ctl {
+		c.ctrlOut--
+		flush = len(c.pendingInv) > 0
+	}
+	flush = flush || len(c.ctrl) > 0
+	if c.waiters > 0 {
+		c.wakeLocked()
+	}
+	c.mu.Unlock()
+	if flush {
+		c.flushCtrl()
+	}
+}
+
+// reclaim revokes a window the peer did not release in time.
+func (c *Conn) reclaim(w *pool.Window) {
+	wr, err := c.ws.Reclaim(w, wrid(wrInv, c.id, w.Index()))
+	if err != nil {
+		return // released meanwhile
+	}
+	c.mu.Lock()
+	if c.reclaims == nil {
+		c.reclaims = make(map[int]*pool.Window)
+	}
+	c.reclaims[w.Index()] = w
+	c.mu.Unlock()
+	wrs := [1]verbs.SendWR{wr}
+	if err := c.qp.PostSend(wrs[:]); err != nil {
+		c.fail(err)
+	}
+}
+
+func (c *Conn) onLocalInv(i int) {
+	c.mu.Lock()
+	w := c.reclaims[i]
+	delete(c.reclaims, i)
+	c.mu.Unlock()
+	if w != nil {
+		c.invalidated(w.RKey())
+	}
+}

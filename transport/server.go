@@ -1,0 +1,226 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
+)
+
+// serverCall is a request being served. It is pooled, and so is its context: both are
+// valid until the handler returns.
+type serverCall struct {
+	c    *Conn
+	id   uint64
+	req  []byte
+	slot int       // receive slot holding req, or -1
+	buf  *pool.Buf // buffer holding a large req, or nil
+	inv  uint32    // the caller's request window, revoked by the response
+	ctx  callCtx
+	w    ResponseWriter
+}
+
+var serverCallPool = sync.Pool{New: func() any {
+	sc := new(serverCall)
+	sc.w.sc = sc
+	return sc
+}}
+
+// runServerCall is the handler pool's function.
+func runServerCall(arg any) { arg.(*serverCall).run() }
+
+func (sc *serverCall) run() {
+	c := sc.c
+	if h := c.t.handler; h == nil {
+		_ = sc.w.Write(StatusUnimplemented, []byte("mwrpc: this side serves no requests"))
+	} else {
+		sc.serve(h)
+	}
+	if !sc.w.sent {
+		_ = sc.w.Write(StatusOK, nil)
+	}
+	sc.finish()
+}
+
+// serve runs the handler; a panic becomes a StatusInternal response and the server goes on.
+func (sc *serverCall) serve(h Handler) {
+	defer func() {
+		if r := recover(); r != nil {
+			if !sc.w.sent {
+				_ = sc.w.Write(StatusInternal, fmt.Appendf(nil, "mwrpc: handler panicked: %v", r))
+			}
+		}
+	}()
+	h.Serve(&sc.ctx, sc.req, &sc.w)
+}
+
+// finish releases the request's memory and recycles the call.
+func (sc *serverCall) finish() {
+	c := sc.c
+	c.mu.Lock()
+	delete(c.serving, sc.id)
+	c.mu.Unlock()
+	if sc.buf != nil {
+		sc.buf.Release()
+	} else if sc.slot >= 0 {
+		c.releaseSlot(sc.slot, true)
+	}
+	if sc.w.buf != nil {
+		sc.w.buf.Release()
+	}
+	sc.ctx.reset()
+	w := sc.w
+	*sc = serverCall{}
+	sc.w = ResponseWriter{sc: w.sc}
+	serverCallPool.Put(sc)
+}
+
+// ResponseWriter sends a handler's response.
+type ResponseWriter struct {
+	sc   *serverCall
+	buf  *pool.Buf
+	sent bool
+}
+
+// Buffer returns n bytes of registered memory to build the response in; a response written
+// from it (a prefix of it) goes to the caller without a copy. A second call replaces the
+// first buffer. The memory is valid until Write or the handler's return.
+func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
+	if n > w.sc.c.maxSend {
+		return nil, fmt.Errorf("transport: response buffer of %d bytes (max %d): %w", n, w.sc.c.maxSend, ErrTooLarge)
+	}
+	if w.buf != nil {
+		w.buf.Release()
+		w.buf = nil
+	}
+	b, err := w.sc.c.t.pool.Get(&w.sc.ctx, n)
+	if err != nil {
+		return nil, fmt.Errorf("transport: response buffer: %w", err)
+	}
+	w.buf = b
+	return b.Bytes(), nil
+}
+
+// Write sends the response: status, and payload (which may be a prefix of Buffer's memory,
+// sent without a copy, or any other bytes, copied once). It may be called once; a handler
+// that returns without calling it answers StatusOK with no payload.
+func (w *ResponseWriter) Write(status uint16, payload []byte) error {
+	if w.sent {
+		return errors.New("transport: response already written")
+	}
+	w.sent = true
+	sc := w.sc
+	c := sc.c
+	h := wire.Header{Kind: wire.KindResponse, Status: status, CallID: sc.id}
+	// The response must go out even if the caller gave up: it revokes the caller's
+	// request window. Waits end when the connection fails.
+	ctx := context.Background()
+	if len(payload) > c.maxSend {
+		h.Status = StatusResourceExhausted
+		msg := fmt.Appendf(nil, "mwrpc: response of %d bytes exceeds the maximum message size %d", len(payload), c.maxSend)
+		_, err := c.send(ctx, &h, msg, nil, sc.inv, sendWait)
+		return errors.Join(fmt.Errorf("transport: response of %d bytes (max %d): %w", len(payload), c.maxSend, ErrTooLarge), err)
+	}
+	if len(payload) <= c.eager {
+		_, err := c.send(ctx, &h, payload, nil, sc.inv, sendWait)
+		return err
+	}
+	buf := w.buf
+	if buf != nil && len(payload) > 0 && unsafe.SliceData(payload) == unsafe.SliceData(buf.Bytes()) && len(payload) <= buf.Cap() {
+		w.buf = nil // the binding owns it now
+		buf.SetLen(len(payload))
+	} else {
+		var err error
+		if buf, err = c.t.pool.Get(ctx, len(payload)); err != nil {
+			return fmt.Errorf("transport: response buffer: %w", err)
+		}
+		copy(buf.Bytes(), payload)
+	}
+	return c.sendLarge(ctx, &h, buf, sc.inv)
+}
+
+// callCtx is a handler's context: canceled when the caller cancels or the connection
+// fails. It is pooled with its serverCall and valid until the handler returns.
+type callCtx struct {
+	mu   sync.Mutex
+	done chan struct{}
+	err  error
+	fns  []func()
+}
+
+func (x *callCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (x *callCtx) Value(any) any               { return nil }
+
+func (x *callCtx) Done() <-chan struct{} {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.done == nil {
+		x.done = make(chan struct{})
+		if x.err != nil {
+			close(x.done)
+		}
+	}
+	return x.done
+}
+
+func (x *callCtx) Err() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.err
+}
+
+// AfterFunc lets contexts derived from this one (context.WithDeadline and friends) follow
+// its cancellation without a goroutine each.
+func (x *callCtx) AfterFunc(f func()) func() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.err != nil {
+		go f()
+		return func() bool { return false }
+	}
+	i := len(x.fns)
+	x.fns = append(x.fns, f)
+	return func() bool {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if i < len(x.fns) && x.fns[i] != nil {
+			x.fns[i] = nil
+			return true
+		}
+		return false
+	}
+}
+
+func (x *callCtx) cancel(err error) {
+	x.mu.Lock()
+	if x.err != nil {
+		x.mu.Unlock()
+		return
+	}
+	x.err = err
+	if x.done != nil {
+		close(x.done)
+	}
+	fns := x.fns
+	x.fns = nil
+	x.mu.Unlock()
+	for _, f := range fns {
+		if f != nil {
+			go f()
+		}
+	}
+}
+
+func (x *callCtx) reset() {
+	x.mu.Lock()
+	clear(x.fns)
+	x.done, x.err, x.fns = nil, nil, x.fns[:0]
+	x.mu.Unlock()
+}
+
+var bg = context.Background()

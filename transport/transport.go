@@ -1,0 +1,263 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/ants/v2"
+
+	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// Transport is one side's view of a device: its protection domain, registered buffer pool,
+// pollers and handler pool, shared by every connection it makes or accepts.
+type Transport struct {
+	cfg     Config
+	dev     verbs.Device
+	pd      verbs.PD
+	pool    *pool.Pool
+	pollers []*poller
+	workers *ants.PoolWithFunc
+	handler Handler
+
+	// Test hooks: every large message header received, and every completion polled.
+	testHookLarge atomic.Pointer[func(*wire.Header)]
+	testHookWC    atomic.Pointer[func(*verbs.WorkCompletion)]
+
+	nextConn atomic.Uint32
+	mu       sync.Mutex
+	conns    map[*Conn]struct{}
+	closed   bool
+	wg       sync.WaitGroup // pollers
+}
+
+// Handler serves requests. Serve runs on the transport's handler pool; req aliases
+// registered memory and is valid until Serve returns.
+type Handler interface {
+	Serve(ctx context.Context, req []byte, w *ResponseWriter)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, req []byte, w *ResponseWriter)
+
+// Serve calls f.
+func (f HandlerFunc) Serve(ctx context.Context, req []byte, w *ResponseWriter) { f(ctx, req, w) }
+
+// New creates a transport on dev. Requests arriving on any of its connections go to h,
+// which may be nil for a transport that only calls (requests are then answered with
+// StatusUnimplemented). The device stays the caller's: close the transport first.
+func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	if cfg.Pool.Access == 0 {
+		cfg.Pool.Access = verbs.AccessLocalWrite | verbs.AccessMWBind
+	}
+	if len(cfg.Pool.Classes) == 0 { // powers of two up to the largest message
+		for s := 256; s < 2*cfg.MaxMessage && s <= 1<<30; s <<= 1 {
+			cfg.Pool.Classes = append(cfg.Pool.Classes, s)
+		}
+	}
+	if cfg.Pool.MaxBytes == 0 {
+		cfg.Pool.MaxBytes = max(pool.DefaultMaxBytes, 8*int64(cfg.MaxMessage))
+	}
+	bp, err := pool.New(pd, cfg.Pool)
+	if err != nil {
+		_ = pd.Dealloc()
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, conns: make(map[*Conn]struct{})}
+	t.workers, err = ants.NewPoolWithFunc(cfg.Handlers, runServerCall, ants.WithNonblocking(true))
+	if err != nil {
+		_ = bp.Close()
+		_ = pd.Dealloc()
+		return nil, fmt.Errorf("transport: handler pool: %w", err)
+	}
+	for i := 0; i < cfg.Pollers; i++ {
+		p, err := newPoller(t, i)
+		if err != nil {
+			t.closeResources()
+			return nil, err
+		}
+		t.pollers = append(t.pollers, p)
+		t.wg.Add(1)
+		go p.run()
+	}
+	return t, nil
+}
+
+// Pool returns the transport's registered buffer pool, for callers that build large
+// payloads in registered memory (see Conn.CallBuf and ResponseWriter.Buffer).
+func (t *Transport) Pool() *pool.Pool { return t.pool }
+
+// Dial connects to a transport serving at address (TCP) and returns the connection.
+func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("transport: dial %s: %w: %w", address, ErrUnavailable, err)
+	}
+	c, err := t.NewConn(ctx, nc)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Serve accepts connections on ln until ln is closed or the transport is, setting each up
+// in its own goroutine. It returns nil when ln was closed, else the listener's error.
+func (t *Transport) Serve(ln net.Listener) error {
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if t.isClosed() || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), t.cfg.HandshakeTimeout)
+			defer cancel()
+			_, _ = t.NewConn(ctx, nc) // a failed setup closes nc; the peer sees the error
+		}()
+	}
+}
+
+func (t *Transport) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+// NewConn sets up a connection over an established stream (either side may call it; both
+// sides must): the hello exchange, a queue pair connected with cm, receive slots posted.
+// The stream belongs to the connection (or is closed) afterwards.
+func (t *Transport) NewConn(ctx context.Context, nc net.Conn) (*Conn, error) {
+	c, err := t.newConn(ctx, nc)
+	if err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (t *Transport) newConn(ctx context.Context, nc net.Conn) (*Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.HandshakeTimeout)
+	defer cancel()
+	cfg := &t.cfg
+	hello := wire.Hello{Version: wire.Version, SlotSize: uint32(cfg.SlotSize), Credits: uint32(cfg.Credits),
+		Inline: uint32(cfg.EagerThreshold), MaxMessage: uint32(cfg.MaxMessage)}
+	var peer wire.Hello
+	if err := exchangeHello(ctx, nc, &hello, &peer); err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+	}
+	p := t.pollers[int(t.nextConn.Load())%len(t.pollers)]
+	t.mu.Unlock()
+	c, err := newConn(t, p, peer)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.connect(ctx, nc); err != nil {
+		c.destroy()
+		return nil, err
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		c.destroy()
+		return nil, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+	}
+	t.conns[c] = struct{}{}
+	t.mu.Unlock()
+	return c, nil
+}
+
+// exchangeHello sends ours and reads the peer's hello, bounded by ctx.
+func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) error {
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(aLongTimeAgo) })
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { _, err := nc.Write(wire.AppendHello(nil, ours)); errc <- err }()
+	in := make([]byte, wire.HelloLen)
+	_, rerr := io.ReadFull(nc, in)
+	werr := <-errc
+	if ctx.Err() != nil {
+		return fmt.Errorf("transport: hello: %w: %w", ErrHandshake, ctx.Err())
+	}
+	if rerr != nil || werr != nil {
+		return fmt.Errorf("transport: hello: %w: %w", ErrHandshake, errors.Join(rerr, werr))
+	}
+	if _, err := wire.ParseHello(in, peer); err != nil {
+		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
+	}
+	return nil
+}
+
+// Close closes every connection (their calls fail with ErrUnavailable), stops the pollers
+// and releases the pool and the PD. Handlers still running finish first.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return fmt.Errorf("transport: close: %w", verbs.ErrClosed)
+	}
+	t.closed = true
+	conns := make([]*Conn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	return t.closeResources()
+}
+
+func (t *Transport) closeResources() error {
+	for _, p := range t.pollers {
+		p.stop()
+	}
+	t.wg.Wait()
+	t.workers.Release()
+	var errs []error
+	for _, p := range t.pollers {
+		errs = append(errs, p.cq.Destroy())
+	}
+	errs = append(errs, t.pool.Close(), t.pd.Dealloc())
+	return errors.Join(errs...)
+}
+
+func (t *Transport) forget(c *Conn) {
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+}
+
+// Stats are a transport's counters.
+type Stats struct {
+	Pool pool.Stats
+}
+
+// Stats returns a snapshot of the transport's counters.
+func (t *Transport) Stats() Stats { return Stats{Pool: t.pool.Stats()} }
+
+// aLongTimeAgo is a deadline in the past: setting it unblocks a stream's reads and writes.
+var aLongTimeAgo = time.Unix(1, 0)

@@ -1,0 +1,409 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+	"github.com/mwrpc/mwrpc/transport/verbs/soft"
+)
+
+// fabric opens the two devices of a test: in-process or TCP.
+type fabric struct {
+	name string
+	open func(t testing.TB) (client, server verbs.Device)
+}
+
+var fabrics = []fabric{
+	{"inproc", func(t testing.TB) (verbs.Device, verbs.Device) {
+		f := soft.NewFabric()
+		a, _ := f.Open("client")
+		b, _ := f.Open("server")
+		return a, b
+	}},
+	{"tcp", func(t testing.TB) (verbs.Device, verbs.Device) {
+		a, _ := soft.OpenTCP("client")
+		b, _ := soft.OpenTCP("server")
+		return a, b
+	}},
+}
+
+// env is a client connected to a server, torn down at cleanup with the checks every test
+// gets: no window left bound, every pool buffer returned, no goroutine left behind.
+type env struct {
+	client, server *Transport
+	conn           *Conn
+	cdev, sdev     verbs.Device
+}
+
+func newEnv(t testing.TB, fb fabric, h Handler, cfg Config) *env {
+	t.Helper()
+	base := runtime.NumGoroutine()
+	cdev, sdev := fb.open(t)
+	e := &env{cdev: cdev, sdev: sdev}
+	var err error
+	if e.server, err = New(sdev, h, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if e.client, err = New(cdev, nil, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- e.server.Serve(ln) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if e.conn, err = e.client.Dial(ctx, ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.checkWindows(t)
+		ln.Close()
+		if err := e.client.Close(); err != nil {
+			t.Errorf("client close: %v", err)
+		}
+		if err := e.server.Close(); err != nil {
+			t.Errorf("server close: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		for _, d := range []verbs.Device{cdev, sdev} {
+			if err := d.Close(); err != nil {
+				t.Errorf("device close: %v", err)
+			}
+		}
+		checkGoroutines(t, base)
+	})
+	return e
+}
+
+// serverConn returns the server's side of the connection.
+func (e *env) serverConn(t testing.TB) *Conn {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		e.server.mu.Lock()
+		for c := range e.server.conns {
+			e.server.mu.Unlock()
+			return c
+		}
+		e.server.mu.Unlock()
+	}
+	t.Fatal("the server has no connection")
+	return nil
+}
+
+// checkWindows fails if a window of either side is still bound once calls are done.
+func (e *env) checkWindows(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		bound := 0
+		for _, tr := range []*Transport{e.client, e.server} {
+			tr.mu.Lock()
+			for c := range tr.conns {
+				st := c.ws.Stats()
+				bound += st.Bound + st.Invalidating + st.Reserved
+			}
+			tr.mu.Unlock()
+		}
+		if bound == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d windows still bound after the calls returned", bound)
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func checkGoroutines(t testing.TB, base int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Errorf("%d goroutines leaked:\n%s", runtime.NumGoroutine()-base, buf[:runtime.Stack(buf, true)])
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// echo answers with the request, built in registered memory.
+var echo = HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+	b, err := w.Buffer(len(req))
+	if err != nil {
+		_ = w.Write(StatusInternal, []byte(err.Error()))
+		return
+	}
+	copy(b, req)
+	_ = w.Write(StatusOK, b)
+})
+
+func payload(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) ^ seed ^ byte(i>>9)
+	}
+	return b
+}
+
+func TestEchoSizes(t *testing.T) {
+	thr := DefaultEagerThreshold
+	sizes := []int{0, 1, thr - 1, thr, thr + 1, 64 << 10, 1 << 20, 16 << 20, 64 << 20}
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			e := newEnv(t, fb, echo, Config{})
+			for _, n := range sizes {
+				t.Run(fmt.Sprint(n), func(t *testing.T) {
+					req := payload(n, byte(n))
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					resp, err := e.conn.Call(ctx, req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer resp.Release()
+					if resp.Status() != StatusOK || crc32.ChecksumIEEE(resp.Bytes()) != crc32.ChecksumIEEE(req) || len(resp.Bytes()) != n {
+						t.Fatalf("status %d, %d bytes, checksum mismatch", resp.Status(), len(resp.Bytes()))
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestConcurrentCalls(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			e := newEnv(t, fb, echo, Config{})
+			const calls = 1000
+			sizes := []int{16, 4096, 100 << 10}
+			var wg sync.WaitGroup
+			errs := make(chan error, calls)
+			for i := 0; i < calls; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					req := payload(sizes[i%len(sizes)], byte(i))
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					defer cancel()
+					resp, err := e.conn.Call(ctx, req)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if !bytes.Equal(resp.Bytes(), req) {
+						errs <- fmt.Errorf("call %d: response differs", i)
+					}
+					resp.Release()
+				}(i)
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestRevocation: once a call with a large response returns, the response window's rkey
+// no longer reads anything: a READ through it completes with REM_ACCESS_ERR.
+func TestRevocation(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			e := newEnv(t, fb, echo, Config{})
+			var rkey uint32
+			var addr uint64
+			hook := func(h *wire.Header) { rkey, addr = h.RKey, h.Addr }
+			e.client.testHookLarge.Store(&hook)
+			resp, err := e.conn.Call(context.Background(), payload(1<<20, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Release()
+			if rkey == 0 {
+				t.Fatal("the response did not come through a window")
+			}
+			// The invalidation is on its way or done: wait for the server to see it.
+			e.checkWindows(t)
+			buf, err := e.client.pool.TryGet(64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer buf.Release()
+			c := e.conn
+			wr := []verbs.SendWR{{WRID: wrid(wrRead, c.id, 0), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{buf.SGE()}, RemoteAddr: addr, RKey: rkey}}
+			c.reads[0].live = false
+			var status verbs.WCStatus
+			wcHook := func(wc *verbs.WorkCompletion) {
+				if wc.WRID == wr[0].WRID {
+					status = wc.Status
+				}
+			}
+			c.t.testHookWC.Store(&wcHook)
+			if err := c.qp.PostSend(wr); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-c.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the stale READ did not fail the connection")
+			}
+			if status != verbs.WCRemAccessErr {
+				t.Fatalf("READ through the revoked window: %v, want REM_ACCESS_ERR", status)
+			}
+		})
+	}
+}
+
+// TestZeroCopy: a 1 MiB response over the TCP fabric is copied once per side in user
+// space, at the socket: the server's handler builds it in registered memory, the NIC
+// streams it from there, the client's NIC reads it straight into registered memory.
+func TestZeroCopy(t *testing.T) {
+	const n = 1 << 20
+	resp := payload(n, 9)
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		b, _ := w.Buffer(n)
+		copy(b, resp) // the application's own encoding, not counted
+		_ = w.Write(StatusOK, b)
+	})
+	e := newEnv(t, fabrics[1], h, Config{})
+	call := func() {
+		r, err := e.conn.Call(context.Background(), []byte("get"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(r.Bytes(), resp) {
+			t.Fatal("response differs")
+		}
+		r.Release()
+	}
+	call() // warm up
+	cs, ss := e.cdev.(*soft.Device).Stats(), e.sdev.(*soft.Device).Stats()
+	const calls = 8
+	for i := 0; i < calls; i++ {
+		call()
+	}
+	cs2, ss2 := e.cdev.(*soft.Device).Stats(), e.sdev.(*soft.Device).Stats()
+	perCall := func(a, b uint64) float64 { return float64(b-a) / calls / n }
+	client := perCall(cs.SocketRxBytes+cs.CopyBytes, cs2.SocketRxBytes+cs2.CopyBytes)
+	server := perCall(ss.SocketTxBytes+ss.CopyBytes, ss2.SocketTxBytes+ss2.CopyBytes)
+	t.Logf("payload copies per call: client %.3f, server %.3f (socket boundary included)", client, server)
+	if client > 1.01 || server > 1.01 {
+		t.Fatalf("more than one copy per side: client %.3f, server %.3f", client, server)
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	e := newEnv(t, fabrics[0], echo, Config{MaxMessage: 1 << 20})
+	_, err := e.conn.Call(context.Background(), make([]byte, 1<<20+1))
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("err = %v, want ErrTooLarge", err)
+	}
+	// The connection still works.
+	r, err := e.conn.Call(context.Background(), []byte("ok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Release()
+}
+
+func TestPanicAndUnimplemented(t *testing.T) {
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		if string(req) == "panic" {
+			panic("boom")
+		}
+		_ = w.Write(StatusOK, req)
+	})
+	e := newEnv(t, fabrics[0], h, Config{})
+	r, err := e.conn.Call(context.Background(), []byte("panic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status() != StatusInternal || !strings.Contains(string(r.Bytes()), "boom") {
+		t.Fatalf("status %d %q", r.Status(), r.Bytes())
+	}
+	r.Release()
+	r, err = e.conn.Call(context.Background(), []byte("still serving"))
+	if err != nil || r.Status() != StatusOK {
+		t.Fatalf("%v %v", r, err)
+	}
+	r.Release()
+}
+
+func TestCancelPropagates(t *testing.T) {
+	started, canceled := make(chan struct{}), make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		close(started)
+		select {
+		case <-ctx.Done():
+			close(canceled)
+		case <-time.After(10 * time.Second):
+		}
+	})
+	e := newEnv(t, fabrics[1], h, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-started; cancel() }()
+	if _, err := e.conn.Call(ctx, []byte("slow")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	select {
+	case <-canceled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler's context was not canceled")
+	}
+}
+
+func TestDeadPeer(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			block := make(chan struct{})
+			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+				select {
+				case <-block:
+				case <-ctx.Done():
+				}
+			})
+			e := newEnv(t, fb, h, Config{})
+			errs := make(chan error, 10)
+			for i := 0; i < 10; i++ {
+				go func() {
+					_, err := e.conn.Call(context.Background(), payload(100<<10, 1))
+					errs <- err
+				}()
+			}
+			time.Sleep(50 * time.Millisecond)
+			// The server side of the connection dies.
+			e.serverConn(t).Close()
+			for i := 0; i < 10; i++ {
+				select {
+				case err := <-errs:
+					if !errors.Is(err, ErrUnavailable) {
+						t.Fatalf("call: %v, want ErrUnavailable", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("a call did not fail after the peer died")
+				}
+			}
+			close(block)
+		})
+	}
+}
