@@ -1,0 +1,129 @@
+# mwrpc build and test entry points.
+#
+#   make test          everything CI runs (.ci/run calls exactly this)
+#   make fuzz          every native Fuzz target for FUZZTIME each (default 60s)
+#   make bench-verbs   verbs and pool micro-benchmarks, 5 runs each (for benchstat)
+#   make clean         remove the project-local tools in .bin/
+#
+# The recipes need only Go (and, for -race, a C compiler: cgo). Go is taken from PATH,
+# then from /usr/local/go/bin. With CI=true a step that cannot run fails instead of being
+# skipped; without it, a skipped step says so in a SKIPPED line.
+
+SHELL       := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.NOTPARALLEL:
+.DEFAULT_GOAL := test
+
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+BIN := $(CURDIR)/.bin
+
+# Pinned tools. staticcheck v0.8.2 (2026.2.2) is the newest release on the module proxy
+# (`go list -m -versions honnef.co/go/tools`); it requires Go 1.26.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK         := $(BIN)/staticcheck
+
+# Packages tested with the race detector: the concurrent ones. Patterns whose directory does
+# not exist yet are dropped, so the list can name packages that are still being written.
+RACE_DIRS     := transport pool
+RACE_PATTERNS := $(strip $(foreach d,$(RACE_DIRS),$(if $(wildcard $(d)/.),./$(d)/...)))
+TEST_TIMEOUT  := 15m
+
+FUZZ_SMOKE_TIME ?= 10s
+FUZZTIME        ?= 60s
+
+BENCH_DIRS     := transport/verbs pool
+BENCH_PATTERNS := $(strip $(foreach d,$(BENCH_DIRS),$(if $(wildcard $(d)/.),./$(d)/...)))
+
+# The steps of `make test`, in order. Later steps (for example test-rxe, the ibv provider
+# against Soft-RoCE in a VM) are added here with TEST_STEPS += ..., and report a skip with
+# $(call skip,...) so that CI=true turns it into a failure.
+TEST_STEPS := fmt vet staticcheck test-race test-norace fuzz-smoke
+
+# $(call header,title) prints a step header, with the time of day so that CI logs show
+# how long each step took.
+header = printf '\n==> %s  [%s]\n' "$(1)" "$$(date +%T)"
+# $(call skip,step,reason): fail in CI (CI set to anything but "", 0 or false), otherwise
+# print a SKIPPED line.
+skip = case "$${CI:-}" in ""|0|false) echo "SKIPPED: $(1): $(2)";; \
+       *) echo "FAIL: $(1) cannot run in CI: $(2)" >&2; exit 1;; esac
+
+.PHONY: test $(TEST_STEPS) fuzz bench-verbs tools clean
+
+test: $(TEST_STEPS)
+	@printf '\n==> make test: all steps passed (%s)  [%s]\n' "$(TEST_STEPS)" "$$(date +%T)"
+
+fmt:
+	@$(call header,fmt: gofmt -l)
+	@files=$$(find . -type d \( -name .git -o -name .bin -o -name testdata -o -name vendor \) -prune \
+	        -o -type f -name '*.go' -print | sort); \
+	 [ -n "$$files" ] || { echo "no Go files"; exit 0; }; \
+	 bad=$$(gofmt -l $$files); \
+	 if [ -n "$$bad" ]; then echo "gofmt would change these files (run gofmt -w):"; echo "$$bad"; exit 1; fi; \
+	 echo "ok: $$(echo "$$files" | grep -c .) files formatted"
+
+vet:
+	@$(call header,vet: go vet ./...)
+	$(GO) vet ./...
+
+# Installs the pinned staticcheck when .bin/staticcheck is missing or another version.
+define install-staticcheck
+	@if ! "$(STATICCHECK)" -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION:v%=%))'; then \
+	   echo "installing staticcheck $(STATICCHECK_VERSION) into $(BIN)"; \
+	   GOBIN="$(BIN)" $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
+	 fi
+endef
+
+tools:
+	$(install-staticcheck)
+
+staticcheck:
+	@$(call header,staticcheck $(STATICCHECK_VERSION))
+	$(install-staticcheck)
+	$(STATICCHECK) ./...
+
+test-race:
+	@$(call header,go test -race: $(RACE_PATTERNS))
+	@if [ -z "$(RACE_PATTERNS)" ]; then echo "no race-tested packages exist yet"; exit 0; fi; \
+	 if [ "$$($(GO) env CGO_ENABLED)" != 1 ]; then \
+	   $(call skip,test-race,the race detector needs cgo and a C compiler (apt-get install -y gcc libc6-dev)); \
+	   exit 0; \
+	 fi; \
+	 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PATTERNS)
+
+# Every package once more without the race detector: the race build switches on debug
+# checks (the pool's, for one), so this is what runs in production.
+test-norace:
+	@$(call header,go test ./... (no race detector))
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# fuzz-smoke and fuzz find every `func FuzzX(` in the module's test files and run each
+# target on its own (go test -fuzz takes one target per invocation).
+define run-fuzz
+	@pkgs=$$($(GO) list -f '{{.ImportPath}} {{.Dir}} {{join .TestGoFiles " "}} {{join .XTestGoFiles " "}}' ./...); \
+	 found=0; \
+	 while read -r pkg dir files; do \
+	   [ -n "$$files" ] || continue; \
+	   for fn in $$(cd "$$dir" && { grep -ho '^func Fuzz[A-Za-z0-9_]*' $$files || true; } | sed 's/^func //' | sort -u); do \
+	     found=$$((found+1)); \
+	     echo "--- $$fn ($$pkg, $(1))"; \
+	     $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(1) "$$pkg"; \
+	   done; \
+	 done <<<"$$pkgs"; \
+	 echo "ran $$found fuzz target(s)"
+endef
+
+fuzz-smoke:
+	@$(call header,fuzz-smoke: every Fuzz target for $(FUZZ_SMOKE_TIME))
+	$(call run-fuzz,$(FUZZ_SMOKE_TIME))
+
+fuzz:
+	@$(call header,fuzz: every Fuzz target for $(FUZZTIME))
+	$(call run-fuzz,$(FUZZTIME))
+
+bench-verbs:
+	@$(call header,bench-verbs: $(BENCH_PATTERNS))
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(BENCH_PATTERNS)
+
+clean:
+	rm -rf "$(BIN)"
