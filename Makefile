@@ -3,6 +3,8 @@
 #   make test          everything CI runs (.ci/run calls exactly this)
 #   make fuzz          every native Fuzz target for FUZZTIME each (default 60s)
 #   make bench-verbs   verbs and pool micro-benchmarks, 5 runs each (for benchstat)
+#   make test-rxe      the ibv provider (cgo, libibverbs) on Soft-RoCE in a throw-away VM:
+#                      conformance suite, latency against perftest (root; not in `make test`)
 #   make clean         remove the project-local tools in .bin/
 #
 # The recipes need only Go (and, for -race, a C compiler: cgo). Go is taken from PATH,
@@ -25,7 +27,7 @@ STATICCHECK         := $(BIN)/staticcheck
 
 # Packages tested with the race detector: the concurrent ones. Patterns whose directory does
 # not exist yet are dropped, so the list can name packages that are still being written.
-RACE_DIRS     := transport pool
+RACE_DIRS     := transport pool codec
 RACE_PATTERNS := $(strip $(foreach d,$(RACE_DIRS),$(if $(wildcard $(d)/.),./$(d)/...)))
 TEST_TIMEOUT  := 15m
 
@@ -48,7 +50,7 @@ header = printf '\n==> %s  [%s]\n' "$(1)" "$$(date +%T)"
 skip = case "$${CI:-}" in ""|0|false) echo "SKIPPED: $(1): $(2)";; \
        *) echo "FAIL: $(1) cannot run in CI: $(2)" >&2; exit 1;; esac
 
-.PHONY: test $(TEST_STEPS) fuzz bench-verbs tools clean
+.PHONY: test $(TEST_STEPS) fuzz bench-verbs test-rxe tools clean
 
 test: $(TEST_STEPS)
 	@printf '\n==> make test: all steps passed (%s)  [%s]\n' "$(TEST_STEPS)" "$$(date +%T)"
@@ -124,6 +126,29 @@ fuzz:
 bench-verbs:
 	@$(call header,bench-verbs: $(BENCH_PATTERNS))
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(BENCH_PATTERNS)
+
+# test-rxe builds the ibv provider's tests (build tag ibverbs) and runs them against the
+# kernel's Soft-RoCE (rdma_rxe) inside a throw-away qemu VM (scripts/rxe-vm/), then compares
+# its 64 B READ and SEND latency with perftest's in the same VM. It installs the Debian
+# packages it needs when they are missing; it needs root (apt-get; qemu reads /boot).
+RXE_PACKAGES := qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibverbs-providers \
+                ibverbs-utils libibverbs-dev perftest gcc libc6-dev
+RXE_TESTBIN  := /var/tmp/mwrpc-ibv.test
+
+test-rxe:
+	@$(call header,test-rxe: the ibv provider on Soft-RoCE in a VM)
+	@if [ "$$(id -u)" -ne 0 ]; then \
+	   $(call skip,test-rxe,needs root (apt-get; qemu reads /boot)); exit 0; \
+	 fi; \
+	 missing=$$(for p in $(RXE_PACKAGES); do \
+	   dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q 'install ok installed' || echo "$$p"; done); \
+	 if [ -n "$$missing" ]; then \
+	   echo "installing" $$missing; \
+	   export DEBIAN_FRONTEND=noninteractive; apt-get update; apt-get install -y $$missing; \
+	 fi; \
+	 $(GO) vet -tags ibverbs ./transport/verbs/ibv/; \
+	 $(GO) test -c -tags ibverbs -o $(RXE_TESTBIN) ./transport/verbs/ibv/; \
+	 scripts/rxe-vm/test-rxe.sh $(RXE_TESTBIN)
 
 clean:
 	rm -rf "$(BIN)"
