@@ -10,7 +10,7 @@
 // its address, so it can be posted in a work request or exposed through a memory window
 // as it is.
 //
-// Get and TryGet return a buffer; Buf.Release gives it back (the issue calls this Put).
+// Get and TryGet return a buffer; Buf.Release gives it back (Put, in sync.Pool's terms).
 // Buffer memory is valid from Get until Release. After Release the bytes belong to the pool
 // and to whoever gets the buffer next: a slice obtained from Bytes must not be kept, and a
 // buffer posted to the NIC must not be released until its work request completes (or, for
@@ -20,7 +20,8 @@
 // The common path of Get and Release takes no lock and allocates nothing: each class keeps
 // its free buffers on a few lock-free stacks, and a goroutine picks one by a cheap hint (the
 // address of its own stack), so goroutines running in parallel rarely touch the same cache
-// line. Only growth, waiting and Close take a per-class mutex.
+// line. Only growth, waiting and Close take a per-class mutex. The bookkeeping of a buffer
+// (its state, link and handle) takes 128 bytes of Go heap, a cache-line pair of its own.
 //
 // The pool grows by registering a new slab when a class runs out, up to Config.MaxBytes of
 // registered memory in all (and Config.MaxClassBytes per class). Slabs are never

@@ -547,7 +547,13 @@ func TestSizeString(t *testing.T) {
 }
 
 func TestSlotSize(t *testing.T) {
-	if size := unsafe.Sizeof(slot{}); size != 64 && unsafe.Sizeof(uintptr(0)) == 8 {
-		t.Errorf("slot is %d bytes, want 64 (one cache line)", size)
+	if size := unsafe.Sizeof(slot{}); size != slotSize {
+		t.Errorf("slot is %d bytes, want 128 (a pair of cache lines)", size)
+	}
+	p, _ := newTestPool(t, Config{Classes: []int{256, 1 << 20}, Prealloc: 1})
+	for _, c := range p.classes {
+		if addr := uintptr(unsafe.Pointer(&c.slabs[0].Load().slots[0])); addr%128 != 0 {
+			t.Errorf("class %d: slots at 0x%x, not 128-byte aligned", c.size, addr)
+		}
 	}
 }

@@ -290,7 +290,10 @@ func (ws *Windows) invalidate(w *Window, wrid uint64, reclaim bool) (verbs.SendW
 // arrived (a receive completion with verbs.WCWithInv and InvalidatedRKey == rkey), or
 // our LOCAL_INV of it completed. The window returns to the free ring and the binding is
 // returned, so the caller can release its buffer. An rkey that is not the current binding
-// of one of the ring's windows, or a window not bound, fails with ErrWindowState.
+// of one of the ring's windows, or a window not bound, fails with ErrWindowState. A
+// window with a LOCAL_INV in flight counts as locally invalidated even if the peer's
+// SEND_WITH_INV got there first; the binding was then invalidated twice on the NIC, which
+// is unsafe on rxe, so reclaim only after a lease no live peer can still be inside.
 func (ws *Windows) Invalidated(rkey uint32) (Binding, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
