@@ -48,7 +48,8 @@ type Conn struct {
 
 	recv  []recvSlot
 	sends []sendSlot
-	reads []readOp // owned by the poller, but for freeReads
+	reads []readOp    // owned by the poller, but for freeReads
+	rxHdr wire.Header // the poller's scratch
 
 	mu         sync.Mutex
 	err        error // set once: the connection failed or was closed
@@ -68,8 +69,12 @@ type Conn struct {
 	reclaims   map[int]*pool.Window // LOCAL_INVs in flight, by window index
 	dirty      bool                 // queued with the poller for flushing
 
-	owed   atomic.Int32 // receive slots reposted and not yet announced
-	tornCh chan struct{}
+	owed    atomic.Int32 // receive slots reposted and not yet announced
+	ready   atomic.Bool  // the QP reached RTS: sends may be posted
+	readyCh chan struct{}
+	tornCh  chan struct{}
+	goAway  sync.Once
+	awayCh  chan struct{} // closed when the peer sent GOAWAY
 }
 
 type pendingInv struct {
@@ -111,7 +116,9 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		avail:   int(peer.Credits),
 		calls:   make(map[uint64]*call),
 		serving: make(map[uint64]*serverCall),
+		readyCh: make(chan struct{}),
 		tornCh:  make(chan struct{}),
+		awayCh:  make(chan struct{}),
 	}
 	nsend := c.credits + ctrlSlots + 4
 	nread := cfg.Credits + ctrlSlots
@@ -165,7 +172,24 @@ func (c *Conn) connect(ctx context.Context, nc net.Conn) error {
 	if sq, ok := c.qp.(verbs.StreamQP); !ok || !sq.NeedsStream() {
 		_ = nc.Close() // the bootstrap stream is not the QP's wire
 	}
+	// The peer may have reached RTS first and already sent requests, which arrived in RTR
+	// and were dispatched: their responses waited for this.
+	c.ready.Store(true)
+	close(c.readyCh)
+	c.p.markDirty(c)
 	return nil
+}
+
+// waitReady waits until the QP can send (RTS), the connection fails, or ctx ends.
+func (c *Conn) waitReady(ctx context.Context) error {
+	select {
+	case <-c.readyCh:
+		return nil
+	case <-c.tornCh:
+		return c.failure()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (c *Conn) postRecv(i int) error {
@@ -226,6 +250,14 @@ var errNoCredit = errors.New("transport: no credit")
 // peer window with SEND_WITH_INV; when zero, a pending revocation rides along. It reports
 // whether the message was posted: if not, bind was not either.
 func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *verbs.SendWR, inv uint32, mode sendMode) (bool, error) {
+	if !c.ready.Load() {
+		if mode != sendWait {
+			return false, errNoCredit // queued; flushed once the connection is ready
+		}
+		if err := c.waitReady(ctx); err != nil {
+			return false, err
+		}
+	}
 	c.mu.Lock()
 	for {
 		if c.err != nil {
@@ -346,7 +378,7 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, inv
 		return err
 	}
 	bind, err := c.ws.BindBufWR(w, buf, verbs.AccessRemoteRead, wrid(wrBind, c.id, w.Index()))
-	if err != nil {
+	if err != nil { // the binding was not recorded: buf is still ours
 		_ = c.ws.Cancel(w)
 		buf.Release()
 		return fmt.Errorf("transport: %w", err)
@@ -354,8 +386,14 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, inv
 	h.Flags, h.Len, h.RKey, h.Addr = wire.FlagLarge, uint32(buf.Len()), w.RKey(), buf.Addr()
 	posted, err := c.send(ctx, h, nil, &bind, inv, sendWait)
 	if !posted {
-		_ = c.ws.Cancel(w)
-		buf.Release()
+		// The binding records buf: either we take it back here or teardown releases it
+		// with the window, never both (c.mu and torn decide).
+		c.mu.Lock()
+		if !c.torn {
+			_ = c.ws.Cancel(w)
+			buf.Release()
+		}
+		c.mu.Unlock()
 	}
 	return err
 }
@@ -395,6 +433,11 @@ func (c *Conn) invalidated(rkey uint32) {
 		b.Buf.Release()
 	}
 	c.mu.Lock()
+	for i, w := range c.reclaims { // a peer's revocation can overtake our LOCAL_INV
+		if w.State() != pool.WindowInvalidating {
+			delete(c.reclaims, i)
+		}
+	}
 	if c.waiters > 0 {
 		c.wakeLocked()
 	}
@@ -443,6 +486,17 @@ func (c *Conn) Close() error {
 
 var errClosed = fmt.Errorf("%w: connection closed", ErrUnavailable)
 
+// GoAway tells the peer this side takes no new calls on the connection: calls already
+// sent complete, and a caller should send new ones elsewhere (GoingAway on its side).
+func (c *Conn) GoAway(ctx context.Context) error {
+	h := wire.Header{Kind: wire.KindGoAway}
+	_, err := c.send(ctx, &h, nil, nil, 0, sendWait)
+	return err
+}
+
+// GoingAway is closed when the peer sent GOAWAY.
+func (c *Conn) GoingAway() <-chan struct{} { return c.awayCh }
+
 // Done is closed when the connection has failed or been closed and torn down.
 func (c *Conn) Done() <-chan struct{} { return c.tornCh }
 
@@ -461,22 +515,20 @@ func (c *Conn) teardown() {
 
 // releaseAll releases what the connection owns. The QP is destroyed (or never connected).
 func (c *Conn) releaseAll() {
+	c.mu.Lock() // with torn set under the same hold, a failed sendLarge leaves buffers to us
 	if c.ws != nil {
 		for _, w := range c.ws.Expired(time.Now(), 0, nil) {
 			if b := w.Binding().Buf; b != nil {
 				b.Release()
 			}
 		}
-		c.mu.Lock()
 		for _, w := range c.reclaims {
-			if b := w.Binding().Buf; b != nil {
+			if b := w.Binding().Buf; b != nil && w.State() == pool.WindowInvalidating {
 				b.Release()
 			}
 		}
-		c.mu.Unlock()
 		_ = c.ws.Close() // reports the windows just released as bound; they are gone now
 	}
-	c.mu.Lock()
 	c.torn = true
 	for i := range c.recv {
 		if s := &c.recv[i]; s.buf != nil && !s.held {

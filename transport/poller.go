@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sync"
@@ -29,7 +30,8 @@ type poller struct {
 	wake    chan struct{}
 	quit    chan struct{}
 
-	wcs []verbs.WorkCompletion
+	wcs  []verbs.WorkCompletion
+	spin bool // adaptive mode spins before parking
 }
 
 func newPoller(t *Transport, i int) (*poller, error) {
@@ -38,6 +40,10 @@ func newPoller(t *Transport, i int) (*poller, error) {
 		return nil, fmt.Errorf("transport: poller %d: %w", i, err)
 	}
 	p := &poller{t: t, cq: cq, wake: make(chan struct{}, 1), quit: make(chan struct{}), wcs: make([]verbs.WorkCompletion, 64)}
+	// Adaptive pollers spin only where a core is left over for everything else: on a
+	// small machine a spinning poller takes the core the stream readers, handlers and
+	// callers need, and keeps the scheduler from polling the network.
+	p.spin = t.cfg.PollMode == PollAdaptive && runtime.GOMAXPROCS(0) >= 2*t.cfg.Pollers+2
 	m := map[uint32]*Conn{}
 	p.conns.Store(&m)
 	return p, nil
@@ -98,8 +104,16 @@ func (p *poller) stop() { close(p.quit) }
 
 func (p *poller) run() {
 	defer p.t.wg.Done()
+	// The poller holds its OS thread while it spins, and lets go of it to park: a parked
+	// goroutine locked to a thread can only be woken by handing a P to that very thread,
+	// two futex round trips that cost more than the whole call on a small machine.
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	locked := true
+	defer func() {
+		if locked {
+			runtime.UnlockOSThread()
+		}
+	}()
 	cfg := &p.t.cfg
 	timer := time.NewTimer(cfg.Lease / 4)
 	defer timer.Stop()
@@ -117,6 +131,10 @@ func (p *poller) run() {
 		}
 		if n > 0 {
 			idleSince = time.Time{}
+			if !locked {
+				runtime.LockOSThread()
+				locked = true
+			}
 			continue
 		}
 		// Idle: what waited for a quiet moment.
@@ -135,6 +153,9 @@ func (p *poller) run() {
 		case PollBusy:
 			continue
 		case PollAdaptive:
+			if !p.spin {
+				break
+			}
 			if idleSince.IsZero() {
 				idleSince = time.Now()
 				continue
@@ -152,6 +173,10 @@ func (p *poller) run() {
 			continue
 		}
 		timer.Reset(cfg.Lease / 4)
+		if locked {
+			runtime.UnlockOSThread()
+			locked = false
+		}
 		select {
 		case <-p.cq.Notify():
 		case <-p.wake:
@@ -243,8 +268,8 @@ func wrKindName(k uint64) string {
 // onRecv handles an incoming message in receive slot i.
 func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 	s := &c.recv[i]
-	var h wire.Header
-	payload, err := wire.ParseHeader(s.buf.Bytes()[:wc.ByteLen], &h, c.maxRecv)
+	h := &c.rxHdr // only the poller receives: a scratch header, so nothing escapes per message
+	payload, err := wire.ParseHeader(s.buf.Bytes()[:wc.ByteLen], h, c.maxRecv)
 	if err != nil {
 		c.fail(fmt.Errorf("peer sent a bad message: %w", err))
 		return
@@ -266,23 +291,23 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 		}
 	}
 	if h.Flags&wire.FlagLarge != 0 {
-		c.startRead(&h)
+		c.startRead(h)
 		c.releaseSlot(i, counted)
 		return
 	}
 	switch h.Kind {
 	case wire.KindRequest:
-		c.dispatch(&h, payload, i, nil)
+		c.dispatch(h, payload, i, nil, time.Time{})
 		return // the slot is the handler's until it returns
 	case wire.KindResponse:
-		c.deliver(&h, payload, i, nil)
+		c.deliver(h, payload, i, nil)
 		return
 	case wire.KindCancel:
 		c.mu.Lock()
 		sc := c.serving[h.CallID]
 		c.mu.Unlock()
 		if sc != nil {
-			sc.ctx.cancel(errCanceledByCaller)
+			sc.ctx.cancel(context.Canceled) // ctx.Err must be exactly Canceled
 		}
 	case wire.KindPing:
 		c.queueCtrl(wire.Header{Kind: wire.KindPong, CallID: h.CallID}, 0)
@@ -292,11 +317,10 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 		}
 	case wire.KindGoAway:
 		// Calls already sent complete; the caller's layer stops sending new ones.
+		c.goAway.Do(func() { close(c.awayCh) })
 	}
 	c.releaseSlot(i, counted)
 }
-
-var errCanceledByCaller = fmt.Errorf("mwrpc: canceled by the caller")
 
 // startRead fetches a large message the peer exposed in a window.
 func (c *Conn) startRead(h *wire.Header) {
@@ -351,19 +375,23 @@ func (c *Conn) onRead(i int) {
 	c.freeReads = append(c.freeReads, i)
 	c.mu.Unlock()
 	if h.Kind == wire.KindRequest {
-		c.dispatch(&h, buf.Bytes(), -1, buf) // the response revokes the window
+		c.dispatch(&h, buf.Bytes(), -1, buf, at) // the response revokes the window
 		return
+	}
+	if f := c.t.testHookBeforeRelease.Load(); f != nil {
+		(*f)(c)
 	}
 	c.queueInv(h.RKey, at) // we have the bytes: revoke the window now
 	c.deliver(&h, buf.Bytes(), -1, buf)
 }
 
 // dispatch hands a request to the handler pool.
-func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf) {
+// at is when a large request's window was announced.
+func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at time.Time) {
 	sc := serverCallPool.Get().(*serverCall)
 	sc.c, sc.id, sc.req, sc.slot, sc.buf = c, h.CallID, req, slot, buf
 	if h.Flags&wire.FlagLarge != 0 {
-		sc.inv = h.RKey
+		sc.inv, sc.at = h.RKey, at
 	}
 	c.mu.Lock()
 	if slot >= 0 {
@@ -371,6 +399,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf) {
 	}
 	c.serving[h.CallID] = sc
 	c.mu.Unlock()
+	c.t.running.Add(1)
 	if err := c.t.workers.Invoke(sc); err != nil {
 		// Overloaded: answer at once, without running anything.
 		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv)

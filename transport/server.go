@@ -21,6 +21,7 @@ type serverCall struct {
 	slot int       // receive slot holding req, or -1
 	buf  *pool.Buf // buffer holding a large req, or nil
 	inv  uint32    // the caller's request window, revoked by the response
+	at   time.Time // when the request's window was announced
 	ctx  callCtx
 	w    ResponseWriter
 }
@@ -74,10 +75,12 @@ func (sc *serverCall) finish() {
 		sc.w.buf.Release()
 	}
 	sc.ctx.reset()
+	t := c.t
 	w := sc.w
 	*sc = serverCall{}
 	sc.w = ResponseWriter{sc: w.sc}
 	serverCallPool.Put(sc)
+	t.running.Done()
 }
 
 // ResponseWriter sends a handler's response.
@@ -120,6 +123,11 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 	// The response must go out even if the caller gave up: it revokes the caller's
 	// request window. Waits end when the connection fails.
 	ctx := context.Background()
+	if sc.inv != 0 && time.Since(sc.at) >= c.t.cfg.Lease/2 {
+		// Too late to revoke safely: the caller's lease may reclaim the window at any
+		// moment, and a window must never be invalidated twice. The lease frees it.
+		sc.inv = 0
+	}
 	if len(payload) > c.maxSend {
 		h.Status = StatusResourceExhausted
 		msg := fmt.Appendf(nil, "mwrpc: response of %d bytes exceeds the maximum message size %d", len(payload), c.maxSend)

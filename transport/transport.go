@@ -31,12 +31,55 @@ type Transport struct {
 	// Test hooks: every large message header received, and every completion polled.
 	testHookLarge atomic.Pointer[func(*wire.Header)]
 	testHookWC    atomic.Pointer[func(*verbs.WorkCompletion)]
+	// testHookBeforeRelease runs before a caller queues the revocation of a response window.
+	testHookBeforeRelease atomic.Pointer[func(*Conn)]
 
 	nextConn atomic.Uint32
 	mu       sync.Mutex
 	conns    map[*Conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup // pollers
+	running  counter        // handlers
+}
+
+// counter counts running handlers and lets Close and WaitIdle wait for none (a WaitGroup
+// may not be waited on while others Add from zero).
+type counter struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{}
+}
+
+func (c *counter) Add(d int) {
+	c.mu.Lock()
+	c.n += d
+	if c.n == 0 && c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+	c.mu.Unlock()
+}
+
+func (c *counter) Done() { c.Add(-1) }
+
+// wait returns when no handler runs, or ctx ends.
+func (c *counter) wait(ctx context.Context) error {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	ch := c.idle
+	c.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Handler serves requests. Serve runs on the transport's handler pool; req aliases
@@ -131,7 +174,9 @@ func (t *Transport) Serve(ln net.Listener) error {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), t.cfg.HandshakeTimeout)
 			defer cancel()
-			_, _ = t.NewConn(ctx, nc) // a failed setup closes nc; the peer sees the error
+			if _, err := t.NewConn(ctx, nc); err != nil { // nc is closed: the peer sees it
+				t.cfg.Logger.Warn("mwrpc: connection setup failed", "peer", nc.RemoteAddr().String(), "err", err)
+			}
 		}()
 	}
 }
@@ -211,6 +256,22 @@ func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) err
 	return nil
 }
 
+// GoAway sends GOAWAY on every connection: peers stop sending new calls on them.
+func (t *Transport) GoAway(ctx context.Context) {
+	t.mu.Lock()
+	conns := make([]*Conn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		_ = c.GoAway(ctx)
+	}
+}
+
+// WaitIdle waits until no handler is running, or ctx ends.
+func (t *Transport) WaitIdle(ctx context.Context) error { return t.running.wait(ctx) }
+
 // Close closes every connection (their calls fail with ErrUnavailable), stops the pollers
 // and releases the pool and the PD. Handlers still running finish first.
 func (t *Transport) Close() error {
@@ -236,7 +297,8 @@ func (t *Transport) closeResources() error {
 		p.stop()
 	}
 	t.wg.Wait()
-	t.workers.Release()
+	_ = t.running.wait(context.Background())      // their contexts are canceled; their memory returns as they end
+	_ = t.workers.ReleaseTimeout(5 * time.Second) // waits for its own goroutines too
 	var errs []error
 	for _, p := range t.pollers {
 		errs = append(errs, p.cq.Destroy())

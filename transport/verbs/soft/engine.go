@@ -40,13 +40,6 @@ func (q *QP) step(l link, inline bool) stepResult {
 		q.mu.Unlock()
 		return stepIdle
 	}
-	if q.ackPending {
-		q.txHdr = header{op: opAck, psn: q.ackPSN}
-		q.ackPending = false
-		q.mu.Unlock()
-		q.transmit(l, &q.txHdr, nil)
-		return stepMore
-	}
 	if q.outHead < len(q.outq) {
 		if inline && len(q.outq[q.outHead].data) > inlineTxMax {
 			q.mu.Unlock()
@@ -57,12 +50,13 @@ func (q *QP) step(l link, inline bool) stepResult {
 		if q.outHead++; q.outHead == len(q.outq) {
 			q.outq, q.outHead = q.outq[:0], 0
 		}
+		q.txHdr = f.h
+		q.piggyback(&q.txHdr)
 		q.mu.Unlock()
 		segs := q.txSegs[:0]
 		if len(f.data) > 0 {
 			segs = append(segs, f.data)
 		}
-		q.txHdr = f.h
 		q.transmit(l, &q.txHdr, segs)
 		if f.mr != nil {
 			f.mr.release()
@@ -70,6 +64,13 @@ func (q *QP) step(l link, inline bool) stepResult {
 		return stepMore
 	}
 	if q.state != verbs.QPStateRTS || q.halted || q.rnrWait || q.sqNext == q.sqTail {
+		if q.ackPending && q.ackDue { // nothing to carry it: the delayed ACK goes alone
+			q.txHdr = header{op: opAck, psn: q.ackPSN}
+			q.ackPending, q.ackDue = false, false
+			q.mu.Unlock()
+			q.transmit(l, &q.txHdr, nil)
+			return stepMore
+		}
 		q.mu.Unlock()
 		return stepIdle
 	}
@@ -135,6 +136,7 @@ func (q *QP) step(l link, inline bool) stepResult {
 	}
 	h.psn = w.psn
 	q.txHdr = h
+	q.piggyback(&q.txHdr)
 	if q.sqHead == q.sqNext {
 		q.lastRx.Store(time.Now().UnixNano()) // the ACK timer counts from the first frame outstanding
 	}
@@ -155,6 +157,43 @@ func sgeBytes(sges []verbs.SGE) (n uint64) {
 		n += uint64(s.Length)
 	}
 	return n
+}
+
+// piggyback puts a pending ACK on a frame about to leave. q.mu is held.
+func (q *QP) piggyback(h *header) {
+	if q.ackPending {
+		h.flags |= flagAck
+		h.ack = q.ackPSN
+		q.ackPending, q.ackDue = false, false
+	}
+}
+
+// ackDelay is how long a responder holds an ACK for a frame of its own to carry it (the
+// response to a request, typically), as TCP's delayed ACK and IB NICs' ACK coalescing do.
+const ackDelay = 50 * time.Microsecond
+
+// delayAck arms the delayed-ACK timer. q.mu is held.
+func (q *QP) delayAck() {
+	if q.ackTimerOn {
+		return
+	}
+	q.ackTimerOn = true
+	if q.ackDelayT == nil {
+		q.ackDelayT = time.AfterFunc(ackDelay, q.ackTimerFired)
+	} else {
+		q.ackDelayT.Reset(ackDelay)
+	}
+}
+
+func (q *QP) ackTimerFired() {
+	q.mu.Lock()
+	q.ackTimerOn = false
+	kick := q.ackPending
+	q.ackDue = kick
+	q.mu.Unlock()
+	if kick {
+		q.kick()
+	}
 }
 
 // fail marks w finished with an error found by the requester; nothing more is transmitted

@@ -3,6 +3,7 @@ package soft
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"net"
@@ -118,7 +119,8 @@ func runPeer(addr string) error {
 		time.Sleep(20 * time.Microsecond)
 	}
 	fmt.Println("peer: window revoked by SEND_WITH_INV")
-	return nil
+	// A clean exit: destroying the QP sends what it owes the parent (its delayed ACK).
+	return errors.Join(qp.Destroy(), mw.Dealloc(), mr.Dereg(), mem.Unmap(), cq.Destroy(), pd.Dealloc(), dev.Close())
 }
 
 // startPeer runs the peer process and accepts its connection.

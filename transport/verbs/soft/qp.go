@@ -88,7 +88,10 @@ type QP struct {
 	// Responder output, sent by the engine before any request: one coalesced ACK, then
 	// READ responses and NAKs in order.
 	ackPending bool
+	ackDue     bool // the delay is over: send the ACK even alone
 	ackPSN     uint32
+	ackTimerOn bool
+	ackDelayT  *time.Timer
 	outq       []outFrame
 	outHead    int
 
@@ -335,7 +338,7 @@ func (q *QP) reset() {
 		q.clearSlot(q.slot(q.sqHead))
 	}
 	q.sqNext, q.rqHead = q.sqTail, q.rqTail
-	q.halted, q.rnrWait, q.rdOut, q.ackPending = false, false, 0, false
+	q.halted, q.rnrWait, q.rdOut, q.ackPending, q.ackDue = false, false, 0, false, false
 	q.dropOutput()
 	q.initPSN = rand.Uint32() & psnMask
 	q.nextPSN = q.initPSN
@@ -360,15 +363,20 @@ func (q *QP) shutdownLocked() {
 		q.ackT.Stop()
 		q.ackOn = false
 	}
+	if q.ackDelayT != nil {
+		q.ackDelayT.Stop()
+		q.ackTimerOn = false
+	}
 	if l == nil {
 		return
 	}
 	q.mu.Unlock()
-	// What the responder already queued (a NAK above all) leaves before the link closes,
-	// as hardware would have sent it at once.
+	// What the responder already queued (a NAK above all, and a delayed ACK) leaves before
+	// the link closes, as hardware would have sent it at once.
 	q.txMu.Lock()
 	q.mu.Lock()
 	q.link = l
+	q.ackDue = true // a delayed ACK is owed now
 	q.mu.Unlock()
 	l.setDeadline(time.Now().Add(100 * time.Millisecond))
 	for q.step(l, false) == stepMore {

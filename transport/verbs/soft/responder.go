@@ -39,6 +39,14 @@ func (q *QP) deliver(h *header, src payloadSource) error {
 		q.mu.Unlock() // an ERR QP drops everything, as hardware does
 		return nil
 	}
+	if h.flags&flagAck != 0 {
+		q.ackUpTo(h.ack, true)
+		q.completeSQ()
+		if q.state == verbs.QPStateError {
+			q.mu.Unlock()
+			return nil
+		}
+	}
 	switch h.op {
 	case opAck:
 		q.ackUpTo(h.psn, true)
@@ -399,17 +407,19 @@ func (q *QP) onRead(h *header) error {
 	return nil
 }
 
-// acknowledge records that the message psn was executed. q.mu is held.
+// acknowledge records that the message psn was executed; the ACK leaves on the next frame
+// we send, or alone after ackDelay. q.mu is held.
 func (q *QP) acknowledge(psn uint32) {
 	q.ePSN = (psn + 1) & psnMask
 	q.ackPending, q.ackPSN = true, psn
+	q.delayAck()
 }
 
 // respond queues a NAK or READ response behind earlier ones. q.mu is held.
 func (q *QP) respond(h header) {
 	if q.ackPending { // keep ACKs ahead of a NAK that follows them
 		q.outq = append(q.outq, outFrame{h: header{op: opAck, psn: q.ackPSN}})
-		q.ackPending = false
+		q.ackPending, q.ackDue = false, false
 	}
 	q.outq = append(q.outq, outFrame{h: h})
 }

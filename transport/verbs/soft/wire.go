@@ -6,21 +6,25 @@ import (
 	"fmt"
 )
 
-// The TCP fabric's frame: a fixed 32-byte little-endian header, then Len payload bytes.
+// The TCP fabric's frame: a fixed 36-byte little-endian header, then Len payload bytes.
 //
 //	0  op u8        what the frame is (opSend ... opNak)
 //	1  syndrome u8  NAK reason (opNak only)
-//	2  flags u16    reserved, zero
+//	2  flags u16    flagAck: the ack field is valid; other bits zero
 //	4  psn u32      packet sequence number (24 bits used): one per message
 //	8  len u32      payload bytes that follow the header
 //	12 imm u32      immediate data (opSendImm, opWriteImm) or the rkey to invalidate (opSendInv)
 //	16 rkey u32     remote key (opWrite*, opReadReq)
 //	20 raddr u64    remote address (opWrite*, opReadReq)
 //	28 rlen u32     bytes to read (opReadReq)
+//	32 ack u32      with flagAck: every message up to this psn was executed (a piggybacked ACK)
 //
 // A message is one frame, however large: TCP does the segmentation that the MTU does on a
 // real fabric. The in-process fabric passes the same header values without encoding them.
-const headerLen = 32
+const headerLen = 36
+
+// flagAck marks a frame that carries a piggybacked ACK.
+const flagAck = 1
 
 type opcode uint8
 
@@ -61,25 +65,29 @@ const (
 type header struct {
 	op    opcode
 	syn   syndrome
+	flags uint16
 	psn   uint32
 	len   uint32
 	imm   uint32
 	rkey  uint32
 	raddr uint64
 	rlen  uint32
+	ack   uint32
 }
 
 // errFrame is wrapped by every parse failure.
 var errFrame = errors.New("soft: malformed frame")
 
 func appendHeader(b []byte, h *header) []byte {
-	b = append(b, byte(h.op), byte(h.syn), 0, 0)
+	b = append(b, byte(h.op), byte(h.syn))
+	b = binary.LittleEndian.AppendUint16(b, h.flags)
 	b = binary.LittleEndian.AppendUint32(b, h.psn)
 	b = binary.LittleEndian.AppendUint32(b, h.len)
 	b = binary.LittleEndian.AppendUint32(b, h.imm)
 	b = binary.LittleEndian.AppendUint32(b, h.rkey)
 	b = binary.LittleEndian.AppendUint64(b, h.raddr)
-	return binary.LittleEndian.AppendUint32(b, h.rlen)
+	b = binary.LittleEndian.AppendUint32(b, h.rlen)
+	return binary.LittleEndian.AppendUint32(b, h.ack)
 }
 
 // parseHeader parses and validates one header from the front of b. It returns the bytes
@@ -91,18 +99,24 @@ func parseHeader(b []byte, h *header) ([]byte, error) {
 	*h = header{
 		op:    opcode(b[0]),
 		syn:   syndrome(b[1]),
+		flags: binary.LittleEndian.Uint16(b[2:]),
 		psn:   binary.LittleEndian.Uint32(b[4:]),
 		len:   binary.LittleEndian.Uint32(b[8:]),
 		imm:   binary.LittleEndian.Uint32(b[12:]),
 		rkey:  binary.LittleEndian.Uint32(b[16:]),
 		raddr: binary.LittleEndian.Uint64(b[20:]),
 		rlen:  binary.LittleEndian.Uint32(b[28:]),
+		ack:   binary.LittleEndian.Uint32(b[32:]),
 	}
 	switch {
 	case h.op == 0 || h.op >= opMax:
 		return b, fmt.Errorf("%w: unknown opcode %d", errFrame, b[0])
-	case b[2] != 0 || b[3] != 0:
-		return b, fmt.Errorf("%w: %v: reserved flags 0x%02x%02x set", errFrame, h.op, b[3], b[2])
+	case h.flags&^flagAck != 0:
+		return b, fmt.Errorf("%w: %v: reserved flags 0x%04x set", errFrame, h.op, h.flags)
+	case h.flags&flagAck == 0 && h.ack != 0, h.ack > psnMask:
+		return b, fmt.Errorf("%w: %v: ack field 0x%x without the ack flag or wider than 24 bits", errFrame, h.op, h.ack)
+	case h.op == opAck && h.flags != 0:
+		return b, fmt.Errorf("%w: ACK with a piggybacked ack", errFrame)
 	case h.psn > psnMask:
 		return b, fmt.Errorf("%w: %v: psn 0x%x wider than 24 bits", errFrame, h.op, h.psn)
 	case h.len > MaxMessage:

@@ -24,6 +24,9 @@ func TestHeaderRoundTrip(t *testing.T) {
 
 func TestParseHeaderRejects(t *testing.T) {
 	valid := appendHeader(nil, &header{op: opSend, psn: 1, len: 10})
+	if len(valid) != headerLen {
+		t.Fatalf("header of %d bytes", len(valid))
+	}
 	mut := func(f func(b []byte)) []byte { b := append([]byte(nil), valid...); f(b); return b }
 	for _, tc := range []struct {
 		name string
@@ -32,7 +35,9 @@ func TestParseHeaderRejects(t *testing.T) {
 		{"short", valid[:31]},
 		{"opcode zero", mut(func(b []byte) { b[0] = 0 })},
 		{"opcode unknown", mut(func(b []byte) { b[0] = byte(opMax) })},
-		{"reserved flags", mut(func(b []byte) { b[2] = 1 })},
+		{"reserved flags", mut(func(b []byte) { b[2] = 2 })},
+		{"ack without flag", mut(func(b []byte) { b[32] = 1 })},
+		{"ack too wide", mut(func(b []byte) { b[2] = 1; b[35] = 1 })},
 		{"psn too wide", mut(func(b []byte) { b[7] = 1 })},
 		{"payload too large", mut(func(b []byte) { b[11] = 0x80 })},
 		{"ack with payload", mut(func(b []byte) { b[0] = byte(opAck) })},
@@ -59,6 +64,7 @@ func seedHeaders() []header {
 		{op: opWriteImm, psn: 5, len: 1, rkey: 0x100, raddr: 8, imm: 1},
 		{op: opReadReq, psn: psnMask, rkey: 0x2201, raddr: 0x7f0000002000, rlen: 1 << 20},
 		{op: opReadResp, psn: 6, len: 1 << 20},
+		{op: opSend, flags: flagAck, psn: 10, len: 3, ack: psnMask},
 		{op: opAck, psn: 7},
 		{op: opNak, syn: synRNR, psn: 8},
 		{op: opNak, syn: synAccess, psn: 9},

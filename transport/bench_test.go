@@ -1,0 +1,224 @@
+package transport
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkCall measures echo calls of 64 B and 1 MiB at concurrency 1 and 32 over both
+// soft fabrics, and a raw TCP ping-pong of the same sizes in the same run: the floor. Each
+// reports its median round trip as p50-ns next to Go's mean ns/op.
+//
+//	go test -run '^$' -bench Call -benchmem -count 5 ./transport/
+func BenchmarkCall(b *testing.B) {
+	for _, size := range []int{64, 1 << 20} {
+		for _, conc := range []int{1, 32} {
+			name := fmt.Sprintf("%s/c%d", sizeName(size), conc)
+			for _, fb := range fabrics {
+				b.Run(fb.name+"/"+name, func(b *testing.B) { benchTransport(b, fb, size, conc) })
+			}
+			b.Run("rawtcp/"+name, func(b *testing.B) { benchRawTCP(b, size, conc) })
+		}
+	}
+}
+
+func sizeName(n int) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%dMiB", n>>20)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// latencies records one duration per operation, without allocating in the loop.
+type latencies struct {
+	d []time.Duration
+	n atomic.Int64
+}
+
+func newLatencies(n int) *latencies { return &latencies{d: make([]time.Duration, n)} }
+
+func (l *latencies) add(d time.Duration) {
+	if i := l.n.Add(1) - 1; int(i) < len(l.d) {
+		l.d[i] = d
+	}
+}
+
+func (l *latencies) report(b *testing.B) {
+	d := l.d[:min(int(l.n.Load()), len(l.d))]
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	b.ReportMetric(float64(d[len(d)/2].Nanoseconds()), "p50-ns")
+}
+
+func benchTransport(b *testing.B, fb fabric, size, conc int) {
+	e := newEnv(b, fb, echo, Config{})
+	req := payload(size, 3)
+	call := func() {
+		var resp *Response
+		var err error
+		if size > e.conn.eager { // build the request in registered memory: no copy
+			buf, gerr := e.client.pool.Get(context.Background(), size)
+			if gerr != nil {
+				b.Fatal(gerr)
+			}
+			copy(buf.Bytes(), req)
+			resp, err = e.conn.CallBuf(context.Background(), buf)
+		} else {
+			resp, err = e.conn.Call(context.Background(), req)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(resp.Bytes()) != size {
+			b.Fatalf("response of %d bytes", len(resp.Bytes()))
+		}
+		resp.Release()
+	}
+	for i := 0; i < 100; i++ {
+		call()
+	}
+	lat := newLatencies(b.N)
+	b.SetBytes(int64(2 * size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	if conc == 1 {
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			call()
+			lat.add(time.Since(t0))
+		}
+	} else {
+		b.SetParallelism((conc + 1) / 2)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				t0 := time.Now()
+				call()
+				lat.add(time.Since(t0))
+			}
+		})
+	}
+	b.StopTimer()
+	lat.report(b)
+}
+
+// benchRawTCP: conc connections, each a length-prefixed echo over loopback TCP.
+func benchRawTCP(b *testing.B, size, conc int) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4+size)
+				for {
+					if _, err := io.ReadFull(c, buf[:4]); err != nil {
+						return
+					}
+					n := binary.LittleEndian.Uint32(buf)
+					if _, err := io.ReadFull(c, buf[4:4+n]); err != nil {
+						return
+					}
+					if _, err := c.Write(buf[:4+n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	conns := make(chan net.Conn, conc)
+	for i := 0; i < conc; i++ {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		conns <- c
+	}
+	lat := newLatencies(b.N)
+	pingpong := func(c net.Conn, msg, in []byte) {
+		t0 := time.Now()
+		if _, err := c.Write(msg); err != nil {
+			b.Error(err)
+			return
+		}
+		if _, err := io.ReadFull(c, in); err != nil {
+			b.Error(err)
+			return
+		}
+		lat.add(time.Since(t0))
+	}
+	msg := binary.LittleEndian.AppendUint32(nil, uint32(size))
+	msg = append(msg, payload(size, 3)...)
+	b.SetBytes(int64(2 * size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	if conc == 1 {
+		c, in := <-conns, make([]byte, len(msg))
+		for i := 0; i < b.N; i++ {
+			pingpong(c, msg, in)
+		}
+	} else {
+		b.SetParallelism((conc + 1) / 2)
+		b.RunParallel(func(pb *testing.PB) {
+			c, in := <-conns, make([]byte, len(msg))
+			defer func() { conns <- c }()
+			for pb.Next() {
+				pingpong(c, msg, in)
+			}
+		})
+	}
+	b.StopTimer()
+	lat.report(b)
+}
+
+// BenchmarkCrossover times a call whose request and response are n bytes each, sent
+// eagerly inside the SEND or exposed through a window and READ, to pick the default eager
+// threshold (docs/tuning.md).
+//
+//	go test -run '^$' -bench Crossover -count 5 ./transport/
+func BenchmarkCrossover(b *testing.B) {
+	for _, fb := range fabrics {
+		for _, n := range []int{1 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10} {
+			for _, path := range []string{"eager", "window"} {
+				b.Run(fmt.Sprintf("%s/%s/%s", fb.name, sizeName(n), path), func(b *testing.B) {
+					cfg := Config{SlotSize: 128 << 10, EagerThreshold: 128<<10 - 32}
+					if path == "window" {
+						cfg.EagerThreshold = 1
+					}
+					e := newEnv(b, fb, echo, cfg)
+					req := payload(n, 1)
+					lat := newLatencies(b.N)
+					b.SetBytes(int64(2 * n))
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						t0 := time.Now()
+						r, err := e.conn.Call(context.Background(), req)
+						if err != nil {
+							b.Fatal(err)
+						}
+						r.Release()
+						lat.add(time.Since(t0))
+					}
+					b.StopTimer()
+					lat.report(b)
+				})
+			}
+		}
+	}
+}

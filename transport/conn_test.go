@@ -1,0 +1,210 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
+	"github.com/mwrpc/mwrpc/transport/verbs/soft"
+)
+
+// TestHandshakeRejects: a peer that is not an mwrpc transport, or speaks another version,
+// gets a clear error on both sides and a closed connection.
+func TestHandshakeRejects(t *testing.T) {
+	bad := wire.AppendHello(nil, &wire.Hello{Version: wire.Version, SlotSize: 4096, Credits: 8, Inline: 100, MaxMessage: 1 << 20})
+	bad[4] = 9 // version 9
+	for _, tc := range []struct {
+		name, want string
+		peer       []byte
+	}{
+		{"garbage", "not an mwrpc peer", []byte("SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")},
+		{"version", "version 9", bad},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev, _ := soft.OpenTCP("x")
+			defer dev.Close()
+			tr, err := New(dev, nil, Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			a, b := net.Pipe()
+			defer b.Close()
+			go func() {
+				buf := make([]byte, wire.HelloLen)
+				b.Read(buf)
+				b.Write(tc.peer)
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, err = tr.NewConn(ctx, a)
+			if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NewConn = %v; want ErrHandshake mentioning %q", err, tc.want)
+			}
+			if _, err := a.Write([]byte{1}); err == nil {
+				t.Fatal("the stream was left open")
+			}
+		})
+	}
+	t.Run("serving side", func(t *testing.T) {
+		// A client that is not an mwrpc transport: Serve logs why and closes the stream.
+		var logged strings.Builder
+		var mu sync.Mutex
+		dev, _ := soft.OpenTCP("srv")
+		defer dev.Close()
+		tr, err := New(dev, echo, Config{Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		defer ln.Close()
+		go tr.Serve(ln)
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("GET / HTTP/1.1\r\nHost: mwrpc\r\n\r\n"))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		io.ReadAll(c) // the server's hello, then EOF when it gives up on us
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			mu.Lock()
+			out := logged.String()
+			mu.Unlock()
+			if strings.Contains(out, "not an mwrpc peer") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no log line naming the problem; logged %q", out)
+			}
+		}
+	})
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestLeaseReclaim: a caller that never releases a large response's window loses it to
+// the lease: the server revokes it with LOCAL_INV and gets its buffer back, and a release
+// arriving after half the lease is not sent at all, so the window is never invalidated
+// twice and the connection stays healthy.
+func TestLeaseReclaim(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			const lease = 400 * time.Millisecond
+			e := newEnv(t, fb, echo, Config{Lease: lease})
+			// The caller sits on its revocation past half the lease.
+			hold := func(c *Conn) { time.Sleep(lease) }
+			e.client.testHookBeforeRelease.Store(&hold)
+			r, err := e.conn.Call(context.Background(), payload(256<<10, 5))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Release()
+			sc := e.serverConn(t)
+			deadline := time.Now().Add(5 * time.Second)
+			for sc.ws.Stats().LocalInvalidations == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("window not reclaimed: %+v", sc.ws.Stats())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			e.client.testHookBeforeRelease.Store(nil)
+			st := sc.ws.Stats()
+			if st.Reclaims != 1 || st.RemoteInvalidations != 0 {
+				t.Fatalf("window stats %+v: want one reclaim and no remote invalidation", st)
+			}
+			// The connection still works, with windows both ways.
+			r, err = e.conn.Call(context.Background(), payload(256<<10, 6))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Release()
+			if err := sc.Err(); err != nil {
+				t.Fatalf("server connection failed: %v", err)
+			}
+		})
+	}
+}
+
+func TestOverload(t *testing.T) {
+	release := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) { <-release })
+	e := newEnv(t, fabrics[0], h, Config{Handlers: 1})
+	done := make(chan error, 1)
+	go func() {
+		r, err := e.conn.Call(context.Background(), []byte("first"))
+		if err == nil {
+			r.Release()
+		}
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the first call holds the only handler
+	r, err := e.conn.Call(context.Background(), []byte("second"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status() != StatusResourceExhausted {
+		t.Fatalf("status %d, want ResourceExhausted", r.Status())
+	}
+	r.Release()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPeerMaxMessage(t *testing.T) {
+	fb := fabrics[0]
+	cdev, sdev := fb.open(t)
+	defer cdev.Close()
+	defer sdev.Close()
+	srv, _ := New(sdev, echo, Config{MaxMessage: 1 << 20})
+	defer srv.Close()
+	cli, _ := New(cdev, nil, Config{})
+	defer cli.Close()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	go srv.Serve(ln)
+	conn, err := cli.Dial(context.Background(), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Call(context.Background(), make([]byte, 2<<20)); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "max 1048576") {
+		t.Fatalf("err = %v, want ErrTooLarge naming the peer's limit", err)
+	}
+}
+
+func TestPollModes(t *testing.T) {
+	for _, mode := range []PollMode{PollAdaptive, PollBusy, PollEvent} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e := newEnv(t, fabrics[1], echo, Config{PollMode: mode})
+			for _, n := range []int{10, 100 << 10} {
+				r, err := e.conn.Call(context.Background(), payload(n, 1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Release()
+			}
+			if err := e.conn.Ping(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
