@@ -1,6 +1,75 @@
 package rpc
 
-// MD is call metadata: keys are lowercase strings, each with one or more values, as in
-// gRPC. Requests carry the client's outgoing metadata; responses carry the handler's
-// trailer.
+import (
+	"context"
+	"strings"
+)
+
+// MD is call metadata: lowercase keys, each with one or more values, as in gRPC. A client's
+// outgoing metadata travels with the request; a handler's trailer travels with the response.
 type MD map[string][]string
+
+// Pairs returns metadata from key, value pairs (keys are lowercased).
+func Pairs(kv ...string) MD {
+	if len(kv)%2 == 1 {
+		panic("rpc: Pairs got an odd number of arguments")
+	}
+	md := make(MD, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		k := strings.ToLower(kv[i])
+		md[k] = append(md[k], kv[i+1])
+	}
+	return md
+}
+
+type outgoingKey struct{}
+
+// NewOutgoingContext returns a context whose calls carry md.
+func NewOutgoingContext(ctx context.Context, md MD) context.Context {
+	return context.WithValue(ctx, outgoingKey{}, md)
+}
+
+func outgoing(ctx context.Context) MD {
+	md, _ := ctx.Value(outgoingKey{}).(MD)
+	return md
+}
+
+// FromIncomingContext returns the metadata the caller sent, in a handler's context.
+func FromIncomingContext(ctx context.Context) (MD, bool) {
+	st, ok := ctx.Value(streamKey{}).(*serverStream)
+	if !ok || st.nmd == 0 {
+		return nil, ok
+	}
+	if st.inMD == nil {
+		st.inMD = decodeMD(st.md, st.nmd)
+	}
+	return st.inMD, true
+}
+
+// SetTrailer adds md to the metadata the response carries back to the caller. It fails
+// outside a handler.
+func SetTrailer(ctx context.Context, md MD) error {
+	st, ok := ctx.Value(streamKey{}).(*serverStream)
+	if !ok {
+		return Errorf(Internal, "rpc: SetTrailer outside a handler")
+	}
+	if err := checkMD(md); err != nil {
+		return err
+	}
+	if st.trailer == nil {
+		st.trailer = MD{}
+	}
+	for k, v := range md {
+		st.trailer[strings.ToLower(k)] = append(st.trailer[strings.ToLower(k)], v...)
+	}
+	return nil
+}
+
+// Method returns the full method name ("/kv.KV/Get") of the call a handler serves.
+func Method(ctx context.Context) (string, bool) {
+	st, ok := ctx.Value(streamKey{}).(*serverStream)
+	if !ok {
+		return "", false
+	}
+	return st.method.full, true
+}

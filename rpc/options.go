@@ -1,5 +1,14 @@
 package rpc
 
+import (
+	"log/slog"
+	"time"
+
+	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/transport"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
 // CallOption configures one call (see Header, Trailer, WaitForReady).
 type CallOption interface {
 	apply(*callInfo)
@@ -7,10 +16,112 @@ type CallOption interface {
 
 // callInfo is what call options set.
 type callInfo struct {
-	header, trailer *MD
-	waitForReady    bool
+	trailer      *MD
+	waitForReady bool
 }
 
 type callOptionFunc func(*callInfo)
 
 func (f callOptionFunc) apply(ci *callInfo) { f(ci) }
+
+// Trailer stores the metadata the handler set with SetTrailer into *md.
+func Trailer(md *MD) CallOption { return callOptionFunc(func(ci *callInfo) { ci.trailer = md }) }
+
+// WaitForReady makes a call wait (until its context ends) for a connection when none is
+// up, instead of failing at once with Unavailable.
+func WaitForReady() CallOption { return callOptionFunc(func(ci *callInfo) { ci.waitForReady = true }) }
+
+// common are the options servers and clients share.
+type common struct {
+	codec     codec.Codec
+	device    verbs.Device
+	transport transport.Config
+	logger    *slog.Logger
+}
+
+// ServerOption configures a Server.
+type ServerOption func(*serverOptions)
+
+type serverOptions struct {
+	common
+	interceptors []UnaryServerInterceptor
+}
+
+// DialOption configures a Client.
+type DialOption func(*dialOptions)
+
+type dialOptions struct {
+	common
+	interceptors     []UnaryClientInterceptor
+	balancer         Balancer
+	keepaliveTime    time.Duration
+	keepaliveTimeout time.Duration
+	backoffBase      time.Duration
+	backoffMax       time.Duration
+}
+
+// Balancer chooses which endpoint a client call goes to.
+type Balancer uint8
+
+// Balancers.
+const (
+	RoundRobin       Balancer = iota // endpoints in turn
+	LeastOutstanding                 // the endpoint with the fewest calls in flight
+)
+
+// WithCodec sets the codec of methods that do not name one (msgpack by default).
+func WithCodec(c codec.Codec) ServerOption {
+	return func(o *serverOptions) { o.codec = c }
+}
+
+// WithClientCodec sets a client's codec (msgpack by default); it must match the server's.
+func WithClientCodec(c codec.Codec) DialOption {
+	return func(o *dialOptions) { o.codec = c }
+}
+
+// WithDevice serves on an RDMA device instead of a soft TCP-fabric device of the server's
+// own. The device stays the caller's.
+func WithDevice(d verbs.Device) ServerOption { return func(o *serverOptions) { o.device = d } }
+
+// WithClientDevice dials from an RDMA device instead of a soft TCP-fabric device of the
+// client's own. The device stays the caller's.
+func WithClientDevice(d verbs.Device) DialOption { return func(o *dialOptions) { o.device = d } }
+
+// WithTransport tunes the server's transport (slot sizes, credits, pollers, handler pool
+// size: Config.Handlers bounds concurrent handlers; beyond it calls get ResourceExhausted).
+func WithTransport(c transport.Config) ServerOption {
+	return func(o *serverOptions) { o.transport = c }
+}
+
+// WithClientTransport tunes the client's transport.
+func WithClientTransport(c transport.Config) DialOption {
+	return func(o *dialOptions) { o.transport = c }
+}
+
+// WithUnaryInterceptor adds a server interceptor; several run in the order given.
+func WithUnaryInterceptor(i UnaryServerInterceptor) ServerOption {
+	return func(o *serverOptions) { o.interceptors = append(o.interceptors, i) }
+}
+
+// WithClientInterceptor adds a client interceptor; several run in the order given.
+func WithClientInterceptor(i UnaryClientInterceptor) DialOption {
+	return func(o *dialOptions) { o.interceptors = append(o.interceptors, i) }
+}
+
+// WithLogger sets where a server logs what it cannot return to a caller.
+func WithLogger(l *slog.Logger) ServerOption { return func(o *serverOptions) { o.logger = l } }
+
+// WithBalancer chooses how calls spread over a client's endpoints.
+func WithBalancer(b Balancer) DialOption { return func(o *dialOptions) { o.balancer = b } }
+
+// WithKeepalive pings an idle connection every interval and drops it (to reconnect) when a
+// ping gets no answer within timeout. Zero disables; the default is 30s and 10s.
+func WithKeepalive(interval, timeout time.Duration) DialOption {
+	return func(o *dialOptions) { o.keepaliveTime, o.keepaliveTimeout = interval, timeout }
+}
+
+// WithBackoff sets the reconnection backoff: it starts at base and doubles up to max, with
+// jitter. The default is 50ms to 2s.
+func WithBackoff(base, max time.Duration) DialOption {
+	return func(o *dialOptions) { o.backoffBase, o.backoffMax = base, max }
+}

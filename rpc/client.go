@@ -1,0 +1,347 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/transport"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+	"github.com/mwrpc/mwrpc/transport/verbs/soft"
+)
+
+// Client calls services on one or more servers. It keeps one connection per endpoint,
+// reconnects with backoff when one fails, pings idle ones, and spreads calls over the
+// endpoints that are up. It is safe for concurrent use.
+type Client struct {
+	opts    dialOptions
+	invoker UnaryInvoker
+	tr      *transport.Transport
+	ownDev  verbs.Device
+	eps     []*endpoint
+	next    atomic.Uint32
+	up      chan struct{} // closed and replaced whenever an endpoint comes up
+	upMu    sync.Mutex
+	closed  chan struct{}
+	wg      sync.WaitGroup
+}
+
+type endpoint struct {
+	addr        string
+	conn        atomic.Pointer[transport.Conn]
+	outstanding atomic.Int64
+	lastUse     atomic.Int64 // unix nanos
+}
+
+// Dial connects to target, one address ("host:port") or several separated by commas. It
+// returns once at least one endpoint is connected (or ctx ends); the others keep trying in
+// the background.
+func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, error) {
+	c := &Client{closed: make(chan struct{}), up: make(chan struct{})}
+	for _, o := range opts {
+		o(&c.opts)
+	}
+	o := &c.opts
+	if o.codec == nil {
+		o.codec = codec.Msgpack{}
+	}
+	if o.keepaliveTime == 0 {
+		o.keepaliveTime, o.keepaliveTimeout = 30*time.Second, 10*time.Second
+	}
+	if o.backoffBase == 0 {
+		o.backoffBase, o.backoffMax = 50*time.Millisecond, 2*time.Second
+	}
+	for _, a := range strings.Split(target, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.eps = append(c.eps, &endpoint{addr: a})
+		}
+	}
+	if len(c.eps) == 0 {
+		return nil, Errorf(InvalidArgument, "rpc: dial %q: no address", target)
+	}
+	dev := o.device
+	if dev == nil {
+		d, err := soft.OpenTCP("mwrpc-client")
+		if err != nil {
+			return nil, err
+		}
+		dev, c.ownDev = d, d
+	}
+	tr, err := transport.New(dev, nil, o.transport)
+	if err != nil {
+		if c.ownDev != nil {
+			_ = c.ownDev.Close()
+		}
+		return nil, err
+	}
+	c.tr = tr
+	c.invoker = chainClient(o.interceptors, c.invoke)
+	// First connections, all endpoints at once.
+	errs := make([]error, len(c.eps))
+	var wg sync.WaitGroup
+	for i, ep := range c.eps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := c.tr.Dial(ctx, ep.addr)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			ep.conn.Store(conn)
+		}()
+	}
+	wg.Wait()
+	if c.pick() == nil {
+		_ = c.Close()
+		return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: dial %s: %v", target, errors.Join(errs...)), cause: errors.Join(errs...)}
+	}
+	for _, ep := range c.eps {
+		c.wg.Add(1)
+		go c.maintain(ep)
+	}
+	return c, nil
+}
+
+// Close closes every connection; calls in flight fail with Unavailable.
+func (c *Client) Close() error {
+	select {
+	case <-c.closed:
+		return Errorf(Canceled, "rpc: client already closed")
+	default:
+	}
+	close(c.closed)
+	c.wg.Wait()
+	err := c.tr.Close()
+	if c.ownDev != nil {
+		err = errors.Join(err, c.ownDev.Close())
+	}
+	return err
+}
+
+// maintain keeps one endpoint connected: it redials with backoff after a failure or a
+// GOAWAY, and pings the connection when it has been idle for the keepalive interval.
+func (c *Client) maintain(ep *endpoint) {
+	defer c.wg.Done()
+	backoff := c.opts.backoffBase
+	ticker := time.NewTicker(max(c.opts.keepaliveTime, time.Millisecond))
+	defer ticker.Stop()
+	for {
+		conn := ep.conn.Load()
+		if conn == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			nc, err := c.tr.Dial(ctx, ep.addr)
+			cancel()
+			if err == nil {
+				ep.conn.Store(nc)
+				backoff = c.opts.backoffBase
+				c.signalUp()
+				continue
+			}
+			wait := backoff/2 + rand.N(backoff/2+1)
+			backoff = min(2*backoff, c.opts.backoffMax)
+			select {
+			case <-time.After(wait):
+				continue
+			case <-c.closed:
+				return
+			}
+		}
+		select {
+		case <-c.closed:
+			return
+		case <-conn.Done():
+			ep.conn.CompareAndSwap(conn, nil)
+		case <-conn.GoingAway():
+			// New calls go elsewhere (or to a new connection); this one finishes its own.
+			ep.conn.CompareAndSwap(conn, nil)
+			go func() {
+				for ep.outstanding.Load() > 0 && conn.Err() == nil {
+					time.Sleep(time.Millisecond)
+				}
+				_ = conn.Close()
+			}()
+		case <-ticker.C:
+			if c.opts.keepaliveTime <= 0 || time.Since(time.Unix(0, ep.lastUse.Load())) < c.opts.keepaliveTime {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), c.opts.keepaliveTimeout)
+			err := conn.Ping(ctx)
+			cancel()
+			if err != nil {
+				ep.conn.CompareAndSwap(conn, nil)
+				_ = conn.Close()
+			}
+		}
+	}
+}
+
+func (c *Client) signalUp() {
+	c.upMu.Lock()
+	close(c.up)
+	c.up = make(chan struct{})
+	c.upMu.Unlock()
+}
+
+// pick chooses an endpoint that is up, by the balancer; nil if none is.
+func (c *Client) pick() *endpoint {
+	n := len(c.eps)
+	if c.opts.balancer == LeastOutstanding {
+		var best *endpoint
+		for _, ep := range c.eps {
+			if ep.conn.Load() != nil && (best == nil || ep.outstanding.Load() < best.outstanding.Load()) {
+				best = ep
+			}
+		}
+		return best
+	}
+	start := int(c.next.Add(1))
+	for i := 0; i < n; i++ {
+		if ep := c.eps[(start+i)%n]; ep.conn.Load() != nil {
+			return ep
+		}
+	}
+	return nil
+}
+
+// Invoke calls method with req and decodes the response into reply. See Invoker.
+func (c *Client) Invoke(ctx context.Context, method string, req, reply any, opts ...CallOption) error {
+	return c.invoker(ctx, method, req, reply, opts...)
+}
+
+var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func (c *Client) invoke(ctx context.Context, method string, req, reply any, opts ...CallOption) error {
+	var ci callInfo
+	for _, o := range opts {
+		o.apply(&ci)
+	}
+	ep, conn, err := c.connFor(ctx, ci.waitForReady)
+	if err != nil {
+		return err
+	}
+	cod := c.opts.codec
+	if isBytes(req) && isBytesPtr(reply) {
+		cod = codec.Raw{}
+	}
+	var deadline int64
+	if dl, ok := ctx.Deadline(); ok {
+		deadline = dl.UnixNano()
+	}
+	sp := scratchPool.Get().(*[]byte)
+	b := appendRequest((*sp)[:0], method, deadline, outgoing(ctx))
+	b, err = cod.Append(b, req)
+	if err != nil {
+		scratchPool.Put(sp)
+		return &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
+	}
+	ep.outstanding.Add(1)
+	ep.lastUse.Store(time.Now().UnixNano())
+	resp, err := conn.Call(ctx, b)
+	ep.outstanding.Add(-1)
+	if cap(b) <= 64<<10 {
+		*sp = b[:0]
+		scratchPool.Put(sp)
+	}
+	if err != nil {
+		return StatusOf(err)
+	}
+	defer resp.Release()
+	var r response
+	perr := parseResponse(resp.Bytes(), &r)
+	code := Code(resp.Status())
+	if perr != nil {
+		if code != OK { // produced by the transport itself (overload, panic): plain text
+			return &Status{Code: code, Message: string(resp.Bytes())}
+		}
+		return &Status{Code: Internal, Message: perr.Error(), cause: perr}
+	}
+	if ci.trailer != nil {
+		*ci.trailer = decodeMD(r.md, r.nmd)
+	}
+	if code != OK {
+		st := &Status{Code: code, Message: string(r.msg)}
+		// The server can see our deadline (or cancel) before our own context says so: the
+		// same event, so the status matches the context error too.
+		if dl, ok := ctx.Deadline(); code == DeadlineExceeded && ok && !time.Now().Before(dl) {
+			st.cause = context.DeadlineExceeded
+		} else if code == Canceled && ctx.Err() != nil {
+			st.cause = ctx.Err()
+		}
+		return st
+	}
+	if err := cod.Unmarshal(r.body, reply); err != nil {
+		return &Status{Code: Internal, Message: fmt.Sprintf("rpc: decoding the response of %s: %v", method, err), cause: err}
+	}
+	if p, ok := reply.(*[]byte); ok && cod == (codec.Raw{}) {
+		*p = bytes.Clone(*p) // the response memory goes back to the connection on return
+	}
+	return nil
+}
+
+// connFor returns an endpoint and its working connection. With none up it fails with
+// Unavailable at once, or, with WaitForReady, waits until one comes up or ctx ends.
+func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *transport.Conn, error) {
+	for {
+		c.upMu.Lock()
+		up := c.up
+		c.upMu.Unlock()
+		if ep := c.pick(); ep != nil {
+			conn := ep.conn.Load()
+			if conn != nil && conn.Err() == nil {
+				return ep, conn, nil
+			}
+			if conn != nil { // failed before its maintainer noticed: nothing was sent on it
+				ep.conn.CompareAndSwap(conn, nil)
+			}
+			continue
+		}
+		if !waitForReady {
+			return nil, nil, Errorf(Unavailable, "rpc: no connection to %s is up", c.target())
+		}
+		select {
+		case <-up:
+		case <-ctx.Done():
+			return nil, nil, StatusOf(ctx.Err())
+		case <-c.closed:
+			return nil, nil, Errorf(Unavailable, "rpc: client closed")
+		}
+	}
+}
+
+func (c *Client) target() string {
+	addrs := make([]string, len(c.eps))
+	for i, ep := range c.eps {
+		addrs[i] = ep.addr
+	}
+	return strings.Join(addrs, ",")
+}
+
+func isBytes(v any) bool {
+	switch v.(type) {
+	case []byte, *[]byte:
+		return true
+	}
+	return false
+}
+
+func isBytesPtr(v any) bool { _, ok := v.(*[]byte); return ok }
+
+// chainClient folds interceptors around invoke, the first outermost.
+func chainClient(is []UnaryClientInterceptor, invoke UnaryInvoker) UnaryInvoker {
+	next := invoke
+	for i := len(is) - 1; i >= 0; i-- {
+		ic, n := is[i], next
+		next = func(ctx context.Context, method string, req, reply any, opts ...CallOption) error {
+			return ic(ctx, method, req, reply, n, opts...)
+		}
+	}
+	return next
+}

@@ -1,0 +1,203 @@
+package rpc
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// The rpc envelope rides inside a transport message, in front of the encoded body.
+//
+// Request:  version u8 | flags u8 | method len u16 | md count u16 | reserved u16 |
+//
+//	deadline i64 (unix nanoseconds, 0: none) | method | md entries | body
+//
+// Response: version u8 | flags u8 | md count u16 | message len u32 | md entries |
+//
+//	message (a failed call's status message) | body
+//
+// An md entry is key len u16 | key | value len u32 | value; a key with several values
+// appears once per value. The status code itself is the transport header's status field.
+const (
+	envVersion     = 1
+	reqFixed       = 16
+	respFixed      = 8
+	maxMethodLen   = 1024
+	maxMDEntries   = 1024
+	maxMDKeyLen    = 1024
+	maxMDTotalSize = 1 << 20
+)
+
+// errEnvelope is wrapped by every envelope parse failure.
+var errEnvelope = errors.New("rpc: malformed envelope")
+
+type request struct {
+	method   []byte
+	deadline int64
+	nmd      int
+	md       []byte // the md entries, parsed on demand
+	body     []byte
+}
+
+type response struct {
+	nmd  int
+	md   []byte
+	msg  []byte
+	body []byte
+}
+
+func appendMD(b []byte, md MD) ([]byte, int) {
+	n := 0
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // deterministic bytes
+	for _, k := range keys {
+		for _, v := range md[k] {
+			b = binary.LittleEndian.AppendUint16(b, uint16(len(k)))
+			b = append(b, k...)
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(v)))
+			b = append(b, v...)
+			n++
+		}
+	}
+	return b, n
+}
+
+func checkMD(md MD) error {
+	n, size := 0, 0
+	for k, vs := range md {
+		if len(k) == 0 || len(k) > maxMDKeyLen {
+			return fmt.Errorf("rpc: metadata key %q: length must be 1..%d", k, maxMDKeyLen)
+		}
+		n += len(vs)
+		size += len(k) * len(vs)
+		for _, v := range vs {
+			size += len(v)
+		}
+	}
+	if n > maxMDEntries || size > maxMDTotalSize {
+		return fmt.Errorf("rpc: metadata of %d entries and %d bytes exceeds %d entries or %d bytes", n, size, maxMDEntries, maxMDTotalSize)
+	}
+	return nil
+}
+
+// appendRequest appends a request envelope (everything but the body) to b.
+func appendRequest(b []byte, method string, deadline int64, md MD) []byte {
+	b = append(b, envVersion, 0)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(method)))
+	at := len(b)
+	b = append(b, 0, 0, 0, 0) // md count, reserved
+	b = binary.LittleEndian.AppendUint64(b, uint64(deadline))
+	b = append(b, method...)
+	var n int
+	b, n = appendMD(b, md)
+	binary.LittleEndian.PutUint16(b[at:], uint16(n))
+	return b
+}
+
+// appendResponse appends a response envelope (everything but the body) to b.
+func appendResponse(b []byte, md MD, msg string) []byte {
+	b = append(b, envVersion, 0)
+	at := len(b)
+	b = append(b, 0, 0)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(msg)))
+	var n int
+	b, n = appendMD(b, md)
+	binary.LittleEndian.PutUint16(b[at:], uint16(n))
+	return append(b, msg...)
+}
+
+// skipMD checks n md entries at the front of b and returns their length.
+func skipMD(b []byte, n int) (int, error) {
+	off := 0
+	for i := 0; i < n; i++ {
+		if len(b)-off < 2 {
+			return 0, fmt.Errorf("%w: metadata entry %d truncated", errEnvelope, i)
+		}
+		kl := int(binary.LittleEndian.Uint16(b[off:]))
+		off += 2
+		if kl == 0 || kl > maxMDKeyLen || len(b)-off < kl+4 {
+			return 0, fmt.Errorf("%w: metadata key %d of %d bytes", errEnvelope, i, kl)
+		}
+		off += kl
+		vl := int(binary.LittleEndian.Uint32(b[off:]))
+		off += 4
+		if vl > len(b)-off {
+			return 0, fmt.Errorf("%w: metadata value %d of %d bytes, %d left", errEnvelope, i, vl, len(b)-off)
+		}
+		off += vl
+	}
+	return off, nil
+}
+
+func parseRequest(b []byte, r *request) error {
+	if len(b) < reqFixed {
+		return fmt.Errorf("%w: request of %d bytes, the envelope alone is %d", errEnvelope, len(b), reqFixed)
+	}
+	if b[0] != envVersion || b[1] != 0 || b[6] != 0 || b[7] != 0 {
+		return fmt.Errorf("%w: version %d, flags %d", errEnvelope, b[0], b[1])
+	}
+	ml := int(binary.LittleEndian.Uint16(b[2:]))
+	r.nmd = int(binary.LittleEndian.Uint16(b[4:]))
+	r.deadline = int64(binary.LittleEndian.Uint64(b[8:]))
+	rest := b[reqFixed:]
+	if ml == 0 || ml > maxMethodLen || ml > len(rest) {
+		return fmt.Errorf("%w: method name of %d bytes", errEnvelope, ml)
+	}
+	if r.nmd > maxMDEntries {
+		return fmt.Errorf("%w: %d metadata entries", errEnvelope, r.nmd)
+	}
+	r.method, rest = rest[:ml], rest[ml:]
+	n, err := skipMD(rest, r.nmd)
+	if err != nil {
+		return err
+	}
+	r.md, r.body = rest[:n], rest[n:]
+	return nil
+}
+
+func parseResponse(b []byte, r *response) error {
+	if len(b) < respFixed {
+		return fmt.Errorf("%w: response of %d bytes, the envelope alone is %d", errEnvelope, len(b), respFixed)
+	}
+	if b[0] != envVersion || b[1] != 0 {
+		return fmt.Errorf("%w: version %d, flags %d", errEnvelope, b[0], b[1])
+	}
+	r.nmd = int(binary.LittleEndian.Uint16(b[2:]))
+	msgLen := int(binary.LittleEndian.Uint32(b[4:]))
+	rest := b[respFixed:]
+	if r.nmd > maxMDEntries {
+		return fmt.Errorf("%w: %d metadata entries", errEnvelope, r.nmd)
+	}
+	n, err := skipMD(rest, r.nmd)
+	if err != nil {
+		return err
+	}
+	r.md, rest = rest[:n], rest[n:]
+	if msgLen > len(rest) {
+		return fmt.Errorf("%w: status message of %d bytes, %d left", errEnvelope, msgLen, len(rest))
+	}
+	r.msg, r.body = rest[:msgLen], rest[msgLen:]
+	return nil
+}
+
+// decodeMD turns checked md entries into an MD (copying them out of the message).
+func decodeMD(b []byte, n int) MD {
+	if n == 0 {
+		return nil
+	}
+	md := make(MD, n)
+	off := 0
+	for i := 0; i < n; i++ {
+		kl := int(binary.LittleEndian.Uint16(b[off:]))
+		k := string(b[off+2 : off+2+kl])
+		off += 2 + kl
+		vl := int(binary.LittleEndian.Uint32(b[off:]))
+		md[k] = append(md[k], string(b[off+4:off+4+vl]))
+		off += 4 + vl
+	}
+	return md
+}

@@ -1,0 +1,383 @@
+package rpc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/rpc"
+	"github.com/mwrpc/mwrpc/transport"
+)
+
+// A hand-written service, shaped as cmd/mwrpcgen writes them.
+type Msg struct {
+	Text string
+	N    int64
+	Blob []byte
+}
+
+type Svc interface {
+	Echo(ctx context.Context, m *Msg) (*Msg, error)
+	Fail(ctx context.Context, m *Msg) (*Msg, error) // fails with code m.N
+	Sleep(ctx context.Context, m *Msg) (*Msg, error)
+	Bytes(ctx context.Context, b []byte) ([]byte, error)
+}
+
+type svcClient struct{ cc rpc.Invoker }
+
+func (c svcClient) call(ctx context.Context, name string, m *Msg) (*Msg, error) {
+	out := new(Msg)
+	if err := c.cc.Invoke(ctx, "/test.Svc/"+name, m, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+func (c svcClient) Echo(ctx context.Context, m *Msg) (*Msg, error)  { return c.call(ctx, "Echo", m) }
+func (c svcClient) Fail(ctx context.Context, m *Msg) (*Msg, error)  { return c.call(ctx, "Fail", m) }
+func (c svcClient) Sleep(ctx context.Context, m *Msg) (*Msg, error) { return c.call(ctx, "Sleep", m) }
+func (c svcClient) Bytes(ctx context.Context, b []byte) ([]byte, error) {
+	var out []byte
+	if err := c.cc.Invoke(ctx, "/test.Svc/Bytes", b, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func handler(name string, f func(Svc, context.Context, *Msg) (*Msg, error)) rpc.MethodDesc {
+	return rpc.MethodDesc{MethodName: name, Handler: func(srv any, ctx context.Context, dec func(any) error, ic rpc.UnaryServerInterceptor) (any, error) {
+		in := new(Msg)
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		if ic == nil {
+			return f(srv.(Svc), ctx, in)
+		}
+		return ic(ctx, in, &rpc.UnaryServerInfo{Server: srv, FullMethod: "/test.Svc/" + name}, func(ctx context.Context, req any) (any, error) {
+			return f(srv.(Svc), ctx, req.(*Msg))
+		})
+	}}
+}
+
+var svcDesc = rpc.ServiceDesc{
+	ServiceName: "test.Svc",
+	HandlerType: (*Svc)(nil),
+	Methods: []rpc.MethodDesc{
+		handler("Echo", Svc.Echo), handler("Fail", Svc.Fail), handler("Sleep", Svc.Sleep),
+		{MethodName: "Bytes", Codec: codec.Raw{}, Handler: func(srv any, ctx context.Context, dec func(any) error, ic rpc.UnaryServerInterceptor) (any, error) {
+			var in []byte
+			if err := dec(&in); err != nil {
+				return nil, err
+			}
+			return srv.(Svc).Bytes(ctx, in)
+		}},
+	},
+}
+
+type impl struct {
+	slept    chan error // what Sleep's context said
+}
+
+func (s *impl) Echo(ctx context.Context, m *Msg) (*Msg, error) {
+	if m.Text == "panic" {
+		panic("handler panic")
+	}
+	if md, ok := rpc.FromIncomingContext(ctx); ok && len(md["x-echo"]) > 0 {
+		rpc.SetTrailer(ctx, rpc.MD{"x-echoed": md["x-echo"]})
+	}
+	return m, nil
+}
+func (s *impl) Fail(ctx context.Context, m *Msg) (*Msg, error) {
+	return nil, rpc.Errorf(rpc.Code(m.N), "failing with %d", m.N)
+}
+func (s *impl) Sleep(ctx context.Context, m *Msg) (*Msg, error) {
+	select {
+	case <-ctx.Done():
+		select {
+		case s.slept <- ctx.Err():
+		default:
+		}
+		return nil, ctx.Err()
+	case <-time.After(time.Duration(m.N)):
+		return m, nil
+	}
+}
+func (s *impl) Bytes(ctx context.Context, b []byte) ([]byte, error) { return bytes.Clone(b), nil }
+
+type env struct {
+	srv    *rpc.Server
+	client *rpc.Client
+	svc    Svc
+	impl   *impl
+	addr   string
+}
+
+func start(t testing.TB, sopts []rpc.ServerOption, copts ...rpc.DialOption) *env {
+	t.Helper()
+	base := runtime.NumGoroutine()
+	e := &env{impl: &impl{slept: make(chan error, 1)}}
+	e.srv = rpc.NewServer(sopts...)
+	e.srv.RegisterService(&svcDesc, e.impl)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.addr = ln.Addr().String()
+	served := make(chan error, 1)
+	go func() { served <- e.srv.Serve(ln) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if e.client, err = rpc.Dial(ctx, e.addr, copts...); err != nil {
+		t.Fatal(err)
+	}
+	e.svc = svcClient{e.client}
+	t.Cleanup(func() {
+		e.client.Close()
+		e.srv.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > base {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				t.Errorf("%d goroutines leaked:\n%s", runtime.NumGoroutine()-base, buf[:runtime.Stack(buf, true)])
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	return e
+}
+
+func TestStatusCodesRoundTrip(t *testing.T) {
+	e := start(t, nil)
+	for c := rpc.Canceled; c <= rpc.Unauthenticated; c++ {
+		_, err := e.svc.Fail(context.Background(), &Msg{N: int64(c)})
+		var st *rpc.Status
+		if !errors.As(err, &st) || st.Code != c || st.Message != fmt.Sprintf("failing with %d", c) {
+			t.Errorf("code %v: got %v", c, err)
+		}
+		if !errors.Is(err, &rpc.Status{Code: c}) || rpc.CodeOf(err) != c {
+			t.Errorf("code %v: errors.Is/CodeOf do not match %v", c, err)
+		}
+	}
+	if _, err := e.svc.Fail(context.Background(), &Msg{N: int64(rpc.NotFound)}); !errors.Is(err, rpc.ErrNotFound) {
+		t.Errorf("errors.Is(err, ErrNotFound) false for %v", err)
+	}
+}
+
+func TestDeadlineExceeded(t *testing.T) {
+	e := start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := e.svc.Sleep(ctx, &Msg{N: int64(10 * time.Second)})
+	if !errors.Is(err, rpc.ErrDeadlineExceeded) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want DeadlineExceeded", err)
+	}
+	select {
+	case err := <-e.impl.slept:
+		if err == nil {
+			t.Fatal("handler context ended without an error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler never saw its context end")
+	}
+}
+
+func TestCancelPropagates(t *testing.T) {
+	e := start(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(30*time.Millisecond, cancel)
+	if _, err := e.svc.Sleep(ctx, &Msg{N: int64(10 * time.Second)}); !errors.Is(err, rpc.ErrCanceled) {
+		t.Fatalf("err = %v, want Canceled", err)
+	}
+	select {
+	case err := <-e.impl.slept:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("handler saw %v, want Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancellation did not reach the handler")
+	}
+}
+
+func TestPanicIsInternal(t *testing.T) {
+	e := start(t, nil)
+	if _, err := e.svc.Echo(context.Background(), &Msg{Text: "panic"}); !errors.Is(err, rpc.ErrInternal) || !strings.Contains(err.Error(), "handler panic") {
+		t.Fatalf("err = %v, want Internal naming the panic", err)
+	}
+	if _, err := e.svc.Echo(context.Background(), &Msg{Text: "after"}); err != nil {
+		t.Fatalf("server stopped serving after a panic: %v", err)
+	}
+}
+
+func TestUnknownMethod(t *testing.T) {
+	e := start(t, nil)
+	err := e.client.Invoke(context.Background(), "/test.Svc/Nope", &Msg{}, new(Msg))
+	if !errors.Is(err, rpc.ErrUnimplemented) || !strings.Contains(err.Error(), "/test.Svc/Nope") {
+		t.Fatalf("err = %v, want Unimplemented naming the method", err)
+	}
+}
+
+func TestOverload(t *testing.T) {
+	e := start(t, []rpc.ServerOption{rpc.WithTransport(transport.Config{Handlers: 1})})
+	go e.svc.Sleep(context.Background(), &Msg{N: int64(300 * time.Millisecond)})
+	time.Sleep(50 * time.Millisecond)
+	if _, err := e.svc.Echo(context.Background(), &Msg{}); !errors.Is(err, rpc.ErrResourceExhausted) {
+		t.Fatalf("err = %v, want ResourceExhausted", err)
+	}
+}
+
+func TestMixedSizes(t *testing.T) {
+	e := start(t, nil)
+	var wg sync.WaitGroup
+	for i, n := range []int{0, 10, 1000, 16 << 10, 100 << 10, 1 << 20, 4 << 20} {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			blob := bytes.Repeat([]byte{byte(i)}, n)
+			out, err := e.svc.Echo(context.Background(), &Msg{Text: "m", N: int64(n), Blob: blob})
+			if err != nil || out.N != int64(n) || !bytes.Equal(out.Blob, blob) {
+				t.Errorf("struct of %d bytes: %v", n, err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			b := bytes.Repeat([]byte{byte(i + 1)}, n)
+			out, err := e.svc.Bytes(context.Background(), b)
+			if err != nil || !bytes.Equal(out, b) {
+				t.Errorf("[]byte of %d bytes: %v", n, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestMetadataAndInterceptors(t *testing.T) {
+	var order []string
+	var mu sync.Mutex
+	log := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	si := func(name string) rpc.UnaryServerInterceptor {
+		return func(ctx context.Context, req any, info *rpc.UnaryServerInfo, h rpc.UnaryHandler) (any, error) {
+			log("server " + name + " " + info.FullMethod)
+			return h(ctx, req)
+		}
+	}
+	ci := func(name string) rpc.UnaryClientInterceptor {
+		return func(ctx context.Context, method string, req, reply any, inv rpc.UnaryInvoker, opts ...rpc.CallOption) error {
+			log("client " + name)
+			return inv(ctx, method, req, reply, opts...)
+		}
+	}
+	e := start(t, []rpc.ServerOption{rpc.WithUnaryInterceptor(si("1")), rpc.WithUnaryInterceptor(si("2"))},
+		rpc.WithClientInterceptor(ci("1")), rpc.WithClientInterceptor(ci("2")))
+	ctx := rpc.NewOutgoingContext(context.Background(), rpc.Pairs("X-Echo", "hello"))
+	var trailer rpc.MD
+	out := new(Msg)
+	if err := e.client.Invoke(ctx, "/test.Svc/Echo", &Msg{Text: "md"}, out, rpc.Trailer(&trailer)); err != nil {
+		t.Fatal(err)
+	}
+	if got := trailer["x-echoed"]; len(got) != 1 || got[0] != "hello" {
+		t.Fatalf("trailer %v, want x-echoed: hello", trailer)
+	}
+	want := []string{"client 1", "client 2", "server 1 /test.Svc/Echo", "server 2 /test.Svc/Echo"}
+	mu.Lock() // the server side wrote it across a socket, which the race detector does not see
+	defer mu.Unlock()
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("interceptors ran %v, want %v", order, want)
+	}
+}
+
+func TestServerRestart(t *testing.T) {
+	e := start(t, nil, rpc.WithBackoff(10*time.Millisecond, 50*time.Millisecond))
+	if _, err := e.svc.Echo(context.Background(), &Msg{Text: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.Stop()
+	if _, err := e.svc.Echo(context.Background(), &Msg{Text: "down"}); !errors.Is(err, rpc.ErrUnavailable) {
+		t.Fatalf("during the restart: %v, want Unavailable", err)
+	}
+	// A new server on the same address.
+	srv2 := rpc.NewServer()
+	srv2.RegisterService(&svcDesc, e.impl)
+	ln, err := net.Listen("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv2.Serve(ln)
+	defer srv2.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.svc.Echo(ctx, &Msg{Text: "after"}); err == nil {
+		return // reconnected already
+	}
+	out := new(Msg)
+	if err := e.client.Invoke(ctx, "/test.Svc/Echo", &Msg{Text: "after"}, out, rpc.WaitForReady()); err != nil || out.Text != "after" {
+		t.Fatalf("after the restart: %v", err)
+	}
+}
+
+func TestBalancers(t *testing.T) {
+	for _, b := range []rpc.Balancer{rpc.RoundRobin, rpc.LeastOutstanding} {
+		t.Run(fmt.Sprint(b), func(t *testing.T) {
+			var counts [3]atomic.Int64
+			var addrs []string
+			for i := range counts {
+				srv := rpc.NewServer(rpc.WithUnaryInterceptor(func(ctx context.Context, req any, info *rpc.UnaryServerInfo, h rpc.UnaryHandler) (any, error) {
+					counts[i].Add(1)
+					return h(ctx, req)
+				}))
+				srv.RegisterService(&svcDesc, &impl{})
+				ln, _ := net.Listen("tcp", "127.0.0.1:0")
+				addrs = append(addrs, ln.Addr().String())
+				go srv.Serve(ln)
+				defer srv.Stop()
+			}
+			c, err := rpc.Dial(context.Background(), strings.Join(addrs, ","), rpc.WithBalancer(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			svc := svcClient{c}
+			var wg sync.WaitGroup
+			for i := 0; i < 90; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := svc.Echo(context.Background(), &Msg{Text: "x"}); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+			for i := range counts {
+				if n := counts[i].Load(); n < 10 {
+					t.Errorf("endpoint %d served %d of 90 calls", i, n)
+				}
+			}
+		})
+	}
+}
+
+func TestGracefulStop(t *testing.T) {
+	e := start(t, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.svc.Sleep(context.Background(), &Msg{N: int64(200 * time.Millisecond)})
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	e.srv.GracefulStop()
+	if err := <-done; err != nil {
+		t.Fatalf("a call in flight during GracefulStop failed: %v", err)
+	}
+}

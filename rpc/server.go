@@ -1,0 +1,344 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/transport"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+	"github.com/mwrpc/mwrpc/transport/verbs/soft"
+)
+
+// Server serves registered services over mwrpc transports.
+type Server struct {
+	opts        serverOptions
+	interceptor UnaryServerInterceptor
+
+	mu        sync.Mutex
+	methods   map[string]*method
+	tr        *transport.Transport
+	ownDev    verbs.Device // opened by the server, closed by Stop
+	listeners map[net.Listener]struct{}
+	stopped   bool
+}
+
+type method struct {
+	full     string
+	desc     *MethodDesc
+	impl     any
+	codec    codec.Codec
+	respHint atomic.Int64 // size of recent responses: where to encode the next one
+}
+
+// NewServer returns a server with no services.
+func NewServer(opts ...ServerOption) *Server {
+	s := &Server{methods: make(map[string]*method), listeners: make(map[net.Listener]struct{})}
+	for _, o := range opts {
+		o(&s.opts)
+	}
+	if s.opts.codec == nil {
+		s.opts.codec = codec.Msgpack{}
+	}
+	if s.opts.logger == nil {
+		s.opts.logger = slog.Default()
+	}
+	s.interceptor = chainServer(s.opts.interceptors)
+	return s
+}
+
+// RegisterService registers impl as the service sd describes. It panics, as a
+// registration mistake is a programming error, if impl does not implement sd.HandlerType,
+// a method is registered twice, or the server is already serving.
+func (s *Server) RegisterService(sd *ServiceDesc, impl any) {
+	if sd.HandlerType != nil {
+		want := reflect.TypeOf(sd.HandlerType).Elem()
+		if !reflect.TypeOf(impl).Implements(want) {
+			panic(fmt.Sprintf("rpc: RegisterService(%s): %T does not implement %v", sd.ServiceName, impl, want))
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tr != nil {
+		panic(fmt.Sprintf("rpc: RegisterService(%s) after Serve", sd.ServiceName))
+	}
+	for i := range sd.Methods {
+		md := &sd.Methods[i]
+		full := "/" + sd.ServiceName + "/" + md.MethodName
+		if _, dup := s.methods[full]; dup {
+			panic(fmt.Sprintf("rpc: method %s registered twice", full))
+		}
+		m := &method{full: full, desc: md, impl: impl, codec: md.Codec}
+		if m.codec == nil {
+			m.codec = s.opts.codec
+		}
+		m.respHint.Store(256)
+		s.methods[full] = m
+	}
+}
+
+// Serve accepts connections on ln and serves them until Stop or GracefulStop; it returns
+// nil then, else the listener's error. Several listeners may be served at once.
+func (s *Server) Serve(ln net.Listener) error {
+	tr, err := s.transport()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return nil
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	err = tr.Serve(ln)
+	s.mu.Lock()
+	delete(s.listeners, ln)
+	stopped := s.stopped
+	s.mu.Unlock()
+	if stopped {
+		return nil
+	}
+	return err
+}
+
+// ListenAndServe listens on the TCP address and serves it.
+func (s *Server) ListenAndServe(address string) error {
+	ln, err := net.Listen("tcp", address)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ln)
+}
+
+func (s *Server) transport() (*transport.Transport, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tr != nil {
+		return s.tr, nil
+	}
+	dev := s.opts.device
+	if dev == nil {
+		d, err := soft.OpenTCP("mwrpc-server")
+		if err != nil {
+			return nil, err
+		}
+		dev, s.ownDev = d, d
+	}
+	cfg := s.opts.transport
+	if cfg.Logger == nil {
+		cfg.Logger = s.opts.logger
+	}
+	tr, err := transport.New(dev, transport.HandlerFunc(s.handle), cfg)
+	if err != nil {
+		if s.ownDev != nil {
+			_ = s.ownDev.Close()
+			s.ownDev = nil
+		}
+		return nil, err
+	}
+	s.tr = tr
+	return tr, nil
+}
+
+// Stop closes the listeners and every connection at once: calls in flight fail with
+// Unavailable at their callers. It waits for running handlers (their contexts canceled).
+func (s *Server) Stop() {
+	s.stop(nil)
+}
+
+// GracefulStop stops accepting connections, tells every client to send no new calls
+// (GOAWAY), waits for the calls in flight to complete, then stops.
+func (s *Server) GracefulStop() {
+	s.stop(func(tr *transport.Transport) {
+		ctx := context.Background()
+		tr.GoAway(ctx)
+		_ = tr.WaitIdle(ctx)
+	})
+}
+
+func (s *Server) stop(drain func(*transport.Transport)) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	for ln := range s.listeners {
+		_ = ln.Close()
+	}
+	tr, dev := s.tr, s.ownDev
+	s.mu.Unlock()
+	if tr == nil {
+		return
+	}
+	if drain != nil {
+		drain(tr)
+	}
+	if err := tr.Close(); err != nil {
+		s.opts.logger.Warn("mwrpc: server close", "err", err)
+	}
+	if dev != nil {
+		_ = dev.Close()
+	}
+}
+
+// streamKey finds the call's serverStream in a handler's context.
+type streamKey struct{}
+
+// serverStream is one call being served: pooled, and the handler's context. It is valid
+// until the handler returns.
+type serverStream struct {
+	inner   context.Context
+	method  *method
+	body    []byte
+	md      []byte
+	nmd     int
+	inMD    MD
+	trailer MD
+	dec     func(any) error // bound once to decode
+	scratch []byte
+}
+
+var streamPool = sync.Pool{New: func() any {
+	st := &serverStream{}
+	st.dec = st.decode
+	return st
+}}
+
+func (st *serverStream) decode(v any) error {
+	if err := st.method.codec.Unmarshal(st.body, v); err != nil {
+		return &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
+	}
+	return nil
+}
+
+// Deadline, Done and Err are the transport call context's, bounded by the caller's deadline.
+func (st *serverStream) Deadline() (time.Time, bool) { return st.inner.Deadline() }
+func (st *serverStream) Done() <-chan struct{}       { return st.inner.Done() }
+func (st *serverStream) Err() error                  { return st.inner.Err() }
+
+// Value returns the stream for streamKey, else the parent's values.
+func (st *serverStream) Value(k any) any {
+	if k == (streamKey{}) {
+		return st
+	}
+	return st.inner.Value(k)
+}
+
+type afterFuncer interface {
+	AfterFunc(func()) func() bool
+}
+
+// AfterFunc lets derived contexts follow cancellation without a goroutine each.
+func (st *serverStream) AfterFunc(f func()) func() bool {
+	if a, ok := st.inner.(afterFuncer); ok {
+		return a.AfterFunc(f)
+	}
+	return context.AfterFunc(st.inner, f)
+}
+
+// handle serves one transport request.
+func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWriter) {
+	var r request
+	if err := parseRequest(req, &r); err != nil {
+		s.writeError(w, nil, InvalidArgument, err.Error())
+		return
+	}
+	m := s.methods[string(r.method)]
+	if m == nil {
+		s.writeError(w, nil, Unimplemented, "unknown method "+string(r.method))
+		return
+	}
+	st := streamPool.Get().(*serverStream)
+	st.inner, st.method, st.body, st.md, st.nmd = ctx, m, r.body, r.md, r.nmd
+	if r.deadline != 0 {
+		dctx, cancel := context.WithDeadline(ctx, time.Unix(0, r.deadline))
+		defer cancel()
+		st.inner = dctx
+	}
+	resp, err := s.invoke(st, m)
+	if err != nil {
+		status := StatusOf(err)
+		s.writeError(w, st, status.Code, status.Message)
+	} else {
+		s.writeResponse(w, st, m, resp)
+	}
+	st.inner, st.method, st.body, st.md, st.inMD, st.trailer = nil, nil, nil, nil, nil, nil
+	streamPool.Put(st)
+}
+
+// invoke runs the method; a panic becomes Internal.
+func (s *Server) invoke(st *serverStream, m *method) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			resp, err = nil, Errorf(Internal, "handler %s panicked: %v", m.full, r)
+		}
+	}()
+	return m.desc.Handler(m.impl, st, st.dec, s.interceptor)
+}
+
+// writeResponse encodes resp behind the envelope. A response expected to be large is
+// encoded straight into registered memory, so it leaves without a copy.
+func (s *Server) writeResponse(w *transport.ResponseWriter, st *serverStream, m *method, resp any) {
+	hint := int(m.respHint.Load())
+	var buf []byte
+	if hint > 16<<10 {
+		if b, err := w.Buffer(hint); err == nil {
+			buf = b[:0]
+		}
+	}
+	fromScratch := buf == nil
+	if fromScratch {
+		buf = st.scratch[:0]
+	}
+	out := appendResponse(buf, st.trailer, "")
+	out, err := m.codec.Append(out, resp)
+	if err != nil {
+		s.writeError(w, st, Internal, fmt.Sprintf("encoding the response of %s: %v", m.full, err))
+		return
+	}
+	if n := int64(len(out) + len(out)/8); n > m.respHint.Load() || n < m.respHint.Load()/2 {
+		m.respHint.Store(n)
+	}
+	if fromScratch && cap(out) <= 64<<10 {
+		st.scratch = out[:0] // keep a grown scratch buffer for the next call
+	}
+	if err := w.Write(uint16(OK), out); err != nil {
+		s.opts.logger.Debug("mwrpc: response not sent", "method", m.full, "err", err)
+	}
+}
+
+func (s *Server) writeError(w *transport.ResponseWriter, st *serverStream, c Code, msg string) {
+	var trailer MD
+	var buf []byte
+	if st != nil {
+		trailer, buf = st.trailer, st.scratch[:0]
+	}
+	_ = w.Write(uint16(c), appendResponse(buf, trailer, msg))
+}
+
+// chainServer folds interceptors into one, the first outermost.
+func chainServer(is []UnaryServerInterceptor) UnaryServerInterceptor {
+	switch len(is) {
+	case 0:
+		return nil
+	case 1:
+		return is[0]
+	}
+	return func(ctx context.Context, req any, info *UnaryServerInfo, handler UnaryHandler) (any, error) {
+		next := handler
+		for i := len(is) - 1; i > 0; i-- {
+			inner, h := is[i], next
+			next = func(ctx context.Context, req any) (any, error) { return inner(ctx, req, info, h) }
+		}
+		return is[0](ctx, req, info, next)
+	}
+}
