@@ -141,7 +141,7 @@ test-rxe:
 	   $(call skip,test-rxe,needs root (apt-get; qemu reads /boot)); exit 0; \
 	 fi; \
 	 missing=$$(for p in $(RXE_PACKAGES); do \
-	   dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q 'install ok installed' || echo "$$p"; done); \
+	   [ "$$(dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null)" = "install ok installed" ] || echo "$$p"; done); \
 	 if [ -n "$$missing" ]; then \
 	   echo "installing" $$missing; \
 	   export DEBIAN_FRONTEND=noninteractive; apt-get update; apt-get install -y $$missing; \

@@ -1,0 +1,55 @@
+#!/bin/sh
+# guest-test-rxe.sh TESTBIN: the guest half of `make test-rxe`, run by run-in-vm.sh inside
+# the VM (rxe0 is up). It runs the ibv provider's tests and latency benchmark from TESTBIN
+# (go test -c -tags ibverbs ./transport/verbs/ibv/), then perftest's ib_read_lat and
+# ib_send_lat on rxe0 for comparison, and reports kernel warnings. test-rxe.sh parses the
+# output. Exits non-zero when a test fails or a measurement could not be taken.
+set -u
+bin=${1:?usage: guest-test-rxe.sh TESTBIN}
+iters=${RXE_LAT_ITERS:-1000}
+# rxe logs refused requests with pr_err; keep the console for the test output.
+dmesg -n 1 2>/dev/null || true
+export MWRPC_IBV_REQUIRE=1
+
+echo "==> ibv tests"
+"$bin" -test.v -test.run '^Test' -test.timeout 10m
+trc=$?
+
+# Latency: this provider and perftest take turns, RXE_LAT_ROUNDS times, so that both see
+# the same load (the VM is emulated and shares the machine); test-rxe.sh compares medians.
+brc=0
+prc=0
+rounds=${RXE_LAT_ROUNDS:-3}
+r=1
+while [ "$r" -le "$rounds" ]; do
+  echo "==> latency round $r of $rounds: ibv ($iters iterations)"
+  "$bin" -test.run '^$' -test.bench '^BenchmarkLatency$' -test.benchtime "${iters}x" -test.benchmem -test.timeout 5m || brc=1
+  for t in ib_read_lat ib_send_lat; do
+    echo "==> latency round $r of $rounds: perftest $t -s 64 -n $iters"
+    timeout 120 "$t" -d rxe0 -x 1 -s 64 -n "$iters" -F >/tmp/"$t".server 2>&1 &
+    spid=$!
+    sleep 2
+    if ! timeout 120 "$t" -d rxe0 -x 1 -s 64 -n "$iters" -F 10.99.0.1 >/tmp/"$t".client 2>&1; then
+      prc=1
+      echo "$t client failed:"; cat /tmp/"$t".client; echo "$t server:"; cat /tmp/"$t".server
+    fi
+    wait "$spid" || true
+    sed -n '/t_typical/,/^-\{10,\}/{s/^/perftest: /;p}' /tmp/"$t".client | sed "s/^perftest: /perftest $t: /"
+  done
+  r=$((r + 1))
+done
+
+echo "==> kernel log"
+problems=$(dmesg | grep -E 'WARNING:|BUG:|Oops|general protection|Timed out waiting' || true)
+if [ -n "$problems" ]; then
+  echo "$problems" | head -n 20 | sed 's/^/kernel problem: /'
+  krc=1
+else
+  echo "kernel: no WARNING, BUG or Oops in dmesg"
+  krc=0
+fi
+
+[ "$trc" -eq 0 ] || exit "$trc"
+[ "$brc" -eq 0 ] || exit 4
+[ "$prc" -eq 0 ] || exit 5
+exit "$krc"
