@@ -220,53 +220,107 @@ var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return 
 
 func (c *Client) invoke(ctx context.Context, method string, req, reply any, opts ...CallOption) error {
 	var ci callInfo
-	for _, o := range opts {
-		o.apply(&ci)
-	}
-	ep, conn, err := c.connFor(ctx, ci.waitForReady)
-	if err != nil {
-		return err
-	}
+	applyOptions(&ci, opts)
 	cod := c.opts.codec
 	if isBytes(req) && isBytesPtr(reply) {
 		cod = codec.Raw{}
+	}
+	resp, body, err := c.roundTrip(ctx, method, cod, req, nil, &ci)
+	if err != nil {
+		return err
+	}
+	defer resp.Release()
+	if err := cod.Unmarshal(body, reply); err != nil {
+		return &Status{Code: Internal, Message: fmt.Sprintf("rpc: decoding the response of %s: %v", method, err), cause: err}
+	}
+	if p, ok := reply.(*[]byte); ok && cod == (codec.Raw{}) {
+		*p = bytes.Clone(*p) // the response memory goes back to the connection on return
+	}
+	return nil
+}
+
+// InvokeBytes calls a method on []byte both ways (BytesInvoker): nothing is encoded, and
+// the response is the caller's own copy.
+func (c *Client) InvokeBytes(ctx context.Context, method string, req []byte) ([]byte, error) {
+	if len(c.opts.interceptors) > 0 { // interceptors see the usual Invoke
+		var out []byte
+		if err := c.invoker(ctx, method, req, &out); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	var ci callInfo
+	resp, body, err := c.roundTrip(ctx, method, codec.Raw{}, nil, req, &ci)
+	if err != nil {
+		return nil, err
+	}
+	out := bytes.Clone(body)
+	resp.Release()
+	return out, nil
+}
+
+// roundTrip sends one request, req encoded with cod (or, when req is nil, the bytes raw
+// as they are: no boxing), and returns the response and its body (valid until the
+// response is released), or the call's status as an error.
+func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, req any, raw []byte, ci *callInfo) (*transport.Response, []byte, error) {
+	ep, conn, err := c.connFor(ctx, ci.waitForReady)
+	if err != nil {
+		return nil, nil, err
 	}
 	var deadline int64
 	if dl, ok := ctx.Deadline(); ok {
 		deadline = dl.UnixNano()
 	}
-	sp := scratchPool.Get().(*[]byte)
-	b := appendRequest((*sp)[:0], method, deadline, outgoing(ctx))
-	b, err = cod.Append(b, req)
-	if err != nil {
-		scratchPool.Put(sp)
-		return &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
-	}
+	md := outgoing(ctx)
 	ep.outstanding.Add(1)
 	ep.lastUse.Store(time.Now().UnixNano())
-	resp, err := conn.Call(ctx, b)
+	var resp *transport.Response
+	if req == nil && len(raw) > 16<<10 {
+		resp, err = c.callRegistered(ctx, conn, method, deadline, md, nil, nil, raw, len(raw))
+		goto done
+	}
+	if sz, ok := cod.(codec.Sizer); ok && req != nil { // a large body of known size is built in registered memory
+		if n, ok := sz.Size(req); ok && n > 16<<10 {
+			resp, err = c.callRegistered(ctx, conn, method, deadline, md, cod, req, nil, n)
+			goto done
+		}
+	}
+	{
+		sp := scratchPool.Get().(*[]byte)
+		b := appendRequest((*sp)[:0], method, deadline, md)
+		if req == nil {
+			b = append(b, raw...)
+		} else if b, err = cod.Append(b, req); err != nil {
+			scratchPool.Put(sp)
+			ep.outstanding.Add(-1)
+			return nil, nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
+		}
+		resp, err = conn.Call(ctx, b)
+		if cap(b) <= 64<<10 {
+			*sp = b[:0]
+			scratchPool.Put(sp)
+		}
+	}
+done:
 	ep.outstanding.Add(-1)
-	if cap(b) <= 64<<10 {
-		*sp = b[:0]
-		scratchPool.Put(sp)
-	}
 	if err != nil {
-		return StatusOf(err)
+		return nil, nil, StatusOf(err)
 	}
-	defer resp.Release()
 	var r response
 	perr := parseResponse(resp.Bytes(), &r)
 	code := Code(resp.Status())
 	if perr != nil {
+		defer resp.Release()
 		if code != OK { // produced by the transport itself (overload, panic): plain text
-			return &Status{Code: code, Message: string(resp.Bytes())}
+			return nil, nil, &Status{Code: code, Message: string(resp.Bytes())}
 		}
-		return &Status{Code: Internal, Message: perr.Error(), cause: perr}
+		return nil, nil, &Status{Code: Internal, Message: perr.Error(), cause: perr}
 	}
 	if ci.trailer != nil {
 		*ci.trailer = decodeMD(r.md, r.nmd)
 	}
 	if code != OK {
+		defer resp.Release()
 		st := &Status{Code: code, Message: string(r.msg)}
 		// The server can see our deadline (or cancel) before our own context says so: the
 		// same event, so the status matches the context error too.
@@ -275,15 +329,33 @@ func (c *Client) invoke(ctx context.Context, method string, req, reply any, opts
 		} else if code == Canceled && ctx.Err() != nil {
 			st.cause = ctx.Err()
 		}
-		return st
+		return nil, nil, st
 	}
-	if err := cod.Unmarshal(r.body, reply); err != nil {
-		return &Status{Code: Internal, Message: fmt.Sprintf("rpc: decoding the response of %s: %v", method, err), cause: err}
+	return resp, r.body, nil
+}
+
+// callRegistered encodes the request (req with cod, or raw as it is) straight into a
+// registered buffer and sends it from there: no copy between the codec and the NIC.
+func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte, n int) (*transport.Response, error) {
+	sp := scratchPool.Get().(*[]byte)
+	env := appendRequest((*sp)[:0], method, deadline, md)
+	defer func() { *sp = env[:0]; scratchPool.Put(sp) }()
+	buf, err := c.tr.Pool().Get(ctx, len(env)+n)
+	if err != nil {
+		return nil, err
 	}
-	if p, ok := reply.(*[]byte); ok && cod == (codec.Raw{}) {
-		*p = bytes.Clone(*p) // the response memory goes back to the connection on return
+	b := append(buf.Bytes()[:0], env...)
+	if req == nil {
+		b = append(b, raw...)
+	} else {
+		b, err = cod.Append(b, req)
 	}
-	return nil
+	if err != nil || len(b) > buf.Cap() {
+		buf.Release()
+		return nil, fmt.Errorf("rpc: encoding the request of %s (%d bytes in a buffer of %d): %w", method, len(b), buf.Cap(), err)
+	}
+	buf.SetLen(len(b))
+	return conn.CallBuf(ctx, buf)
 }
 
 // connFor returns an endpoint and its working connection. With none up it fails with
@@ -345,3 +417,6 @@ func chainClient(is []UnaryClientInterceptor, invoke UnaryInvoker) UnaryInvoker 
 	}
 	return next
 }
+
+// Stats returns the client transport's counters.
+func (c *Client) Stats() transport.Stats { return c.tr.Stats() }

@@ -20,16 +20,31 @@ type callInfo struct {
 	waitForReady bool
 }
 
-type callOptionFunc func(*callInfo)
+// The options are concrete types applied with a type switch, so that a call's callInfo
+// stays on its stack.
+type trailerOption struct{ md *MD }
+type waitForReadyOption struct{}
 
-func (f callOptionFunc) apply(ci *callInfo) { f(ci) }
+func (o trailerOption) apply(ci *callInfo)    { ci.trailer = o.md }
+func (waitForReadyOption) apply(ci *callInfo) { ci.waitForReady = true }
+
+func applyOptions(ci *callInfo, opts []CallOption) {
+	for _, o := range opts {
+		switch o := o.(type) {
+		case trailerOption:
+			ci.trailer = o.md
+		case waitForReadyOption:
+			ci.waitForReady = true
+		}
+	}
+}
 
 // Trailer stores the metadata the handler set with SetTrailer into *md.
-func Trailer(md *MD) CallOption { return callOptionFunc(func(ci *callInfo) { ci.trailer = md }) }
+func Trailer(md *MD) CallOption { return trailerOption{md} }
 
 // WaitForReady makes a call wait (until its context ends) for a connection when none is
 // up, instead of failing at once with Unavailable.
-func WaitForReady() CallOption { return callOptionFunc(func(ci *callInfo) { ci.waitForReady = true }) }
+func WaitForReady() CallOption { return waitForReadyOption{} }
 
 // common are the options servers and clients share.
 type common struct {

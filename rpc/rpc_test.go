@@ -83,7 +83,7 @@ var svcDesc = rpc.ServiceDesc{
 }
 
 type impl struct {
-	slept    chan error // what Sleep's context said
+	slept chan error // what Sleep's context said
 }
 
 func (s *impl) Echo(ctx context.Context, m *Msg) (*Msg, error) {

@@ -264,8 +264,15 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		defer cancel()
 		st.inner = dctx
 	}
-	resp, err := s.invoke(st, m)
-	if err != nil {
+	if bh := m.desc.BytesHandler; bh != nil && s.interceptor == nil {
+		out, err := s.invokeBytes(st, m, bh)
+		if err != nil {
+			status := StatusOf(err)
+			s.writeError(w, st, status.Code, status.Message)
+		} else {
+			s.writeBytes(w, st, out)
+		}
+	} else if resp, err := s.invoke(st, m); err != nil {
 		status := StatusOf(err)
 		s.writeError(w, st, status.Code, status.Message)
 	} else {
@@ -283,6 +290,37 @@ func (s *Server) invoke(st *serverStream, m *method) (resp any, err error) {
 		}
 	}()
 	return m.desc.Handler(m.impl, st, st.dec, s.interceptor)
+}
+
+// invokeBytes runs a raw method's allocation-free handler; a panic becomes Internal.
+func (s *Server) invokeBytes(st *serverStream, m *method, bh func(any, context.Context, []byte) ([]byte, error)) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, Errorf(Internal, "handler %s panicked: %v", m.full, r)
+		}
+	}()
+	return bh(m.impl, st, st.body)
+}
+
+// writeBytes sends a raw response: the envelope, then the bytes, copied once into the
+// send slot or, when large, into registered memory.
+func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body []byte) {
+	env := appendResponse(st.scratch[:0], st.trailer, "")
+	if len(body) <= 16<<10 {
+		out := append(env, body...)
+		st.scratch = out[:0]
+		_ = w.Write(uint16(OK), out)
+		return
+	}
+	st.scratch = env[:0]
+	buf, err := w.Buffer(len(env) + len(body))
+	if err != nil {
+		s.writeError(w, st, ResourceExhausted, err.Error())
+		return
+	}
+	n := copy(buf, env)
+	copy(buf[n:], body)
+	_ = w.Write(uint16(OK), buf)
 }
 
 // writeResponse encodes resp behind the envelope. A response expected to be large is
@@ -341,4 +379,15 @@ func chainServer(is []UnaryServerInterceptor) UnaryServerInterceptor {
 		}
 		return is[0](ctx, req, info, next)
 	}
+}
+
+// Stats returns the server transport's counters (zero before Serve).
+func (s *Server) Stats() transport.Stats {
+	s.mu.Lock()
+	tr := s.tr
+	s.mu.Unlock()
+	if tr == nil {
+		return transport.Stats{}
+	}
+	return tr.Stats()
 }

@@ -27,6 +27,10 @@ type MethodDesc struct {
 	// (msgpack by default). The generator sets codec.Raw{} for methods whose request and
 	// response are both []byte, so bulk data is never copied by a codec.
 	Codec codec.Codec
+	// BytesHandler, set by the generator for methods on []byte both ways, calls the
+	// implementation without boxing the request or response; the server uses it when no
+	// interceptor is installed.
+	BytesHandler func(srv any, ctx context.Context, req []byte) ([]byte, error)
 }
 
 // MethodHandler runs one call: it decodes the request with dec, then calls the
@@ -50,6 +54,12 @@ type UnaryInvoker func(ctx context.Context, method string, req, reply any, opts 
 
 // UnaryClientInterceptor wraps every call a client makes.
 type UnaryClientInterceptor func(ctx context.Context, method string, req, reply any, invoker UnaryInvoker, opts ...CallOption) error
+
+// BytesInvoker is the allocation-free path of methods on []byte both ways: generated
+// clients use it when their Invoker has it (*Client does). The response is the caller's.
+type BytesInvoker interface {
+	InvokeBytes(ctx context.Context, method string, req []byte) ([]byte, error)
+}
 
 // Invoker is what generated clients call: *Client implements it, and so can a test fake.
 type Invoker interface {

@@ -96,6 +96,7 @@ func (c *Conn) CallBuf(ctx context.Context, buf *pool.Buf) (*Response, error) {
 }
 
 func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Response, error) {
+	c.t.counters.calls.Add(1)
 	cl := callPool.Get().(*call)
 	c.mu.Lock()
 	if c.err != nil {

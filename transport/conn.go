@@ -385,6 +385,9 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, inv
 	}
 	h.Flags, h.Len, h.RKey, h.Addr = wire.FlagLarge, uint32(buf.Len()), w.RKey(), buf.Addr()
 	posted, err := c.send(ctx, h, nil, &bind, inv, sendWait)
+	if posted {
+		c.t.counters.bound.Add(1)
+	}
 	if !posted {
 		// The binding records buf: either we take it back here or teardown releases it
 		// with the window, never both (c.mu and torn decide).

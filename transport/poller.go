@@ -27,6 +27,7 @@ type poller struct {
 	mu      sync.Mutex
 	retired []*Conn // failed, waiting for teardown
 	dirty   []*Conn // control messages or revocations to flush
+	spare   []*Conn // the other half of dirty's double buffer
 	wake    chan struct{}
 	quit    chan struct{}
 
@@ -191,10 +192,11 @@ func (p *poller) run() {
 func (p *poller) housekeeping() {
 	p.mu.Lock()
 	dirty, retired := p.dirty, p.retired
-	p.dirty, p.retired = nil, nil
+	p.dirty, p.spare, p.retired = p.spare[:0], dirty, nil
 	p.mu.Unlock()
-	for _, c := range dirty {
+	for i, c := range dirty {
 		c.flushCtrl()
+		dirty[i] = nil
 	}
 	for _, c := range retired {
 		p.remove(c)
@@ -275,6 +277,7 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 		return
 	}
 	if wc.Flags&verbs.WCWithInv != 0 {
+		c.t.counters.revoked.Add(1)
 		c.invalidated(wc.InvalidatedRKey)
 	}
 	counted := h.Kind != wire.KindRelease
@@ -368,6 +371,7 @@ func (c *Conn) refuseLarge(h *wire.Header, why error) {
 
 // onRead completes the READ of a large message.
 func (c *Conn) onRead(i int) {
+	c.t.counters.reads.Add(1)
 	r := &c.reads[i]
 	buf, h, at := r.buf, r.h, r.at
 	r.buf, r.live = nil, false
@@ -400,6 +404,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	c.serving[h.CallID] = sc
 	c.mu.Unlock()
 	c.t.running.Add(1)
+	c.t.counters.served.Add(1)
 	if err := c.t.workers.Invoke(sc); err != nil {
 		// Overloaded: answer at once, without running anything.
 		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv)
@@ -530,6 +535,7 @@ func (c *Conn) onLocalInv(i int) {
 	delete(c.reclaims, i)
 	c.mu.Unlock()
 	if w != nil {
+		c.t.counters.reclaimed.Add(1)
 		c.invalidated(w.RKey())
 	}
 }

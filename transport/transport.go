@@ -34,6 +34,7 @@ type Transport struct {
 	// testHookBeforeRelease runs before a caller queues the revocation of a response window.
 	testHookBeforeRelease atomic.Pointer[func(*Conn)]
 
+	counters counters
 	nextConn atomic.Uint32
 	mu       sync.Mutex
 	conns    map[*Conn]struct{}
@@ -313,13 +314,27 @@ func (t *Transport) forget(c *Conn) {
 	t.mu.Unlock()
 }
 
-// Stats are a transport's counters.
+// Stats are a transport's counters, over all its connections since New.
 type Stats struct {
-	Pool pool.Stats
+	Calls        uint64 // calls made (Call, CallBuf)
+	Served       uint64 // requests handed to the handler
+	WindowsBound uint64 // large messages exposed through a window
+	Reads        uint64 // large messages fetched with RDMA READ
+	RevokedPeer  uint64 // our windows revoked by the peer's SEND_WITH_INV
+	Reclaimed    uint64 // our windows revoked by LOCAL_INV (lease expiry)
+	Pool         pool.Stats
+}
+
+type counters struct {
+	calls, served, bound, reads, revoked, reclaimed atomic.Uint64
 }
 
 // Stats returns a snapshot of the transport's counters.
-func (t *Transport) Stats() Stats { return Stats{Pool: t.pool.Stats()} }
+func (t *Transport) Stats() Stats {
+	c := &t.counters
+	return Stats{Calls: c.calls.Load(), Served: c.served.Load(), WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
+		RevokedPeer: c.revoked.Load(), Reclaimed: c.reclaimed.Load(), Pool: t.pool.Stats()}
+}
 
 // aLongTimeAgo is a deadline in the past: setting it unblocks a stream's reads and writes.
 var aLongTimeAgo = time.Unix(1, 0)

@@ -67,12 +67,20 @@ func (s *service) generatedNames() []string {
 	}
 	for _, m := range s.methods {
 		names = append(names, handlerName(s, m))
+		if m.raw() {
+			names = append(names, bytesHandlerName(s, m))
+		}
 	}
 	return names
 }
 
 // handlerName is the name of the generated server handler of s.m.
 func handlerName(s *service, m *method) string { return "_" + s.name + "_" + m.name + "_Handler" }
+
+// bytesHandlerName is the name of the allocation-free handler of a raw method.
+func bytesHandlerName(s *service, m *method) string {
+	return "_" + s.name + "_" + m.name + "_BytesHandler"
+}
 
 // localNames are the identifiers the generated code declares inside its functions (and
 // the predeclared ones it uses): an import must not be named like one of them, and a type

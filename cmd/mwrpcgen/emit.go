@@ -189,7 +189,7 @@ func (e *emitter) service(s *service) {
 	e.printf("Methods: []%s.MethodDesc{\n", e.rpc)
 	for _, m := range s.methods {
 		if m.raw() {
-			e.printf("{MethodName: %q, Handler: %s, Codec: %s.Raw{}},\n", m.name, handlerName(s, m), e.codec)
+			e.printf("{MethodName: %q, Handler: %s, BytesHandler: %s, Codec: %s.Raw{}},\n", m.name, handlerName(s, m), bytesHandlerName(s, m), e.codec)
 		} else {
 			e.printf("{MethodName: %q, Handler: %s},\n", m.name, handlerName(s, m))
 		}
@@ -198,7 +198,17 @@ func (e *emitter) service(s *service) {
 
 	for _, m := range s.methods {
 		e.handler(s, m, full)
+		if m.raw() {
+			e.bytesHandler(s, m)
+		}
 	}
+}
+
+// bytesHandler writes the allocation-free handler of a raw method, which the server calls
+// when no interceptor is installed.
+func (e *emitter) bytesHandler(s *service, m *method) {
+	e.printf("\nfunc %s(srv any, ctx %s.Context, req []byte) ([]byte, error) {\n", bytesHandlerName(s, m), e.context)
+	e.printf("return srv.(%s).%s(ctx, req)\n}\n", s.name, m.name)
 }
 
 // clientMethod writes the client's implementation of s.m.
@@ -217,6 +227,9 @@ func (e *emitter) clientMethod(s *service, m *method, full string) {
 		e.printf("if err := c.cc.Invoke(ctx, %s, req, &out); err != nil {\n", fullMethod)
 		e.printf("var zero %s\nreturn zero, err\n}\n", R)
 	case kindBytes:
+		if m.raw() { // bytes both ways: the allocation-free path when the invoker has it
+			e.printf("if bi, ok := c.cc.(%s.BytesInvoker); ok {\nreturn bi.InvokeBytes(ctx, %s, req)\n}\n", e.rpc, fullMethod)
+		}
 		e.printf("var out %s\n", R)
 		e.printf("if err := c.cc.Invoke(ctx, %s, req, &out); err != nil {\n", fullMethod)
 		e.printf("return nil, err\n}\n")
