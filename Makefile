@@ -40,7 +40,7 @@ BENCH_PATTERNS := $(strip $(foreach d,$(BENCH_DIRS),$(if $(wildcard $(d)/.),./$(
 # The steps of `make test`, in order. Later steps (for example test-rxe, the ibv provider
 # against Soft-RoCE in a VM) are added here with TEST_STEPS += ..., and report a skip with
 # $(call skip,...) so that CI=true turns it into a failure.
-TEST_STEPS := fmt vet staticcheck test-race test-norace fuzz-smoke
+TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace fuzz-smoke
 
 # $(call header,title) prints a step header, with the time of day so that CI logs show
 # how long each step took.
@@ -67,6 +67,14 @@ fmt:
 vet:
 	@$(call header,vet: go vet ./...)
 	$(GO) vet ./...
+
+# Generated stubs must be what the generator writes today.
+generate-check:
+	@$(call header,generate-check: go generate ./... leaves no diff)
+	$(GO) generate ./...
+	@changed=$$(git status --porcelain -- '*_mwrpc.go' ':!benchmarks'); \
+	 if [ -n "$$changed" ]; then echo "generated files are stale (run go generate ./... and commit):"; echo "$$changed"; git diff -- '*_mwrpc.go' ':!benchmarks' | head -40; exit 1; fi; \
+	 echo "ok: generated files up to date"
 
 # Installs the pinned staticcheck when .bin/staticcheck is missing or another version.
 define install-staticcheck
