@@ -27,7 +27,7 @@ STATICCHECK         := $(BIN)/staticcheck
 
 # Packages tested with the race detector: the concurrent ones. Patterns whose directory does
 # not exist yet are dropped, so the list can name packages that are still being written.
-RACE_DIRS     := transport pool codec
+RACE_DIRS     := transport pool codec rpc examples
 RACE_PATTERNS := $(strip $(foreach d,$(RACE_DIRS),$(if $(wildcard $(d)/.),./$(d)/...)))
 TEST_TIMEOUT  := 15m
 
@@ -160,3 +160,18 @@ test-rxe:
 
 clean:
 	rm -rf "$(BIN)"
+
+# bench-quick and bench run the side-by-side harness (benchmarks/, its own module: gRPC-Go
+# and gonum/plot never enter the library's go.mod) against gRPC-Go, net/rpc and a raw TCP
+# ping-pong. bench-quick: 64 B and 1 MiB at concurrency 1 and 64, into
+# benchmarks/results/quick/ (under a minute). bench: the full matrix into benchmarks/results/
+# (a few minutes), which docs/performance.md shows. Not part of `make test`.
+.PHONY: bench-quick bench
+
+bench-quick:
+	@$(call header,bench-quick: benchmarks/cmd/mwrpcbench -quick)
+	cd benchmarks && $(GO) run ./cmd/mwrpcbench -quick
+
+bench:
+	@$(call header,bench: benchmarks/cmd/mwrpcbench (full matrix))
+	cd benchmarks && $(GO) run ./cmd/mwrpcbench

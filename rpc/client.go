@@ -193,16 +193,17 @@ func (c *Client) signalUp() {
 // pick chooses an endpoint that is up, by the balancer; nil if none is.
 func (c *Client) pick() *endpoint {
 	n := len(c.eps)
-	if c.opts.balancer == LeastOutstanding {
+	start := int(c.next.Add(1))
+	if c.opts.balancer == LeastOutstanding { // ties go round robin
 		var best *endpoint
-		for _, ep := range c.eps {
+		for i := 0; i < n; i++ {
+			ep := c.eps[(start+i)%n]
 			if ep.conn.Load() != nil && (best == nil || ep.outstanding.Load() < best.outstanding.Load()) {
 				best = ep
 			}
 		}
 		return best
 	}
-	start := int(c.next.Add(1))
 	for i := 0; i < n; i++ {
 		if ep := c.eps[(start+i)%n]; ep.conn.Load() != nil {
 			return ep
@@ -272,7 +273,6 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 		deadline = dl.UnixNano()
 	}
 	md := outgoing(ctx)
-	ep.outstanding.Add(1)
 	ep.lastUse.Store(time.Now().UnixNano())
 	var resp *transport.Response
 	if req == nil && len(raw) > 16<<10 {
@@ -368,6 +368,7 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 		if ep := c.pick(); ep != nil {
 			conn := ep.conn.Load()
 			if conn != nil && conn.Err() == nil {
+				ep.outstanding.Add(1) // from the pick on, so concurrent picks see it
 				return ep, conn, nil
 			}
 			if conn != nil { // failed before its maintainer noticed: nothing was sent on it

@@ -327,45 +327,62 @@ func TestServerRestart(t *testing.T) {
 }
 
 func TestBalancers(t *testing.T) {
-	for _, b := range []rpc.Balancer{rpc.RoundRobin, rpc.LeastOutstanding} {
-		t.Run(fmt.Sprint(b), func(t *testing.T) {
-			var counts [3]atomic.Int64
-			var addrs []string
-			for i := range counts {
-				srv := rpc.NewServer(rpc.WithUnaryInterceptor(func(ctx context.Context, req any, info *rpc.UnaryServerInfo, h rpc.UnaryHandler) (any, error) {
-					counts[i].Add(1)
-					return h(ctx, req)
-				}))
-				srv.RegisterService(&svcDesc, &impl{})
-				ln, _ := net.Listen("tcp", "127.0.0.1:0")
-				addrs = append(addrs, ln.Addr().String())
-				go srv.Serve(ln)
-				defer srv.Stop()
+	// Three servers; the first answers 20 ms late.
+	var counts [3]atomic.Int64
+	var addrs []string
+	for i := range counts {
+		srv := rpc.NewServer(rpc.WithUnaryInterceptor(func(ctx context.Context, req any, info *rpc.UnaryServerInfo, h rpc.UnaryHandler) (any, error) {
+			counts[i].Add(1)
+			if i == 0 {
+				time.Sleep(20 * time.Millisecond)
 			}
-			c, err := rpc.Dial(context.Background(), strings.Join(addrs, ","), rpc.WithBalancer(b))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			svc := svcClient{c}
-			var wg sync.WaitGroup
-			for i := 0; i < 90; i++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+			return h(ctx, req)
+		}))
+		srv.RegisterService(&svcDesc, &impl{})
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		addrs = append(addrs, ln.Addr().String())
+		go srv.Serve(ln)
+		defer srv.Stop()
+	}
+	run := func(t *testing.T, b rpc.Balancer) [3]int64 {
+		for i := range counts {
+			counts[i].Store(0)
+		}
+		c, err := rpc.Dial(context.Background(), strings.Join(addrs, ","), rpc.WithBalancer(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		svc := svcClient{c}
+		var wg sync.WaitGroup
+		for g := 0; g < 6; g++ { // 6 callers, 15 calls each
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 15; i++ {
 					if _, err := svc.Echo(context.Background(), &Msg{Text: "x"}); err != nil {
 						t.Error(err)
 					}
-				}()
-			}
-			wg.Wait()
-			for i := range counts {
-				if n := counts[i].Load(); n < 10 {
-					t.Errorf("endpoint %d served %d of 90 calls", i, n)
 				}
-			}
-		})
+			}()
+		}
+		wg.Wait()
+		return [3]int64{counts[0].Load(), counts[1].Load(), counts[2].Load()}
 	}
+	t.Run("round robin", func(t *testing.T) {
+		got := run(t, rpc.RoundRobin)
+		for i, n := range got {
+			if n < 20 || n > 40 {
+				t.Errorf("endpoint %d served %d of 90 calls; round robin gives each about 30 (%v)", i, n, got)
+			}
+		}
+	})
+	t.Run("least outstanding", func(t *testing.T) {
+		got := run(t, rpc.LeastOutstanding)
+		if got[0] >= 20 || got[1]+got[2] <= 70 {
+			t.Errorf("calls per endpoint %v: the slow endpoint 0 should get far fewer than a third", got)
+		}
+	})
 }
 
 func TestGracefulStop(t *testing.T) {

@@ -90,10 +90,11 @@ type recvSlot struct {
 }
 
 type sendSlot struct {
-	buf *pool.Buf
-	wrs [2]verbs.SendWR
-	sge [1]verbs.SGE
-	ctl bool // a Release: completes a ctrlOut
+	buf     *pool.Buf
+	wrs     [2]verbs.SendWR
+	sge     [1]verbs.SGE
+	ctl     bool // a Release: completes a ctrlOut
+	filling bool // c.mu: a sender is writing and posting it; teardown leaves it to the sender
 }
 
 type readOp struct {
@@ -287,6 +288,7 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 	c.freeSends = c.freeSends[:len(c.freeSends)-1]
 	s := &c.sends[i]
 	s.ctl = mode == sendControl
+	s.filling = true
 	if s.ctl {
 		c.ctrlOut++
 	} else {
@@ -315,7 +317,15 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 		s.wrs[0] = *bind
 		wrs = s.wrs[:]
 	}
-	if err := c.qp.PostSend(wrs); err != nil {
+	err := c.qp.PostSend(wrs)
+	c.mu.Lock()
+	s.filling = false
+	if c.torn { // torn down meanwhile: the slot is ours to release
+		s.buf.Release()
+		s.buf = nil
+	}
+	c.mu.Unlock()
+	if err != nil {
 		c.fail(err)
 		return false, c.failure()
 	}
@@ -462,9 +472,13 @@ func (c *Conn) fail(cause error) {
 	}
 	calls := c.calls
 	c.calls = make(map[uint64]*call)
-	serving := make([]*serverCall, 0, len(c.serving))
+	type use struct {
+		ctx *callCtx
+		gen uint64
+	}
+	serving := make([]use, 0, len(c.serving))
 	for _, sc := range c.serving {
-		serving = append(serving, sc)
+		serving = append(serving, use{sc.ctx, sc.ctx.generation()})
 	}
 	c.wakeLocked()
 	err := c.err
@@ -472,8 +486,8 @@ func (c *Conn) fail(cause error) {
 	for _, cl := range calls {
 		cl.finish(err)
 	}
-	for _, sc := range serving {
-		sc.ctx.cancel(context.Canceled)
+	for _, u := range serving {
+		u.ctx.cancelGen(u.gen, context.Canceled)
 	}
 	c.p.retire(c)
 }
@@ -540,9 +554,9 @@ func (c *Conn) releaseAll() {
 		}
 	}
 	for i := range c.sends {
-		if b := c.sends[i].buf; b != nil {
-			b.Release()
-			c.sends[i].buf = nil
+		if s := &c.sends[i]; s.buf != nil && !s.filling {
+			s.buf.Release()
+			s.buf = nil
 		}
 	}
 	for i := range c.reads {

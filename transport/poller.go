@@ -13,7 +13,8 @@ import (
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
-// cqDepth is the completion queue size of a poller.
+// cqDepth is the completion queue size of a poller, or the device's largest (MaxCQE) when
+// that is smaller: Soft-RoCE allows 32767.
 const cqDepth = 1 << 16
 
 // poller reaps one completion queue, shared by the connections assigned to it, on a
@@ -36,7 +37,11 @@ type poller struct {
 }
 
 func newPoller(t *Transport, i int) (*poller, error) {
-	cq, err := t.dev.CreateCQ(cqDepth)
+	depth := cqDepth
+	if m := t.dev.Attr().MaxCQE; m > 0 && m < depth {
+		depth = m
+	}
+	cq, err := t.dev.CreateCQ(depth)
 	if err != nil {
 		return nil, fmt.Errorf("transport: poller %d: %w", i, err)
 	}
@@ -307,10 +312,14 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 		return
 	case wire.KindCancel:
 		c.mu.Lock()
-		sc := c.serving[h.CallID]
+		var ctx *callCtx
+		var gen uint64
+		if sc := c.serving[h.CallID]; sc != nil {
+			ctx, gen = sc.ctx, sc.ctx.generation()
+		}
 		c.mu.Unlock()
-		if sc != nil {
-			sc.ctx.cancel(context.Canceled) // ctx.Err must be exactly Canceled
+		if ctx != nil {
+			ctx.cancelGen(gen, context.Canceled) // ctx.Err must be exactly Canceled
 		}
 	case wire.KindPing:
 		c.queueCtrl(wire.Header{Kind: wire.KindPong, CallID: h.CallID}, 0)

@@ -22,12 +22,12 @@ type serverCall struct {
 	buf  *pool.Buf // buffer holding a large req, or nil
 	inv  uint32    // the caller's request window, revoked by the response
 	at   time.Time // when the request's window was announced
-	ctx  callCtx
+	ctx  *callCtx  // kept across reuse: a derived context's timer may still hold it
 	w    ResponseWriter
 }
 
 var serverCallPool = sync.Pool{New: func() any {
-	sc := new(serverCall)
+	sc := &serverCall{ctx: new(callCtx)}
 	sc.w.sc = sc
 	return sc
 }}
@@ -57,7 +57,7 @@ func (sc *serverCall) serve(h Handler) {
 			}
 		}
 	}()
-	h.Serve(&sc.ctx, sc.req, &sc.w)
+	h.Serve(sc.ctx, sc.req, &sc.w)
 }
 
 // finish releases the request's memory and recycles the call.
@@ -76,9 +76,7 @@ func (sc *serverCall) finish() {
 	}
 	sc.ctx.reset()
 	t := c.t
-	w := sc.w
-	*sc = serverCall{}
-	sc.w = ResponseWriter{sc: w.sc}
+	*sc = serverCall{ctx: sc.ctx, w: ResponseWriter{sc: sc}}
 	serverCallPool.Put(sc)
 	t.running.Done()
 }
@@ -101,7 +99,7 @@ func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
 		w.buf.Release()
 		w.buf = nil
 	}
-	b, err := w.sc.c.t.pool.Get(&w.sc.ctx, n)
+	b, err := w.sc.c.t.pool.Get(w.sc.ctx, n)
 	if err != nil {
 		return nil, fmt.Errorf("transport: response buffer: %w", err)
 	}
@@ -156,6 +154,7 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 // fails. It is pooled with its serverCall and valid until the handler returns.
 type callCtx struct {
 	mu   sync.Mutex
+	gen  uint64 // bumped on reuse: a stale AfterFunc stop then does nothing
 	done chan struct{}
 	err  error
 	fns  []func()
@@ -191,17 +190,36 @@ func (x *callCtx) AfterFunc(f func()) func() bool {
 		go f()
 		return func() bool { return false }
 	}
-	i := len(x.fns)
+	i, gen := len(x.fns), x.gen
 	x.fns = append(x.fns, f)
 	return func() bool {
 		x.mu.Lock()
 		defer x.mu.Unlock()
-		if i < len(x.fns) && x.fns[i] != nil {
+		if x.gen == gen && i < len(x.fns) && x.fns[i] != nil {
 			x.fns[i] = nil
 			return true
 		}
 		return false
 	}
+}
+
+// generation returns the context's current use, for cancelGen.
+func (x *callCtx) generation() uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.gen
+}
+
+// cancelGen cancels the context if it is still in use gen: the call it belonged to may
+// have ended, and its context gone to another call, since gen was read.
+func (x *callCtx) cancelGen(gen uint64, err error) {
+	x.mu.Lock()
+	if x.gen != gen {
+		x.mu.Unlock()
+		return
+	}
+	x.mu.Unlock()
+	x.cancel(err)
 }
 
 func (x *callCtx) cancel(err error) {
@@ -227,6 +245,7 @@ func (x *callCtx) cancel(err error) {
 func (x *callCtx) reset() {
 	x.mu.Lock()
 	clear(x.fns)
+	x.gen++
 	x.done, x.err, x.fns = nil, nil, x.fns[:0]
 	x.mu.Unlock()
 }
