@@ -17,12 +17,9 @@ import (
 
 // pd is a protection domain (ibv_pd).
 type pd struct {
-	dev *Device
-	c   *C.struct_ibv_pd
-
-	mu     sync.Mutex
-	users  int // MRs, MWs and QPs
-	closed bool
+	dev   *Device
+	c     *C.struct_ibv_pd
+	users verbs.Users // MRs, MWs and QPs
 }
 
 // AllocPD allocates a protection domain.
@@ -38,35 +35,19 @@ func (d *Device) AllocPD() (verbs.PD, error) {
 	return &pd{dev: d, c: c}, nil
 }
 
-func (p *pd) use() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return fmt.Errorf("ibv: PD: %w", verbs.ErrClosed)
-	}
-	p.users++
-	return nil
-}
-
-func (p *pd) unuse() {
-	p.mu.Lock()
-	p.users--
-	p.mu.Unlock()
-}
+func (p *pd) use() error { return p.users.Acquire("ibv: PD") }
+func (p *pd) unuse()     { p.users.Release() }
 
 func (p *pd) Dealloc() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return fmt.Errorf("ibv: dealloc PD: %w", verbs.ErrClosed)
+	err := p.users.Close("ibv: dealloc PD", "MRs, MWs or QPs", func() error {
+		if rc := C.ibv_dealloc_pd(p.c); rc != 0 {
+			return errnoErr("dealloc PD", syscall.Errno(rc))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if p.users > 0 {
-		return fmt.Errorf("ibv: dealloc PD: %d MRs, MWs or QPs still use it: %w", p.users, verbs.ErrBusy)
-	}
-	if rc := C.ibv_dealloc_pd(p.c); rc != 0 {
-		return errnoErr("dealloc PD", syscall.Errno(rc))
-	}
-	p.closed = true
 	p.dev.unuse()
 	return nil
 }

@@ -248,39 +248,17 @@ func randomKey8() uint8 { return uint8(rand.Uint32()) }
 
 // pd is a protection domain.
 type pd struct {
-	dev *Device
-
-	mu     sync.Mutex
-	users  int // MRs, MWs and QPs
-	closed bool
+	dev   *Device
+	users verbs.Users // MRs, MWs and QPs
 }
 
-func (p *pd) use() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return fmt.Errorf("soft: PD: %w", verbs.ErrClosed)
-	}
-	p.users++
-	return nil
-}
-
-func (p *pd) unuse() {
-	p.mu.Lock()
-	p.users--
-	p.mu.Unlock()
-}
+func (p *pd) use() error { return p.users.Acquire("soft: PD") }
+func (p *pd) unuse()     { p.users.Release() }
 
 func (p *pd) Dealloc() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return fmt.Errorf("soft: dealloc PD: %w", verbs.ErrClosed)
+	if err := p.users.Close("soft: dealloc PD", "MRs, MWs or QPs", nil); err != nil {
+		return err
 	}
-	if p.users > 0 {
-		return fmt.Errorf("soft: dealloc PD: %d MRs, MWs or QPs still use it: %w", p.users, verbs.ErrBusy)
-	}
-	p.closed = true
 	p.dev.unuse()
 	return nil
 }
