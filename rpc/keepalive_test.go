@@ -1,0 +1,123 @@
+package rpc_test
+
+import (
+	"context"
+	"errors"
+
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mwrpc/mwrpc/rpc"
+)
+
+// proxy forwards TCP connections to target until freeze: then it stops moving bytes on
+// the connections it has (a peer that hangs without closing) and serves only new ones.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	frozen chan struct{}
+	done   chan struct{} // closed at cleanup: frozen pipes end
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, frozen: make(chan struct{}), done: make(chan struct{})}
+	go p.serve()
+	t.Cleanup(func() {
+		close(p.done)
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+	})
+	return p
+}
+
+func (p *proxy) serve() {
+	for {
+		a, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		b, err := net.Dial("tcp", p.target)
+		if err != nil {
+			a.Close()
+			continue
+		}
+		p.mu.Lock()
+		frozen := p.frozen
+		p.conns = append(p.conns, a, b)
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := src.Read(buf)
+				select {
+				case <-frozen:
+					<-p.done // hold the bytes, close nothing, until the test ends
+					return
+				default:
+				}
+				if err != nil {
+					dst.Close()
+					return
+				}
+				if _, err := dst.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}
+		go pipe(a, b)
+		go pipe(b, a)
+	}
+}
+
+// freeze hangs every connection made so far; later ones flow.
+func (p *proxy) freeze() {
+	p.mu.Lock()
+	close(p.frozen)
+	p.frozen = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// TestKeepaliveDetectsHungPeer: a peer that stops answering without closing is noticed by
+// the keepalive ping, which fails the call in flight with Unavailable long before the
+// transport's own timeout, and the client reconnects.
+func TestKeepaliveDetectsHungPeer(t *testing.T) {
+	e := start(t, nil)
+	px := newProxy(t, e.addr)
+	c, err := rpc.Dial(context.Background(), px.ln.Addr().String(),
+		rpc.WithKeepalive(50*time.Millisecond, 100*time.Millisecond), rpc.WithBackoff(10*time.Millisecond, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	svc := svcClient{c}
+	if _, err := svc.Echo(context.Background(), &Msg{Text: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	px.freeze()
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = svc.Echo(ctx, &Msg{Text: "hangs"})
+	if !errors.Is(err, rpc.ErrUnavailable) || time.Since(t0) > 2*time.Second {
+		t.Fatalf("call on a hung connection: %v after %v; want Unavailable within about keepalive interval + timeout", err, time.Since(t0))
+	}
+	// The client reconnects (through the proxy, whose new connections flow).
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	out := new(Msg)
+	if err := c.Invoke(ctx2, "/test.Svc/Echo", &Msg{Text: "after"}, out, rpc.WaitForReady()); err != nil || out.Text != "after" {
+		t.Fatalf("after reconnecting: %v", err)
+	}
+}
