@@ -52,11 +52,14 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 	if o.codec == nil {
 		o.codec = codec.Msgpack{}
 	}
-	if o.keepaliveTime == 0 {
+	if !o.keepaliveSet {
 		o.keepaliveTime, o.keepaliveTimeout = 30*time.Second, 10*time.Second
 	}
-	if o.backoffBase == 0 {
-		o.backoffBase, o.backoffMax = 50*time.Millisecond, 2*time.Second
+	if o.backoffBase <= 0 {
+		o.backoffBase = 50 * time.Millisecond
+	}
+	if o.backoffMax < o.backoffBase {
+		o.backoffMax = max(o.backoffBase, 2*time.Second)
 	}
 	for _, a := range strings.Split(target, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -131,8 +134,12 @@ func (c *Client) Close() error {
 func (c *Client) maintain(ep *endpoint) {
 	defer c.wg.Done()
 	backoff := c.opts.backoffBase
-	ticker := time.NewTicker(max(c.opts.keepaliveTime, time.Millisecond))
-	defer ticker.Stop()
+	var tick <-chan time.Time // nil when keepalive is off: never fires
+	if c.opts.keepaliveTime > 0 {
+		ticker := time.NewTicker(c.opts.keepaliveTime)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
 	for {
 		conn := ep.conn.Load()
 		if conn == nil {
@@ -162,14 +169,14 @@ func (c *Client) maintain(ep *endpoint) {
 		case <-conn.GoingAway():
 			// New calls go elsewhere (or to a new connection); this one finishes its own.
 			ep.conn.CompareAndSwap(conn, nil)
-			go func() {
-				for ep.outstanding.Load() > 0 && conn.Err() == nil {
+			go func() { // this connection's own calls finish, then it closes
+				for conn.InFlight() > 0 && conn.Err() == nil {
 					time.Sleep(time.Millisecond)
 				}
 				_ = conn.Close()
 			}()
-		case <-ticker.C:
-			if c.opts.keepaliveTime <= 0 || time.Since(time.Unix(0, ep.lastUse.Load())) < c.opts.keepaliveTime {
+		case <-tick:
+			if time.Since(time.Unix(0, ep.lastUse.Load())) < c.opts.keepaliveTime {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), c.opts.keepaliveTimeout)
@@ -216,6 +223,9 @@ func (c *Client) pick() *endpoint {
 func (c *Client) Invoke(ctx context.Context, method string, req, reply any, opts ...CallOption) error {
 	return c.invoker(ctx, method, req, reply, opts...)
 }
+
+// errSizeEstimate: a codec's Size was smaller than its encoding.
+var errSizeEstimate = errors.New("rpc: codec size estimate too small")
 
 var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
@@ -273,6 +283,10 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 		deadline = dl.UnixNano()
 	}
 	md := outgoing(ctx)
+	if err := checkRequest(method, md); err != nil {
+		ep.outstanding.Add(-1)
+		return nil, nil, &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
+	}
 	ep.lastUse.Store(time.Now().UnixNano())
 	var resp *transport.Response
 	if req == nil && len(raw) > 16<<10 {
@@ -282,7 +296,9 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 	if sz, ok := cod.(codec.Sizer); ok && req != nil { // a large body of known size is built in registered memory
 		if n, ok := sz.Size(req); ok && n > 16<<10 {
 			resp, err = c.callRegistered(ctx, conn, method, deadline, md, cod, req, nil, n)
-			goto done
+			if !errors.Is(err, errSizeEstimate) {
+				goto done
+			}
 		}
 	}
 	{
@@ -342,7 +358,7 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 	defer func() { *sp = env[:0]; scratchPool.Put(sp) }()
 	buf, err := c.tr.Pool().Get(ctx, len(env)+n)
 	if err != nil {
-		return nil, err
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request buffer for %s: %v", method, err), cause: err}
 	}
 	b := append(buf.Bytes()[:0], env...)
 	if req == nil {
@@ -350,9 +366,13 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 	} else {
 		b, err = cod.Append(b, req)
 	}
-	if err != nil || len(b) > buf.Cap() {
+	if err != nil {
 		buf.Release()
-		return nil, fmt.Errorf("rpc: encoding the request of %s (%d bytes in a buffer of %d): %w", method, len(b), buf.Cap(), err)
+		return nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
+	}
+	if len(b) > buf.Cap() { // the codec's size was short: the caller encodes the usual way
+		buf.Release()
+		return nil, errSizeEstimate
 	}
 	buf.SetLen(len(b))
 	return conn.CallBuf(ctx, buf)

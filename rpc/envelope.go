@@ -84,6 +84,14 @@ func checkMD(md MD) error {
 	return nil
 }
 
+// checkRequest validates what appendRequest encodes in fixed-width fields.
+func checkRequest(method string, md MD) error {
+	if len(method) == 0 || len(method) > maxMethodLen {
+		return fmt.Errorf("rpc: method name of %d bytes (1..%d)", len(method), maxMethodLen)
+	}
+	return checkMD(md)
+}
+
 // appendRequest appends a request envelope (everything but the body) to b.
 func appendRequest(b []byte, method string, deadline int64, md MD) []byte {
 	b = append(b, envVersion, 0)
@@ -123,12 +131,12 @@ func skipMD(b []byte, n int) (int, error) {
 			return 0, fmt.Errorf("%w: metadata key %d of %d bytes", errEnvelope, i, kl)
 		}
 		off += kl
-		vl := int(binary.LittleEndian.Uint32(b[off:]))
+		vl := binary.LittleEndian.Uint32(b[off:]) // compared unsigned: no overflow on 32 bits
 		off += 4
-		if vl > len(b)-off {
+		if uint64(vl) > uint64(len(b)-off) {
 			return 0, fmt.Errorf("%w: metadata value %d of %d bytes, %d left", errEnvelope, i, vl, len(b)-off)
 		}
-		off += vl
+		off += int(vl)
 	}
 	return off, nil
 }
@@ -167,7 +175,7 @@ func parseResponse(b []byte, r *response) error {
 		return fmt.Errorf("%w: version %d, flags %d", errEnvelope, b[0], b[1])
 	}
 	r.nmd = int(binary.LittleEndian.Uint16(b[2:]))
-	msgLen := int(binary.LittleEndian.Uint32(b[4:]))
+	msgLen := binary.LittleEndian.Uint32(b[4:])
 	rest := b[respFixed:]
 	if r.nmd > maxMDEntries {
 		return fmt.Errorf("%w: %d metadata entries", errEnvelope, r.nmd)
@@ -177,7 +185,7 @@ func parseResponse(b []byte, r *response) error {
 		return err
 	}
 	r.md, rest = rest[:n], rest[n:]
-	if msgLen > len(rest) {
+	if uint64(msgLen) > uint64(len(rest)) {
 		return fmt.Errorf("%w: status message of %d bytes, %d left", errEnvelope, msgLen, len(rest))
 	}
 	r.msg, r.body = rest[:msgLen], rest[msgLen:]

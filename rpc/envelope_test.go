@@ -84,3 +84,17 @@ func FuzzParseResponse(f *testing.F) {
 		_ = decodeMD(r.md, r.nmd)
 	})
 }
+
+// TestEnvelopeHugeLengths: lengths of 2^32-1 are refused (on 32-bit platforms they used
+// to turn negative and slip past the checks).
+func TestEnvelopeHugeLengths(t *testing.T) {
+	var p response
+	if err := parseResponse([]byte{1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, &p); !errors.Is(err, errEnvelope) {
+		t.Errorf("message length 2^32-1: %v", err)
+	}
+	b := appendResponse(nil, MD{"k": {"v"}}, "")
+	b[respFixed+2+1+0], b[respFixed+2+1+1], b[respFixed+2+1+2], b[respFixed+2+1+3] = 0xff, 0xff, 0xff, 0xff
+	if err := parseResponse(b, &p); !errors.Is(err, errEnvelope) {
+		t.Errorf("metadata value length 2^32-1: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"slices"
 	"strings"
 )
 
@@ -53,15 +54,18 @@ func SetTrailer(ctx context.Context, md MD) error {
 	if !ok {
 		return Errorf(Internal, "rpc: SetTrailer outside a handler")
 	}
-	if err := checkMD(md); err != nil {
-		return err
-	}
-	if st.trailer == nil {
-		st.trailer = MD{}
+	merged := make(MD, len(st.trailer)+len(md))
+	for k, v := range st.trailer {
+		merged[k] = v
 	}
 	for k, v := range md {
-		st.trailer[strings.ToLower(k)] = append(st.trailer[strings.ToLower(k)], v...)
+		k = strings.ToLower(k)
+		merged[k] = append(slices.Clip(merged[k]), v...)
 	}
+	if err := checkMD(merged); err != nil { // the whole trailer must fit the envelope
+		return &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
+	}
+	st.trailer = merged
 	return nil
 }
 

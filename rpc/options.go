@@ -71,6 +71,7 @@ type dialOptions struct {
 	balancer         Balancer
 	keepaliveTime    time.Duration
 	keepaliveTimeout time.Duration
+	keepaliveSet     bool
 	backoffBase      time.Duration
 	backoffMax       time.Duration
 }
@@ -132,7 +133,7 @@ func WithBalancer(b Balancer) DialOption { return func(o *dialOptions) { o.balan
 // WithKeepalive pings an idle connection every interval and drops it (to reconnect) when a
 // ping gets no answer within timeout. Zero disables; the default is 30s and 10s.
 func WithKeepalive(interval, timeout time.Duration) DialOption {
-	return func(o *dialOptions) { o.keepaliveTime, o.keepaliveTimeout = interval, timeout }
+	return func(o *dialOptions) { o.keepaliveTime, o.keepaliveTimeout, o.keepaliveSet = interval, timeout, true }
 }
 
 // WithBackoff sets the reconnection backoff: it starts at base and doubles up to max, with

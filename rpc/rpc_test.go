@@ -398,3 +398,14 @@ func TestGracefulStop(t *testing.T) {
 		t.Fatalf("a call in flight during GracefulStop failed: %v", err)
 	}
 }
+
+func TestBadOutgoingMetadata(t *testing.T) {
+	e := start(t, nil)
+	ctx := rpc.NewOutgoingContext(context.Background(), rpc.MD{strings.Repeat("k", 70000): {"v"}})
+	if _, err := e.svc.Echo(ctx, &Msg{}); !errors.Is(err, rpc.ErrInvalidArgument) || !strings.Contains(err.Error(), "metadata key") {
+		t.Fatalf("a 70000-byte metadata key: %v, want InvalidArgument naming it", err)
+	}
+	if _, err := e.svc.Echo(context.Background(), &Msg{Text: "still fine"}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -88,6 +89,10 @@ func (s *Server) RegisterService(sd *ServiceDesc, impl any) {
 func (s *Server) Serve(ln net.Listener) error {
 	tr, err := s.transport()
 	if err != nil {
+		_ = ln.Close()
+		if errors.Is(err, ErrUnavailable) {
+			return nil // stopped before serving
+		}
 		return err
 	}
 	s.mu.Lock()
@@ -124,6 +129,9 @@ func (s *Server) transport() (*transport.Transport, error) {
 	if s.tr != nil {
 		return s.tr, nil
 	}
+	if s.stopped {
+		return nil, Errorf(Unavailable, "rpc: server stopped")
+	}
 	dev := s.opts.device
 	if dev == nil {
 		d, err := soft.OpenTCP("mwrpc-server")
@@ -158,9 +166,11 @@ func (s *Server) Stop() {
 // (GOAWAY), waits for the calls in flight to complete, then stops.
 func (s *Server) GracefulStop() {
 	s.stop(func(tr *transport.Transport) {
-		ctx := context.Background()
+		// A live peer that returns no credits must not hold GOAWAY up forever.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		tr.GoAway(ctx)
-		_ = tr.WaitIdle(ctx)
+		cancel()
+		_ = tr.WaitIdle(context.Background())
 	})
 }
 
@@ -205,6 +215,7 @@ type serverStream struct {
 	trailer MD
 	dec     func(any) error // bound once to decode
 	scratch []byte
+	derived atomic.Bool // AfterFunc was called: a derived context may use it after the call
 }
 
 var streamPool = sync.Pool{New: func() any {
@@ -239,6 +250,7 @@ type afterFuncer interface {
 
 // AfterFunc lets derived contexts follow cancellation without a goroutine each.
 func (st *serverStream) AfterFunc(f func()) func() bool {
+	st.derived.Store(true)
 	if a, ok := st.inner.(afterFuncer); ok {
 		return a.AfterFunc(f)
 	}
@@ -277,6 +289,9 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		s.writeError(w, st, status.Code, status.Message)
 	} else {
 		s.writeResponse(w, st, m, resp)
+	}
+	if st.derived.Load() {
+		return // a derived context may still call into it: not reused
 	}
 	st.inner, st.method, st.body, st.md, st.inMD, st.trailer = nil, nil, nil, nil, nil, nil
 	streamPool.Put(st)

@@ -116,9 +116,9 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 	h := wire.Header{Kind: wire.KindRequest, CallID: cl.id}
 	var err error
 	if large != nil {
-		err = c.sendLarge(ctx, &h, large, 0)
+		err = c.sendLarge(ctx, &h, large, revoke{})
 	} else {
-		_, err = c.send(ctx, &h, eager, nil, 0, sendWait)
+		_, err = c.send(ctx, &h, eager, nil, revoke{}, sendWait)
 	}
 	if err != nil {
 		if c.forgetCall(cl) {
@@ -152,7 +152,7 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 		return nil, ctx.Err()
 	}
 	callPool.Put(cl)
-	c.queueCtrl(wire.Header{Kind: wire.KindCancel, CallID: cl.id}, 0)
+	c.queueCtrl(wire.Header{Kind: wire.KindCancel, CallID: cl.id}, revoke{})
 	return nil, ctx.Err()
 }
 
@@ -194,7 +194,7 @@ func (c *Conn) Ping(ctx context.Context) error {
 	c.calls[cl.id] = cl
 	c.mu.Unlock()
 	h := wire.Header{Kind: wire.KindPing, CallID: cl.id}
-	if _, err := c.send(ctx, &h, nil, nil, 0, sendWait); err != nil {
+	if _, err := c.send(ctx, &h, nil, nil, revoke{}, sendWait); err != nil {
 		if !c.forgetCall(cl) {
 			<-cl.done
 		}

@@ -62,7 +62,7 @@ type Conn struct {
 	wake       chan struct{} // closed to wake waiters (credits, slots, windows, failure)
 	pendingInv []pendingInv  // peer windows to revoke with our next SEND
 	ctrl       []wire.Header // counted messages the poller could not send yet
-	ctrlInv    []uint32      // the rkey each ctrl message revokes, or 0
+	ctrlInv    []revoke      // the window each ctrl message revokes, if any
 	calls      map[uint64]*call
 	nextID     uint64
 	serving    map[uint64]*serverCall
@@ -80,6 +80,13 @@ type Conn struct {
 type pendingInv struct {
 	rkey  uint32
 	since time.Time // when the window's header arrived
+}
+
+// revoke names a peer window a SEND_WITH_INV revokes, and when it was announced: the
+// revocation is sent only within half the lease of that (see popInvLocked).
+type revoke struct {
+	rkey uint32
+	at   time.Time
 }
 
 type recvSlot struct {
@@ -223,17 +230,18 @@ func (c *Conn) releaseSlot(i int, counted bool) {
 		c.fail(err)
 		return
 	}
-	if counted {
-		if n := c.owed.Add(1); int(n) >= max(1, c.t.cfg.Credits/8) {
-			c.returnCredits()
-		}
+	if counted && c.owed.Add(1) >= c.creditThreshold() {
+		c.returnCredits()
 	}
 }
+
+// creditThreshold is how many reposted slots are worth a Release of their own.
+func (c *Conn) creditThreshold() int32 { return int32(max(1, c.t.cfg.Credits/8)) }
 
 // returnCredits announces reposted slots in a Release, which needs no credit.
 func (c *Conn) returnCredits() {
 	h := wire.Header{Kind: wire.KindRelease}
-	_, _ = c.send(context.Background(), &h, nil, nil, 0, sendControl)
+	_, _ = c.send(context.Background(), &h, nil, nil, revoke{}, sendControl)
 }
 
 type sendMode uint8
@@ -247,10 +255,10 @@ const (
 var errNoCredit = errors.New("transport: no credit")
 
 // send posts one message: h, then payload (copied into a send slot; at most c.eager
-// bytes). bind, if set, is posted just before it (a large message's window). inv revokes a
-// peer window with SEND_WITH_INV; when zero, a pending revocation rides along. It reports
-// whether the message was posted: if not, bind was not either.
-func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *verbs.SendWR, inv uint32, mode sendMode) (bool, error) {
+// bytes). bind, if set, is posted just before it (a large message's window). rv revokes a
+// peer window with SEND_WITH_INV; when it has none, a pending revocation rides along. It
+// reports whether the message was posted: if not, bind was not either.
+func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
 	if !c.ready.Load() {
 		if mode != sendWait {
 			return false, errNoCredit // queued; flushed once the connection is ready
@@ -293,6 +301,12 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 		c.ctrlOut++
 	} else {
 		c.avail--
+	}
+	// A revocation leaves only within half the lease of the window's announcement, judged
+	// now, after every wait: later the owner's lease may already have reclaimed it.
+	inv := rv.rkey
+	if inv != 0 && time.Since(rv.at) >= c.t.cfg.Lease/2 {
+		inv = 0
 	}
 	if inv == 0 {
 		inv = c.popInvLocked()
@@ -381,7 +395,7 @@ func (c *Conn) failure() error {
 
 // sendLarge exposes buf (n bytes) through the next window and announces it. The window
 // (and buf) belong to the binding from then on, until the peer or a LOCAL_INV revokes it.
-func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, inv uint32) error {
+func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv revoke) error {
 	w, err := c.nextWindow(ctx)
 	if err != nil {
 		buf.Release()
@@ -394,7 +408,7 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, inv
 		return fmt.Errorf("transport: %w", err)
 	}
 	h.Flags, h.Len, h.RKey, h.Addr = wire.FlagLarge, uint32(buf.Len()), w.RKey(), buf.Addr()
-	posted, err := c.send(ctx, h, nil, &bind, inv, sendWait)
+	posted, err := c.send(ctx, h, nil, &bind, rv, sendWait)
 	if posted {
 		c.t.counters.bound.Add(1)
 	}
@@ -422,6 +436,12 @@ func (c *Conn) nextWindow(ctx context.Context) (*pool.Window, error) {
 			return nil, fmt.Errorf("transport: %w", err)
 		}
 		c.mu.Lock()
+		// Again under c.mu: a window freed since is found here, or its invalidation wakes
+		// us (invalidated takes c.mu after freeing it).
+		if w, err = c.ws.Next(); err == nil {
+			c.mu.Unlock()
+			return w, nil
+		}
 		if c.err == nil {
 			err = c.waitLocked(ctx)
 		} else {
@@ -507,8 +527,15 @@ var errClosed = fmt.Errorf("%w: connection closed", ErrUnavailable)
 // sent complete, and a caller should send new ones elsewhere (GoingAway on its side).
 func (c *Conn) GoAway(ctx context.Context) error {
 	h := wire.Header{Kind: wire.KindGoAway}
-	_, err := c.send(ctx, &h, nil, nil, 0, sendWait)
+	_, err := c.send(ctx, &h, nil, nil, revoke{}, sendWait)
 	return err
+}
+
+// InFlight returns the calls (and pings) waiting for their answer on this connection.
+func (c *Conn) InFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.calls)
 }
 
 // GoingAway is closed when the peer sent GOAWAY.

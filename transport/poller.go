@@ -322,7 +322,7 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 			ctx.cancelGen(gen, context.Canceled) // ctx.Err must be exactly Canceled
 		}
 	case wire.KindPing:
-		c.queueCtrl(wire.Header{Kind: wire.KindPong, CallID: h.CallID}, 0)
+		c.queueCtrl(wire.Header{Kind: wire.KindPong, CallID: h.CallID}, revoke{})
 	case wire.KindPong:
 		if cl := c.takeCall(h.CallID); cl != nil {
 			cl.finish(nil)
@@ -369,7 +369,7 @@ func (c *Conn) startRead(h *wire.Header) {
 // gets StatusResourceExhausted (revoking its window), a response fails its call.
 func (c *Conn) refuseLarge(h *wire.Header, why error) {
 	if h.Kind == wire.KindRequest {
-		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, h.RKey)
+		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, revoke{h.RKey, time.Now()})
 		return
 	}
 	c.queueInv(h.RKey, time.Now())
@@ -404,14 +404,18 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	sc := serverCallPool.Get().(*serverCall)
 	sc.c, sc.id, sc.req, sc.slot, sc.buf = c, h.CallID, req, slot, buf
 	if h.Flags&wire.FlagLarge != 0 {
-		sc.inv, sc.at = h.RKey, at
+		sc.inv = revoke{h.RKey, at}
 	}
 	c.mu.Lock()
 	if slot >= 0 {
 		c.recv[slot].held = true
 	}
 	c.serving[h.CallID] = sc
+	dead := c.err != nil
 	c.mu.Unlock()
+	if dead { // fail already canceled the calls it knew of: this one starts canceled
+		sc.ctx.cancel(context.Canceled)
+	}
 	c.t.running.Add(1)
 	c.t.counters.served.Add(1)
 	if err := c.t.workers.Invoke(sc); err != nil {
@@ -457,7 +461,7 @@ func (c *Conn) queueInv(rkey uint32, since time.Time) {
 
 // queueCtrl queues a counted message the poller sends when it can (a pong, a cancel, an
 // overload answer): the poller never waits for a credit.
-func (c *Conn) queueCtrl(h wire.Header, inv uint32) {
+func (c *Conn) queueCtrl(h wire.Header, inv revoke) {
 	c.mu.Lock()
 	c.ctrl = append(c.ctrl, h)
 	c.ctrlInv = append(c.ctrlInv, inv)
@@ -481,7 +485,7 @@ func (c *Conn) flushCtrl() {
 		h, inv := c.ctrl[0], c.ctrlInv[0]
 		c.mu.Unlock()
 		if _, err := c.send(bg, &h, nil, nil, inv, sendTry); err != nil {
-			return // no credit: the next credit arrival flushes again
+			break // no credit: the next credit arrival flushes again; Releases need none
 		}
 		c.mu.Lock()
 		c.ctrl, c.ctrlInv = c.ctrl[1:], c.ctrlInv[1:]
@@ -491,11 +495,11 @@ func (c *Conn) flushCtrl() {
 		c.mu.Lock()
 		n := len(c.pendingInv)
 		c.mu.Unlock()
-		if n == 0 {
+		if n == 0 && c.owed.Load() < c.creditThreshold() {
 			return
 		}
-		h := wire.Header{Kind: wire.KindRelease}
-		if _, err := c.send(bg, &h, nil, nil, 0, sendControl); err != nil {
+		h := wire.Header{Kind: wire.KindRelease} // carries a revocation and the owed credits
+		if _, err := c.send(bg, &h, nil, nil, revoke{}, sendControl); err != nil {
 			return // all control slots in flight: a send completion flushes again
 		}
 	}
@@ -508,7 +512,7 @@ func (c *Conn) onSent(i int) {
 	flush := false
 	if c.sends[i].ctl {
 		c.ctrlOut--
-		flush = len(c.pendingInv) > 0
+		flush = len(c.pendingInv) > 0 || c.owed.Load() >= c.creditThreshold()
 	}
 	flush = flush || len(c.ctrl) > 0
 	if c.waiters > 0 {

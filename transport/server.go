@@ -20,8 +20,7 @@ type serverCall struct {
 	req  []byte
 	slot int       // receive slot holding req, or -1
 	buf  *pool.Buf // buffer holding a large req, or nil
-	inv  uint32    // the caller's request window, revoked by the response
-	at   time.Time // when the request's window was announced
+	inv  revoke    // the caller's request window, revoked by the response
 	ctx  *callCtx  // kept across reuse: a derived context's timer may still hold it
 	w    ResponseWriter
 }
@@ -74,9 +73,14 @@ func (sc *serverCall) finish() {
 	if sc.w.buf != nil {
 		sc.w.buf.Release()
 	}
-	sc.ctx.reset()
+	ctx := sc.ctx
+	if !ctx.reset() {
+		// A context derived from it (a deadline's timer, a canceling goroutine) may still
+		// read it: it stays as it is, and the next call gets a new one.
+		ctx = new(callCtx)
+	}
 	t := c.t
-	*sc = serverCall{ctx: sc.ctx, w: ResponseWriter{sc: sc}}
+	*sc = serverCall{ctx: ctx, w: ResponseWriter{sc: sc}}
 	serverCallPool.Put(sc)
 	t.running.Done()
 }
@@ -121,11 +125,6 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 	// The response must go out even if the caller gave up: it revokes the caller's
 	// request window. Waits end when the connection fails.
 	ctx := context.Background()
-	if sc.inv != 0 && time.Since(sc.at) >= c.t.cfg.Lease/2 {
-		// Too late to revoke safely: the caller's lease may reclaim the window at any
-		// moment, and a window must never be invalidated twice. The lease frees it.
-		sc.inv = 0
-	}
 	if len(payload) > c.maxSend {
 		h.Status = StatusResourceExhausted
 		msg := fmt.Appendf(nil, "mwrpc: response of %d bytes exceeds the maximum message size %d", len(payload), c.maxSend)
@@ -143,7 +142,11 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 	} else {
 		var err error
 		if buf, err = c.t.pool.Get(ctx, len(payload)); err != nil {
-			return fmt.Errorf("transport: response buffer: %w", err)
+			// The caller still gets an answer (and its window revoked).
+			h.Status = StatusResourceExhausted
+			msg := fmt.Appendf(nil, "mwrpc: no registered memory for a response of %d bytes: %v", len(payload), err)
+			_, serr := c.send(ctx, &h, msg, nil, sc.inv, sendWait)
+			return errors.Join(fmt.Errorf("transport: response buffer: %w", err), serr)
 		}
 		copy(buf.Bytes(), payload)
 	}
@@ -153,11 +156,12 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 // callCtx is a handler's context: canceled when the caller cancels or the connection
 // fails. It is pooled with its serverCall and valid until the handler returns.
 type callCtx struct {
-	mu   sync.Mutex
-	gen  uint64 // bumped on reuse: a stale AfterFunc stop then does nothing
-	done chan struct{}
-	err  error
-	fns  []func()
+	mu      sync.Mutex
+	gen     uint64 // bumped on reuse: a stale AfterFunc stop then does nothing
+	done    chan struct{}
+	err     error
+	fns     []func()
+	derived bool // AfterFunc was called: a derived context may use this one after the call
 }
 
 func (x *callCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -186,6 +190,7 @@ func (x *callCtx) Err() error {
 func (x *callCtx) AfterFunc(f func()) func() bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.derived = true
 	if x.err != nil {
 		go f()
 		return func() bool { return false }
@@ -211,20 +216,21 @@ func (x *callCtx) generation() uint64 {
 }
 
 // cancelGen cancels the context if it is still in use gen: the call it belonged to may
-// have ended, and its context gone to another call, since gen was read.
+// have ended, and its context gone to another call, since gen was read. The check and the
+// cancel are one hold of the lock.
 func (x *callCtx) cancelGen(gen uint64, err error) {
 	x.mu.Lock()
-	if x.gen != gen {
-		x.mu.Unlock()
-		return
-	}
-	x.mu.Unlock()
-	x.cancel(err)
+	x.cancelLocked(gen, err)
 }
 
 func (x *callCtx) cancel(err error) {
 	x.mu.Lock()
-	if x.err != nil {
+	x.cancelLocked(x.gen, err)
+}
+
+// cancelLocked cancels use gen of the context; x.mu is held and released.
+func (x *callCtx) cancelLocked(gen uint64, err error) {
+	if x.err != nil || x.gen != gen {
 		x.mu.Unlock()
 		return
 	}
@@ -242,12 +248,18 @@ func (x *callCtx) cancel(err error) {
 	}
 }
 
-func (x *callCtx) reset() {
+// reset readies the context for another call, unless contexts were derived from it; it
+// reports whether it did.
+func (x *callCtx) reset() bool {
 	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.gen++ // stale stops and cancels do nothing from here on
+	if x.derived {
+		return false
+	}
 	clear(x.fns)
-	x.gen++
 	x.done, x.err, x.fns = nil, nil, x.fns[:0]
-	x.mu.Unlock()
+	return true
 }
 
 var bg = context.Background()

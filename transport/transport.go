@@ -38,6 +38,8 @@ type Transport struct {
 	nextConn atomic.Uint32
 	mu       sync.Mutex
 	conns    map[*Conn]struct{}
+	setup    map[net.Conn]struct{} // streams of connections being set up
+	setupWG  sync.WaitGroup
 	closed   bool
 	wg       sync.WaitGroup // pollers
 	running  counter        // handlers
@@ -123,7 +125,7 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 		_ = pd.Dealloc()
 		return nil, fmt.Errorf("transport: %w", err)
 	}
-	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, conns: make(map[*Conn]struct{})}
+	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, conns: make(map[*Conn]struct{}), setup: make(map[net.Conn]struct{})}
 	t.workers, err = ants.NewPoolWithFunc(cfg.Handlers, runServerCall, ants.WithNonblocking(true))
 	if err != nil {
 		_ = bp.Close()
@@ -192,6 +194,23 @@ func (t *Transport) isClosed() bool {
 // sides must): the hello exchange, a queue pair connected with cm, receive slots posted.
 // The stream belongs to the connection (or is closed) afterwards.
 func (t *Transport) NewConn(ctx context.Context, nc net.Conn) (*Conn, error) {
+	// Close aborts setups in progress (by closing their streams) and waits for them, so
+	// that no connection outlives the pollers it was assigned to.
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		_ = nc.Close()
+		return nil, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+	}
+	t.setup[nc] = struct{}{}
+	t.setupWG.Add(1)
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.setup, nc)
+		t.mu.Unlock()
+		t.setupWG.Done()
+	}()
 	c, err := t.newConn(ctx, nc)
 	if err != nil {
 		_ = nc.Close()
@@ -282,6 +301,12 @@ func (t *Transport) Close() error {
 		return fmt.Errorf("transport: close: %w", verbs.ErrClosed)
 	}
 	t.closed = true
+	for nc := range t.setup {
+		_ = nc.Close()
+	}
+	t.mu.Unlock()
+	t.setupWG.Wait()
+	t.mu.Lock()
 	conns := make([]*Conn, 0, len(t.conns))
 	for c := range t.conns {
 		conns = append(conns, c)
