@@ -40,7 +40,7 @@ BENCH_PATTERNS := $(strip $(foreach d,$(BENCH_DIRS),$(if $(wildcard $(d)/.),./$(
 # The steps of `make test`, in order. Later steps (for example test-rxe, the ibv provider
 # against Soft-RoCE in a VM) are added here with TEST_STEPS += ..., and report a skip with
 # $(call skip,...) so that CI=true turns it into a failure.
-TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace fuzz-smoke
+TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace test-benchmarks fuzz-smoke
 
 # $(call header,title) prints a step header, with the time of day so that CI logs show
 # how long each step took.
@@ -106,6 +106,12 @@ test-race:
 test-norace:
 	@$(call header,go test ./... (no race detector))
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The benchmark harness is a module of its own (so gRPC never enters the library's
+# go.mod), which ./... does not reach: vet it and run its small self-test.
+test-benchmarks:
+	@$(call header,benchmarks module: go vet and go test)
+	cd benchmarks && $(GO) vet ./... && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # fuzz-smoke and fuzz find every `func FuzzX(` in the module's test files and run each
 # target on its own (go test -fuzz takes one target per invocation).

@@ -1,0 +1,251 @@
+// Command mwrpcbench measures mwrpc side by side with gRPC-Go, net/rpc and a raw TCP
+// ping-pong, in one run on one machine, and writes the results as JSON, a markdown table
+// and PNG charts.
+//
+// Systems (-systems, comma-separated; all by default):
+//
+//	mwrpc-tcp     mwrpc over the soft provider's TCP fabric (what rpc.Dial does by default)
+//	mwrpc-inproc  mwrpc over the soft provider's in-process fabric
+//	grpc          gRPC-Go, a hand-written ServiceDesc and a raw-bytes codec (no protobuf)
+//	netrpc        net/rpc (gob) over TCP
+//	rawtcp        a length-prefixed echo over TCP: the floor
+//
+// mwrpc over the cgo ibv provider (build tag ibverbs) is not part of the harness yet.
+//
+// Each system echoes payloads of each size (-payloads) from each number of concurrent
+// callers (-concurrency) sharing one client (raw TCP: one connection per caller). Per
+// cell, every system is set up, warmed up, then measured -rounds times for -duration,
+// the systems interleaved and their order rotated each round; reports show medians across
+// rounds. Client and server run in this one process, so allocations and CPU time are both
+// sides together. Cells with more than -max-inflight bytes in flight per direction
+// (payload × concurrency) are skipped: by default 16 MiB runs at concurrency 1 and 8 only.
+//
+// Outputs, in -out (results, or results/quick with -quick): latest.json, latest.md, and
+// the charts latency_p50.png, throughput_ops.png and throughput_mbps.png. The markdown is
+// printed to stdout as well; progress goes to stderr (a bar on a terminal).
+//
+//	cd benchmarks && go run ./cmd/mwrpcbench -quick   # 64 B and 1 MiB, concurrency 1 and 64
+//	cd benchmarks && go run ./cmd/mwrpcbench          # the full matrix, a few minutes
+//	go run ./cmd/mwrpcbench -systems mwrpc-tcp -payloads 64 -concurrency 1 -cpuprofile cpu.pprof
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/mwrpc/mwrpc/benchmarks/internal/bench"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, term.IsTerminal(int(os.Stderr.Fd()))))
+}
+
+// The matrices.
+const (
+	fullPayloads     = "64,4KiB,64KiB,1MiB,16MiB"
+	fullConcurrency  = "1,8,64"
+	quickPayloads    = "64,1MiB"
+	quickConcurrency = "1,64"
+)
+
+// run is the command; it returns the exit status. tty says whether stderr is a terminal.
+func run(args []string, stdout, stderr io.Writer, tty bool) int {
+	fs := flag.NewFlagSet("mwrpcbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		quick       = fs.Bool("quick", false, "reduced matrix ("+quickPayloads+"; concurrency "+quickConcurrency+"; shorter rounds): about half a minute")
+		systems     = fs.String("systems", "all", "systems to run, comma-separated: "+strings.Join(bench.SystemNames(), ","))
+		payloads    = fs.String("payloads", fullPayloads, "payload sizes, comma-separated (64, 4KiB, 1MiB ...)")
+		concurrency = fs.String("concurrency", fullConcurrency, "concurrent callers per system, comma-separated")
+		duration    = fs.Duration("duration", time.Second, "measured time per system per round (-quick: 300ms)")
+		warmup      = fs.Duration("warmup", 200*time.Millisecond, "unmeasured time per system per cell, after setup (-quick: 100ms)")
+		rounds      = fs.Int("rounds", 3, "rounds per cell; reports show medians across rounds")
+		maxInflight = fs.String("max-inflight", "128MiB", "skip cells whose payload × concurrency exceeds this (0: no cap)")
+		out         = fs.String("out", "results", "output directory (-quick: results/quick)")
+		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "mwrpcbench: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *quick {
+		for name, v := range map[string]string{"payloads": quickPayloads, "concurrency": quickConcurrency,
+			"duration": "300ms", "warmup": "100ms", "out": filepath.Join("results", "quick")} {
+			if !set[name] {
+				_ = fs.Set(name, v)
+			}
+		}
+	}
+
+	cfg := bench.Config{Duration: *duration, Warmup: *warmup, Rounds: *rounds}
+	var err error
+	if cfg.Systems, err = bench.LookupSystems(*systems); err != nil {
+		return usage(stderr, err)
+	}
+	if cfg.Payloads, err = parseList(*payloads, parseSize); err != nil {
+		return usage(stderr, fmt.Errorf("-payloads: %w", err))
+	}
+	if cfg.Concurrency, err = parseList(*concurrency, strconv.Atoi); err != nil {
+		return usage(stderr, fmt.Errorf("-concurrency: %w", err))
+	}
+	inflight, err := parseSize(*maxInflight)
+	if err != nil {
+		return usage(stderr, fmt.Errorf("-max-inflight: %w", err))
+	}
+	cfg.MaxInflight = int64(inflight)
+	if cfg.Rounds < 1 || cfg.Duration <= 0 || cfg.Warmup < 0 {
+		return usage(stderr, errors.New("-rounds and -duration must be positive, -warmup not negative"))
+	}
+	cells, skipped := cfg.Cells()
+	if len(cells) == 0 {
+		return usage(stderr, errors.New("every cell is above -max-inflight"))
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fmt.Fprintln(stderr, "mwrpcbench:", err)
+		return 1
+	}
+
+	start := time.Now()
+	rep := &bench.Report{Machine: bench.ThisMachine(start)}
+	rep.Setup = bench.Setup{
+		Command:          strings.TrimSpace("mwrpcbench " + strings.Join(args, " ")),
+		Source:           bench.Source(),
+		LoadAvg:          [2]float64{bench.LoadAvg()},
+		InProcess:        bench.InProcessNote,
+		Payloads:         cfg.Payloads,
+		Concurrency:      cfg.Concurrency,
+		DurationNs:       cfg.Duration.Nanoseconds(),
+		WarmupNs:         cfg.Warmup.Nanoseconds(),
+		Rounds:           cfg.Rounds,
+		MaxInflightBytes: cfg.MaxInflight,
+		SkippedCells:     []string{},
+		Notes:            []string{"mwrpc over the cgo ibv provider (build tag ibverbs) is not part of the harness yet."},
+	}
+	for _, s := range cfg.Systems {
+		rep.Setup.Systems = append(rep.Setup.Systems, bench.SystemInfo{Name: s.Name, Desc: s.Desc})
+	}
+	for _, c := range skipped {
+		rep.Setup.SkippedCells = append(rep.Setup.SkippedCells, c.String())
+	}
+	fmt.Fprintf(stderr, "mwrpcbench: %d cells × %d systems × %d rounds of %v; %s\n",
+		len(cells), len(cfg.Systems), cfg.Rounds, cfg.Duration, bench.InProcessNote)
+	for _, n := range rep.Setup.Notes {
+		fmt.Fprintln(stderr, "mwrpcbench: note:", n)
+	}
+	if len(skipped) > 0 {
+		fmt.Fprintf(stderr, "mwrpcbench: skipping %s (more than %s in flight per direction; see -max-inflight)\n",
+			strings.Join(rep.Setup.SkippedCells, ", "), *maxInflight)
+	}
+
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(stderr, "mwrpcbench:", err)
+			return 1
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "mwrpcbench:", err)
+			return 1
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
+	cfg.Progress = bench.NewProgress(stderr, tty, cfg.Rounds)
+	rep.Results, err = bench.Run(cfg)
+	rep.Setup.LoadAvg[1] = bench.LoadAvg()
+	rep.Setup.WallSeconds = float64(time.Since(start).Round(100*time.Millisecond)) / 1e9
+	if err != nil {
+		fmt.Fprintln(stderr, "mwrpcbench:", err)
+		return 1
+	}
+
+	if err := write(rep, *out, stdout); err != nil {
+		fmt.Fprintln(stderr, "mwrpcbench:", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "mwrpcbench: wrote %s/latest.{json,md} and charts in %v\n", *out, time.Since(start).Round(100*time.Millisecond))
+	return 0
+}
+
+// write puts latest.json, the charts and latest.md into dir, and the markdown on stdout.
+func write(rep *bench.Report, dir string, stdout io.Writer) error {
+	if err := rep.WriteJSON(filepath.Join(dir, "latest.json")); err != nil {
+		return err
+	}
+	charts, err := bench.WriteCharts(dir, rep.Results)
+	if err != nil {
+		return err
+	}
+	var md strings.Builder
+	if err := rep.WriteMarkdown(&md, charts); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "latest.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	_, err = io.WriteString(stdout, md.String())
+	return err
+}
+
+func usage(stderr io.Writer, err error) int {
+	fmt.Fprintln(stderr, "mwrpcbench:", err)
+	return 2
+}
+
+func parseList(s string, parse func(string) (int, error)) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := parse(f)
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return nil, fmt.Errorf("%q: must be positive", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty list %q", s)
+	}
+	return out, nil
+}
+
+// parseSize reads 64, 64B, 4K, 4KiB, 1M, 1MiB (case-insensitive; K and M are powers of 2).
+func parseSize(s string) (int, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"k", 1 << 10}, {"m", 1 << 20}, {"b", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n < 0 || n > (1<<31-1)/mult {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return n * mult, nil
+}

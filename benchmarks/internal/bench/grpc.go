@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+
+	"github.com/mwrpc/mwrpc/benchmarks/internal/echo"
+)
+
+// rawCodec is a gRPC codec for []byte messages: no protobuf, so gRPC-Go is measured on the
+// same payloads as mwrpc's raw codec. It is registered under its name, which the client
+// sends as the content-subtype and the server looks up.
+type rawCodec struct{}
+
+const rawCodecName = "mwrpcbench-raw"
+
+func init() { encoding.RegisterCodec(rawCodec{}) }
+
+func (rawCodec) Name() string { return rawCodecName }
+
+// Marshal returns the bytes themselves: gRPC only reads them.
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	switch v := v.(type) {
+	case []byte:
+		return v, nil
+	case *[]byte:
+		return *v, nil
+	}
+	return nil, fmt.Errorf("mwrpcbench-raw codec: cannot marshal %T", v)
+}
+
+// Unmarshal keeps data without a copy: gRPC-Go hands a v1 codec a freshly materialized
+// slice of its own (codecV0Bridge.Unmarshal), so it is the caller's to keep.
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	p, ok := v.(*[]byte)
+	if !ok {
+		return fmt.Errorf("mwrpcbench-raw codec: cannot unmarshal into %T", v)
+	}
+	*p = data
+	return nil
+}
+
+// grpcEchoDesc is what protoc-gen-go-grpc would write for service Bench, by hand: one
+// unary method on []byte, served by the same echo.Server mwrpc serves.
+var grpcEchoDesc = grpc.ServiceDesc{
+	ServiceName: "bench.Bench",
+	HandlerType: (*echo.Bench)(nil),
+	Methods:     []grpc.MethodDesc{{MethodName: "Echo", Handler: grpcEchoHandler}},
+	Metadata:    "mwrpcbench",
+}
+
+const grpcEchoMethod = "/bench.Bench/Echo"
+
+func grpcEchoHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	var in []byte
+	if err := dec(&in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(echo.Bench).Echo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: grpcEchoMethod}
+	handler := func(ctx context.Context, req any) (any, error) {
+		return srv.(echo.Bench).Echo(ctx, req.([]byte))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// grpcMaxMessage lifts gRPC's 4 MiB default receive limit above the largest payload.
+const grpcMaxMessage = 64 << 20
+
+// grpcInstance is a grpc.Server and one grpc.ClientConn (one HTTP/2 connection) that all
+// workers share, as mwrpc's workers share one rpc.Client.
+type grpcInstance struct {
+	srv    *grpc.Server
+	served chan error
+	conn   *grpc.ClientConn
+	req    []byte
+	out    [][]byte // per worker
+}
+
+func openGRPC(size, concurrency int) (Instance, error) {
+	g := &grpcInstance{req: payload(size), out: make([][]byte, concurrency), served: make(chan error, 1)}
+	g.srv = grpc.NewServer(grpc.MaxRecvMsgSize(grpcMaxMessage), grpc.MaxSendMsgSize(grpcMaxMessage))
+	g.srv.RegisterService(&grpcEchoDesc, echo.Server{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() { g.served <- g.srv.Serve(ln) }()
+	g.conn, err = grpc.NewClient(ln.Addr().String(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(rawCodecName),
+			grpc.MaxCallRecvMsgSize(grpcMaxMessage), grpc.MaxCallSendMsgSize(grpcMaxMessage)))
+	if err == nil {
+		// One call now, so that the connection is up before anything is measured.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = g.conn.Invoke(ctx, grpcEchoMethod, &g.req, &g.out[0], grpc.WaitForReady(true))
+		cancel()
+	}
+	if err != nil {
+		_ = g.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *grpcInstance) Call(w int) error {
+	if err := g.conn.Invoke(context.Background(), grpcEchoMethod, &g.req, &g.out[w]); err != nil {
+		return err
+	}
+	return checkLen("grpc", len(g.out[w]), len(g.req))
+}
+
+func (g *grpcInstance) Copied() (uint64, bool) { return 0, false }
+
+func (g *grpcInstance) Close() error {
+	var err error
+	if g.conn != nil {
+		err = g.conn.Close()
+	}
+	g.srv.Stop()
+	if serr := <-g.served; serr != nil && !errors.Is(serr, grpc.ErrServerStopped) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}

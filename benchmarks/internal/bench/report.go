@@ -1,0 +1,305 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is latest.json.
+type Report struct {
+	Machine Machine  `json:"machine"`
+	Setup   Setup    `json:"setup"`
+	Results []Result `json:"results"`
+}
+
+// Setup is how the run was made.
+type Setup struct {
+	Command          string       `json:"command"`
+	Source           string       `json:"source,omitempty"` // the mwrpc tree measured: commit, and whether it had uncommitted changes
+	InProcess        string       `json:"in_process"`
+	Systems          []SystemInfo `json:"systems"`
+	Payloads         []int        `json:"payloads"`
+	Concurrency      []int        `json:"concurrency"`
+	DurationNs       int64        `json:"duration_ns"` // measured, per system per round
+	WarmupNs         int64        `json:"warmup_ns"`   // per system per cell
+	Rounds           int          `json:"rounds"`
+	MaxInflightBytes int64        `json:"max_inflight_bytes"`
+	SkippedCells     []string     `json:"skipped_cells"`
+	WallSeconds      float64      `json:"wall_seconds"`
+	// LoadAvg is /proc/loadavg's 1-minute figure at the start and the end of the run: how
+	// busy the (shared) machine was besides this run.
+	LoadAvg [2]float64 `json:"loadavg_start_end"`
+	Notes   []string   `json:"notes"`
+}
+
+// SystemInfo names a system in the report.
+type SystemInfo struct {
+	Name string `json:"name"`
+	Desc string `json:"desc"`
+}
+
+// InProcessNote says what allocs/op and CPU/op cover; it is in every report.
+const InProcessNote = "client and server run in the same process for every system: allocs/op and CPU/op are both sides together"
+
+// WriteJSON writes the report as indented JSON to path.
+func (r *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// WriteMarkdown writes the report as markdown (latest.md); charts are the chart files to
+// link, relative to the markdown file's directory.
+func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
+	ew := &errWriter{w: w}
+	m := r.Machine
+	ew.printf("# mwrpcbench results\n\n")
+	ew.printf("- Machine: %s, %d CPUs, GOMAXPROCS %d, %s %s/%s", m.CPUModel, m.NumCPU, m.GOMAXPROCS, m.GoVersion, m.OS, m.Arch)
+	if m.Kernel != "" {
+		ew.printf(", Linux %s", m.Kernel)
+	}
+	ew.printf("; %s.\n", m.Date)
+	s := r.Setup
+	ew.printf("- Command: `%s` (%.0f s wall)", s.Command, s.WallSeconds)
+	if s.Source != "" {
+		ew.printf("; mwrpc at %s", s.Source)
+	}
+	ew.printf(".\n")
+	ew.printf("- 1-minute load average %.2f at the start, %.2f at the end (this run alone keeps it near 1-2).\n", s.LoadAvg[0], s.LoadAvg[1])
+	ew.printf("- Per cell: every system set up, warmed up for %v, then measured %d round(s) of %v each, systems interleaved (order rotated every round); figures are medians across rounds.\n",
+		time.Duration(s.WarmupNs), s.Rounds, time.Duration(s.DurationNs))
+	ew.printf("- %s%s.\n", strings.ToUpper(InProcessNote[:1]), InProcessNote[1:])
+	ew.printf("- MB/s counts request and response payloads (2 × payload per call, 10^6 bytes); copied B/op is what the soft provider counts (socket tx + rx + in-process copies, both devices), empty for systems without such counters.\n")
+	for _, n := range s.Notes {
+		ew.printf("- %s\n", n)
+	}
+	if len(s.SkippedCells) > 0 {
+		ew.printf("- Skipped (payload × concurrency above %s in flight per direction): %s.\n",
+			SizeName(int(s.MaxInflightBytes)), strings.Join(s.SkippedCells, ", "))
+	}
+	ew.printf("\nSystems:\n\n")
+	for _, si := range s.Systems {
+		ew.printf("- `%s`: %s\n", si.Name, si.Desc)
+	}
+
+	ew.printf("\n## Results\n\n")
+	ew.printf("| system | payload | conc | p50 | p99 | p99.9 | ops/s | MB/s | allocs/op | alloc B/op | CPU/op | copied B/op |\n")
+	ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, res := range r.sorted() {
+		copied := ""
+		if res.CopiedBytesPerOp != nil {
+			copied = fmtCount(*res.CopiedBytesPerOp)
+		}
+		ew.printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			res.System, SizeName(res.PayloadBytes), res.Concurrency,
+			fmtDur(res.P50Ns), fmtDur(res.P99Ns), fmtDur(res.P999Ns),
+			fmtCount(res.OpsPerSec), fmtRate(res.MBPerSec), fmtAllocs(res.AllocsPerOp),
+			fmtCount(res.AllocBytesPerOp), fmtDur(int64(res.CPUNsPerOp)), copied)
+	}
+
+	r.writeVersus(ew, "mwrpc-tcp", "grpc")
+	r.writeFloor(ew, "rawtcp")
+
+	if len(charts) > 0 {
+		ew.printf("\n## Charts\n\n")
+		for _, c := range charts {
+			name := filepath.Base(c)
+			ew.printf("![%s](%s)\n\n", strings.TrimSuffix(name, ".png"), name)
+		}
+	}
+	return ew.err
+}
+
+// sorted returns the results by payload, then concurrency, then system (in Systems order).
+func (r *Report) sorted() []Result {
+	order := SystemNames()
+	out := slices.Clone(r.Results)
+	slices.SortStableFunc(out, func(a, b Result) int {
+		if a.PayloadBytes != b.PayloadBytes {
+			return a.PayloadBytes - b.PayloadBytes
+		}
+		if a.Concurrency != b.Concurrency {
+			return a.Concurrency - b.Concurrency
+		}
+		return slices.Index(order, a.System) - slices.Index(order, b.System)
+	})
+	return out
+}
+
+func (r *Report) find(system string, c Cell) *Result {
+	for i := range r.Results {
+		if res := &r.Results[i]; res.System == system && res.Cell() == c {
+			return res
+		}
+	}
+	return nil
+}
+
+// cells returns the cells of the results, in matrix order.
+func (r *Report) cells() []Cell {
+	var cells []Cell
+	for _, res := range r.sorted() {
+		if !slices.Contains(cells, res.Cell()) {
+			cells = append(cells, res.Cell())
+		}
+	}
+	return cells
+}
+
+// Target is one of issue 7's goals for mwrpc over soft TCP against gRPC-Go, as a factor
+// by which mwrpc must be better.
+type Target struct {
+	What string
+	Cell Cell    // the cell it is read at; for allocs, the worst cell
+	Want float64 // at least this factor
+	Got  float64
+}
+
+// Met reports whether the target is met.
+func (t Target) Met() bool { return t.Got >= t.Want }
+
+// Targets evaluates the goals of sys against base where the results have the cells.
+func (r *Report) Targets(sys, base string) []Target {
+	var ts []Target
+	ratio := func(what string, c Cell, want float64, f func(s, b *Result) float64) {
+		s, b := r.find(sys, c), r.find(base, c)
+		if s != nil && b != nil {
+			ts = append(ts, Target{What: what, Cell: c, Want: want, Got: f(s, b)})
+		}
+	}
+	lower := func(s, b *Result) float64 { return float64(b.P50Ns) / float64(s.P50Ns) }
+	ratio("p50 latency, "+base+" ÷ "+sys, Cell{64, 1}, 2, lower)
+	ratio("p50 latency, "+base+" ÷ "+sys, Cell{1 << 20, 1}, 3, lower)
+	ratio("ops/s, "+sys+" ÷ "+base, Cell{64, 64}, 2, func(s, b *Result) float64 { return s.OpsPerSec / b.OpsPerSec })
+	worst := Target{What: "allocs/op, " + base + " ÷ " + sys + " (worst cell)", Want: 10, Got: math.Inf(1)}
+	for _, c := range r.cells() {
+		s, b := r.find(sys, c), r.find(base, c)
+		if s == nil || b == nil {
+			continue
+		}
+		if g := b.AllocsPerOp / math.Max(s.AllocsPerOp, 0.001); g < worst.Got {
+			worst.Got, worst.Cell = g, c
+		}
+	}
+	if !math.IsInf(worst.Got, 1) {
+		ts = append(ts, worst)
+	}
+	return ts
+}
+
+// writeVersus compares sys with base cell by cell, then against the targets.
+func (r *Report) writeVersus(ew *errWriter, sys, base string) {
+	var rows []string
+	for _, c := range r.cells() {
+		s, b := r.find(sys, c), r.find(base, c)
+		if s == nil || b == nil {
+			continue
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %d | %.2fx | %.2fx | %.2fx | %.2fx | %.1fx | %.2fx |",
+			SizeName(c.Payload), c.Concurrency,
+			float64(b.P50Ns)/float64(s.P50Ns), float64(b.P99Ns)/float64(s.P99Ns),
+			s.OpsPerSec/b.OpsPerSec, s.MBPerSec/b.MBPerSec,
+			b.AllocsPerOp/math.Max(s.AllocsPerOp, 0.001), b.CPUNsPerOp/s.CPUNsPerOp))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	ew.printf("\n## %s against %s\n\n", sys, base)
+	ew.printf("Factors by which %s is better (above 1) or worse (below 1) than %s, same run.\n\n", sys, base)
+	ew.printf("| payload | conc | p50 lower by | p99 lower by | ops/s higher by | MB/s higher by | allocs/op fewer by | CPU/op lower by |\n")
+	ew.printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, row := range rows {
+		ew.printf("%s\n", row)
+	}
+	if ts := r.Targets(sys, base); len(ts) > 0 {
+		ew.printf("\nTargets (issue 7):\n\n")
+		for _, t := range ts {
+			verdict := "**missed**"
+			if t.Met() {
+				verdict = "met"
+			}
+			ew.printf("- %s at %v: %.2fx, target at least %gx: %s\n", t.What, t.Cell, t.Got, t.Want, verdict)
+		}
+	}
+}
+
+// writeFloor shows each system's p50 as a multiple of the floor's.
+func (r *Report) writeFloor(ew *errWriter, floor string) {
+	var systems []string
+	for _, s := range SystemNames() {
+		if s != floor && slices.ContainsFunc(r.Results, func(x Result) bool { return x.System == s }) {
+			systems = append(systems, s)
+		}
+	}
+	var rows []string
+	for _, c := range r.cells() {
+		f := r.find(floor, c)
+		if f == nil {
+			continue
+		}
+		row := fmt.Sprintf("| %s | %d | %s |", SizeName(c.Payload), c.Concurrency, fmtDur(f.P50Ns))
+		for _, s := range systems {
+			if x := r.find(s, c); x != nil {
+				row += fmt.Sprintf(" %.2fx |", float64(x.P50Ns)/float64(f.P50Ns))
+			} else {
+				row += " |"
+			}
+		}
+		rows = append(rows, row)
+	}
+	if len(rows) == 0 || len(systems) == 0 {
+		return
+	}
+	ew.printf("\n## p50 against the floor (%s)\n\n", floor)
+	ew.printf("| payload | conc | %s p50 | %s |\n", floor, strings.Join(systems, " | "))
+	ew.printf("|---:|---:|---:|%s\n", strings.Repeat("---:|", len(systems)))
+	for _, row := range rows {
+		ew.printf("%s\n", row)
+	}
+}
+
+func fmtCount(f float64) string {
+	switch {
+	case f >= 1e6:
+		return fmt.Sprintf("%.2fM", f/1e6)
+	case f >= 1e4:
+		return fmt.Sprintf("%.1fk", f/1e3)
+	case f >= 100:
+		return fmt.Sprintf("%.0f", f)
+	}
+	return fmt.Sprintf("%.1f", f)
+}
+
+func fmtRate(f float64) string {
+	if f >= 100 {
+		return fmt.Sprintf("%.0f", f)
+	}
+	return fmt.Sprintf("%.2f", f)
+}
+
+func fmtAllocs(f float64) string {
+	if f >= 100 {
+		return fmt.Sprintf("%.0f", f)
+	}
+	return fmt.Sprintf("%.1f", f)
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, format, args...)
+	}
+}

@@ -1,0 +1,250 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Config is what to run.
+type Config struct {
+	Systems     []System
+	Payloads    []int // bytes
+	Concurrency []int // callers per system
+	// Duration is how long each system is measured in each round of each cell.
+	Duration time.Duration
+	// Warmup is how long each system runs, unmeasured, after it is set up for a cell.
+	Warmup time.Duration
+	// Rounds is how many times each cell is measured per system; the reports show medians.
+	Rounds int
+	// MaxInflight caps payload × concurrency, the bytes in flight in each direction: cells
+	// above it are skipped (and listed as such). Zero means no cap.
+	MaxInflight int64
+	// Progress, if not nil, is told about every measurement.
+	Progress Progress
+}
+
+// Cell is one point of the matrix.
+type Cell struct {
+	Payload     int
+	Concurrency int
+}
+
+func (c Cell) String() string { return fmt.Sprintf("%s c%d", SizeName(c.Payload), c.Concurrency) }
+
+// Round is one measurement of one system in one cell.
+type Round struct {
+	Ops            int64
+	Elapsed        time.Duration // from the start signal until the last caller returned
+	P50, P99, P999 time.Duration
+	Mallocs        uint64 // runtime.MemStats.Mallocs delta: both sides, this process
+	AllocBytes     uint64 // runtime.MemStats.TotalAlloc delta
+	CPU            time.Duration
+	Copied         uint64
+	HasCopied      bool
+}
+
+// OpsPerSec is the round's throughput.
+func (r Round) OpsPerSec() float64 { return float64(r.Ops) / r.Elapsed.Seconds() }
+
+// Cells returns the matrix in the order it runs, and the cells MaxInflight leaves out.
+func (cfg *Config) Cells() (run, skipped []Cell) {
+	for _, p := range cfg.Payloads {
+		for _, c := range cfg.Concurrency {
+			cell := Cell{p, c}
+			if cfg.MaxInflight > 0 && int64(p)*int64(c) > cfg.MaxInflight {
+				skipped = append(skipped, cell)
+				continue
+			}
+			run = append(run, cell)
+		}
+	}
+	return run, skipped
+}
+
+// Run measures every system in every cell and returns the results, medians across rounds.
+//
+// Per cell, every system is set up (server and client in this process), warmed up, then
+// measured Rounds times with the systems interleaved: round r runs them in order rotated
+// by r (A B C, B C A, ...), so that drift in the machine (other load, frequency, the
+// heap) lands on all of them alike. Each measurement starts with a forced GC, so that the
+// garbage of the system before is not collected on this one's time.
+func Run(cfg Config) ([]Result, error) {
+	if cfg.Rounds < 1 || cfg.Duration <= 0 || len(cfg.Systems) == 0 {
+		return nil, errors.New("bench: need at least one system, one round and a positive duration")
+	}
+	cells, _ := cfg.Cells()
+	prog := cfg.Progress
+	if prog == nil {
+		prog = nopProgress{}
+	}
+	prog.Start(len(cells) * len(cfg.Systems) * cfg.Rounds)
+	defer prog.Finish()
+	var results []Result
+	for _, cell := range cells {
+		rounds, err := runCell(cfg, cell, prog)
+		if err != nil {
+			return results, fmt.Errorf("%v: %w", cell, err)
+		}
+		for i, s := range cfg.Systems {
+			results = append(results, summarize(s.Name, cell, rounds[i]))
+		}
+	}
+	return results, nil
+}
+
+// runner is one system set up for one cell, with its callers' latency buffers.
+type runner struct {
+	sys  System
+	inst Instance
+	lat  [][]time.Duration // per caller, reused across rounds
+	all  []time.Duration
+}
+
+func runCell(cfg Config, cell Cell, prog Progress) ([][]Round, error) {
+	runners := make([]*runner, len(cfg.Systems))
+	defer func() {
+		for _, r := range runners {
+			if r != nil {
+				_ = r.inst.Close()
+			}
+		}
+	}()
+	for i, s := range cfg.Systems {
+		inst, err := s.Open(cell.Payload, cell.Concurrency)
+		if err != nil {
+			return nil, fmt.Errorf("%s: setup: %w", s.Name, err)
+		}
+		runners[i] = &runner{sys: s, inst: inst, lat: make([][]time.Duration, cell.Concurrency)}
+	}
+	for _, r := range runners {
+		if cfg.Warmup > 0 {
+			prog.Warmup(cell, r.sys.Name)
+			w, err := r.measure(cell.Concurrency, cfg.Warmup)
+			if err != nil {
+				return nil, fmt.Errorf("%s: warm-up: %w", r.sys.Name, err)
+			}
+			r.reserve(w, cfg.Duration)
+		}
+	}
+	rounds := make([][]Round, len(runners))
+	for round := range cfg.Rounds {
+		for k := range runners {
+			i := (k + round) % len(runners)
+			r := runners[i]
+			prog.Begin(cell, round, r.sys.Name)
+			res, err := r.measure(cell.Concurrency, cfg.Duration)
+			if err != nil {
+				return nil, fmt.Errorf("%s: round %d: %w", r.sys.Name, round+1, err)
+			}
+			rounds[i] = append(rounds[i], res)
+			prog.End(cell, round, r.sys.Name, res)
+		}
+	}
+	for i, r := range runners {
+		runners[i] = nil
+		if err := r.inst.Close(); err != nil {
+			return nil, fmt.Errorf("%s: teardown: %w", r.sys.Name, err)
+		}
+	}
+	return rounds, nil
+}
+
+// reserve sizes the latency buffers for a measurement of d, from the rate of warm-up w, so
+// that recording latencies does not allocate while allocations are being counted.
+func (r *runner) reserve(w Round, d time.Duration) {
+	if w.Ops == 0 || w.Elapsed <= 0 {
+		return
+	}
+	per := int(2*w.OpsPerSec()*d.Seconds())/len(r.lat) + 64
+	for i := range r.lat {
+		r.lat[i] = slices.Grow(r.lat[i][:0], per)
+	}
+}
+
+// measure runs conc callers for d and reads the counters around them.
+func (r *runner) measure(conc int, d time.Duration) (Round, error) {
+	var (
+		start = make(chan struct{})
+		stop  atomic.Bool
+		wg    sync.WaitGroup
+		errs  = make([]error, conc)
+	)
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lat := r.lat[w][:0]
+			<-start
+			for !stop.Load() {
+				t0 := time.Now()
+				if err := r.inst.Call(w); err != nil {
+					errs[w] = err
+					stop.Store(true)
+					break
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			r.lat[w] = lat
+		}()
+	}
+	runtime.GC()
+	var ms0, ms1 runtime.MemStats
+	var ru0, ru1 syscall.Rusage
+	runtime.ReadMemStats(&ms0)
+	copied0, hasCopied := r.inst.Copied()
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	t0 := time.Now()
+	close(start)
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	copied1, _ := r.inst.Copied()
+	runtime.ReadMemStats(&ms1)
+	if err := errors.Join(errs...); err != nil {
+		return Round{}, err
+	}
+
+	r.all = r.all[:0]
+	for _, l := range r.lat {
+		r.all = append(r.all, l...)
+	}
+	slices.Sort(r.all)
+	res := Round{
+		Ops:        int64(len(r.all)),
+		Elapsed:    elapsed,
+		P50:        quantile(r.all, 500),
+		P99:        quantile(r.all, 990),
+		P999:       quantile(r.all, 999),
+		Mallocs:    ms1.Mallocs - ms0.Mallocs,
+		AllocBytes: ms1.TotalAlloc - ms0.TotalAlloc,
+		CPU:        cpuTime(&ru1) - cpuTime(&ru0),
+		Copied:     copied1 - copied0,
+		HasCopied:  hasCopied,
+	}
+	if res.Ops == 0 {
+		return res, fmt.Errorf("no call completed in %v", d)
+	}
+	return res, nil
+}
+
+func cpuTime(ru *syscall.Rusage) time.Duration {
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// quantile returns the nearest-rank quantile of sorted for q per mille: the smallest
+// sample with at least q/1000 of the samples at or below it.
+func quantile(sorted []time.Duration, q int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := (len(sorted)*q + 999) / 1000 // ceil(n q / 1000), in integers
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
