@@ -120,8 +120,26 @@ type env struct {
 	addr   string
 }
 
+// withDevices, when set (the ibverbs-tagged rpc_ibv_test.go), gives the options that put a
+// server or a client on a device of its own (it opens the device and closes it at the
+// test's cleanup); nil leaves them on the default soft TCP devices.
+var withDevices func(t testing.TB) ([]rpc.ServerOption, []rpc.DialOption)
+
+// deviceServerOpts returns sopts after the server-side device option, if any.
+func deviceServerOpts(t testing.TB, sopts ...rpc.ServerOption) []rpc.ServerOption {
+	if withDevices == nil {
+		return sopts
+	}
+	s, _ := withDevices(t)
+	return append(s, sopts...)
+}
+
 func start(t testing.TB, sopts []rpc.ServerOption, copts ...rpc.DialOption) *env {
 	t.Helper()
+	if withDevices != nil { // before base: the devices outlive this cleanup's check
+		s, c := withDevices(t)
+		sopts, copts = append(s, sopts...), append(c, copts...)
+	}
 	base := runtime.NumGoroutine()
 	e := &env{impl: &impl{slept: make(chan error, 1)}}
 	e.srv = rpc.NewServer(sopts...)
@@ -232,8 +250,8 @@ func TestOverload(t *testing.T) {
 	e := start(t, []rpc.ServerOption{rpc.WithTransport(transport.Config{Handlers: 1})})
 	go e.svc.Sleep(context.Background(), &Msg{N: int64(300 * time.Millisecond)})
 	time.Sleep(50 * time.Millisecond)
-	if _, err := e.svc.Echo(context.Background(), &Msg{}); !errors.Is(err, rpc.ErrResourceExhausted) {
-		t.Fatalf("err = %v, want ResourceExhausted", err)
+	if _, err := e.svc.Echo(context.Background(), &Msg{}); !errors.Is(err, rpc.ErrResourceExhausted) || !strings.Contains(err.Error(), "overloaded") {
+		t.Fatalf("err = %v, want ResourceExhausted saying the server is overloaded", err)
 	}
 }
 
@@ -307,7 +325,7 @@ func TestServerRestart(t *testing.T) {
 		t.Fatalf("during the restart: %v, want Unavailable", err)
 	}
 	// A new server on the same address.
-	srv2 := rpc.NewServer()
+	srv2 := rpc.NewServer(deviceServerOpts(t)...)
 	srv2.RegisterService(&svcDesc, e.impl)
 	ln, err := net.Listen("tcp", e.addr)
 	if err != nil {

@@ -61,8 +61,7 @@ type Conn struct {
 	waiters    int
 	wake       chan struct{} // closed to wake waiters (credits, slots, windows, failure)
 	pendingInv []pendingInv  // peer windows to revoke with our next SEND
-	ctrl       []wire.Header // counted messages the poller could not send yet
-	ctrlInv    []revoke      // the window each ctrl message revokes, if any
+	ctrl       []ctrlMsg     // counted messages the poller could not send yet
 	calls      map[uint64]*call
 	nextID     uint64
 	serving    map[uint64]*serverCall
@@ -80,6 +79,14 @@ type Conn struct {
 type pendingInv struct {
 	rkey  uint32
 	since time.Time // when the window's header arrived
+}
+
+// ctrlMsg is a counted message the poller queues: a pong, a cancel, an answer it gives
+// without a handler (with a short text).
+type ctrlMsg struct {
+	h   wire.Header
+	rv  revoke
+	msg []byte
 }
 
 // revoke names a peer window a SEND_WITH_INV revokes, and when it was announced: the

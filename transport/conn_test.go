@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
@@ -206,5 +207,27 @@ func TestPollModes(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestSoftDeviceSkipsMemlock: the soft NIC pins nothing, so its transports do not count
+// registered memory against RLIMIT_MEMLOCK (an unprivileged user's 8 MiB would otherwise
+// refuse the example's 1 MiB values); an explicit policy is kept.
+func TestSoftDeviceSkipsMemlock(t *testing.T) {
+	dev, _ := soft.OpenTCP("m")
+	defer dev.Close()
+	for _, tc := range []struct {
+		set, want pool.MemlockPolicy
+	}{{pool.MemlockAuto, pool.MemlockIgnore}, {pool.MemlockEnforce, pool.MemlockEnforce}} {
+		tr, err := New(dev, nil, Config{Pool: pool.Config{Memlock: tc.set}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.cfg.Pool.Memlock; got != tc.want {
+			t.Errorf("policy %v became %v, want %v", tc.set, got, tc.want)
+		}
+		if err := tr.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

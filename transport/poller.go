@@ -369,7 +369,8 @@ func (c *Conn) startRead(h *wire.Header) {
 // gets StatusResourceExhausted (revoking its window), a response fails its call.
 func (c *Conn) refuseLarge(h *wire.Header, why error) {
 	if h.Kind == wire.KindRequest {
-		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, revoke{h.RKey, time.Now()})
+		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, revoke{h.RKey, time.Now()},
+			fmt.Sprintf("mwrpc: the server cannot take a request of %d bytes now: %v", h.Len, why))
 		return
 	}
 	c.queueInv(h.RKey, time.Now())
@@ -420,7 +421,8 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	c.t.counters.served.Add(1)
 	if err := c.t.workers.Invoke(sc); err != nil {
 		// Overloaded: answer at once, without running anything.
-		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv)
+		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv,
+			fmt.Sprintf("mwrpc: server overloaded: all %d handlers busy", c.t.cfg.Handlers))
 		sc.w.sent = true
 		sc.finish()
 	}
@@ -461,10 +463,13 @@ func (c *Conn) queueInv(rkey uint32, since time.Time) {
 
 // queueCtrl queues a counted message the poller sends when it can (a pong, a cancel, an
 // overload answer): the poller never waits for a credit.
-func (c *Conn) queueCtrl(h wire.Header, inv revoke) {
+func (c *Conn) queueCtrl(h wire.Header, inv revoke, msg ...string) {
+	m := ctrlMsg{h: h, rv: inv}
+	if len(msg) > 0 {
+		m.msg = []byte(msg[0])
+	}
 	c.mu.Lock()
-	c.ctrl = append(c.ctrl, h)
-	c.ctrlInv = append(c.ctrlInv, inv)
+	c.ctrl = append(c.ctrl, m)
 	mark := !c.dirty
 	c.dirty = true
 	c.mu.Unlock()
@@ -482,13 +487,13 @@ func (c *Conn) flushCtrl() {
 			c.mu.Unlock()
 			break
 		}
-		h, inv := c.ctrl[0], c.ctrlInv[0]
+		m := c.ctrl[0]
 		c.mu.Unlock()
-		if _, err := c.send(bg, &h, nil, nil, inv, sendTry); err != nil {
+		if _, err := c.send(bg, &m.h, m.msg, nil, m.rv, sendTry); err != nil {
 			break // no credit: the next credit arrival flushes again; Releases need none
 		}
 		c.mu.Lock()
-		c.ctrl, c.ctrlInv = c.ctrl[1:], c.ctrlInv[1:]
+		c.ctrl = c.ctrl[1:]
 		c.mu.Unlock()
 	}
 	for {

@@ -120,6 +120,11 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	if cfg.Pool.MaxBytes == 0 {
 		cfg.Pool.MaxBytes = max(pool.DefaultMaxBytes, 8*int64(cfg.MaxMessage))
 	}
+	if p, ok := dev.(verbs.MemoryPinner); ok && !p.PinsMemory() && cfg.Pool.Memlock == pool.MemlockAuto {
+		// Nothing is pinned, so RLIMIT_MEMLOCK does not apply (an unprivileged user's 8 MiB
+		// would otherwise refuse the example's 1 MiB values).
+		cfg.Pool.Memlock = pool.MemlockIgnore
+	}
 	bp, err := pool.New(pd, cfg.Pool)
 	if err != nil {
 		_ = pd.Dealloc()

@@ -177,3 +177,9 @@ type CQ interface {
 func SGEFor(mr MR, off, n int) SGE {
 	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}
 }
+
+// MemoryPinner is implemented by devices that can tell whether registering memory pins it
+// (and so counts against RLIMIT_MEMLOCK). A software NIC pins nothing; hardware does.
+type MemoryPinner interface {
+	PinsMemory() bool
+}

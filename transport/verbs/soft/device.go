@@ -262,3 +262,7 @@ func (p *pd) Dealloc() error {
 	p.dev.unuse()
 	return nil
 }
+
+// PinsMemory reports false: the software NIC reads and writes registered memory like any
+// other, so it neither pins it nor counts it against RLIMIT_MEMLOCK (verbs.MemoryPinner).
+func (d *Device) PinsMemory() bool { return false }
