@@ -4,7 +4,8 @@
 #   make fuzz          every native Fuzz target for FUZZTIME each (default 60s)
 #   make bench-verbs   verbs and pool micro-benchmarks, 5 runs each (for benchstat)
 #   make test-rxe      the ibv provider (cgo, libibverbs) on Soft-RoCE in a throw-away VM:
-#                      conformance suite, latency against perftest (root; not in `make test`)
+#                      conformance suite, the transport's, rpc's and the KV example's tests
+#                      over it, latency against perftest (root; not in `make test`)
 #   make clean         remove the project-local tools in .bin/
 #
 # The recipes need only Go (and, for -race, a C compiler: cgo). Go is taken from PATH,
@@ -148,6 +149,10 @@ bench-verbs:
 RXE_PACKAGES := qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibverbs-providers \
                 ibverbs-utils libibverbs-dev perftest gcc libc6-dev
 RXE_TESTBIN  := /var/tmp/mwrpc-ibv.test
+RXE_TESTDIR  := /var/tmp/mwrpc-ibv
+# The transport's end-to-end tests that range over the fabrics, only their ibv subtests
+# (the soft fabrics are tested by `make test`).
+RXE_RUN_TRANSPORT := ^(TestIBVFabric|TestEchoSizes|TestConcurrentCalls|TestRevocation|TestDeadPeer|TestLeaseReclaim)$$/^ibv$$
 
 test-rxe:
 	@$(call header,test-rxe: the ibv provider on Soft-RoCE in a VM)
@@ -160,9 +165,14 @@ test-rxe:
 	   echo "installing" $$missing; \
 	   export DEBIAN_FRONTEND=noninteractive; apt-get update; apt-get install -y $$missing; \
 	 fi; \
-	 $(GO) vet -tags ibverbs ./transport/verbs/ibv/; \
+	 $(GO) vet -tags ibverbs ./transport/... ./rpc/... ./examples/kv/...; \
 	 $(GO) test -c -tags ibverbs -o $(RXE_TESTBIN) ./transport/verbs/ibv/; \
-	 scripts/rxe-vm/test-rxe.sh $(RXE_TESTBIN)
+	 $(GO) test -c -tags ibverbs -o $(RXE_TESTDIR)-transport.test ./transport/; \
+	 $(GO) test -c -tags ibverbs -o $(RXE_TESTDIR)-rpc.test ./rpc/; \
+	 $(GO) test -c -tags ibverbs -o $(RXE_TESTDIR)-kv.test ./examples/kv/; \
+	 SUITE_RUN_transport='$(RXE_RUN_TRANSPORT)' SUITE_RUN_rpc='^TestIBV$$' SUITE_RUN_kv='^TestRunBothIBV$$' \
+	   scripts/rxe-vm/test-rxe.sh $(RXE_TESTBIN) transport=$(RXE_TESTDIR)-transport.test \
+	     rpc=$(RXE_TESTDIR)-rpc.test kv=$(RXE_TESTDIR)-kv.test
 
 clean:
 	rm -rf "$(BIN)"

@@ -49,7 +49,12 @@ func main() {
 
 // runBoth serves on a loopback port and runs the client against it.
 func runBoth(out io.Writer, calls int) error {
-	srv := rpc.NewServer()
+	sopts, done, err := serverOptions()
+	if err != nil {
+		return err
+	}
+	defer done()
+	srv := rpc.NewServer(sopts...)
 	kvservice.RegisterKV(srv, kvservice.NewStore())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -57,7 +62,7 @@ func runBoth(out io.Writer, calls int) error {
 	}
 	go srv.Serve(ln)
 	defer srv.GracefulStop()
-	fmt.Fprintf(out, "server: serving kvservice.KV on %s (soft TCP fabric)\n", ln.Addr())
+	fmt.Fprintf(out, "server: serving kvservice.KV on %s (%s)\n", ln.Addr(), fabric())
 	if err := runClient(context.Background(), out, ln.Addr().String(), calls); err != nil {
 		return err
 	}
@@ -67,18 +72,67 @@ func runBoth(out io.Writer, calls int) error {
 	return nil
 }
 
+// The RDMA devices, when main_ibv.go (build tag ibverbs) has set these hooks and -device
+// names one: each opens a device for the server or the client and returns the option
+// that puts it there and the function that closes it. Otherwise both sides use the soft
+// TCP fabric.
+var (
+	serverDevice func() (rpc.ServerOption, func(), error)
+	clientDevice func() (rpc.DialOption, func(), error)
+	deviceName   func() string
+)
+
+func fabric() string {
+	if deviceName != nil && deviceName() != "" {
+		return "RDMA device " + deviceName() + " (ibv)"
+	}
+	return "soft TCP fabric"
+}
+
+func serverOptions() ([]rpc.ServerOption, func(), error) {
+	if serverDevice == nil || deviceName() == "" {
+		return nil, func() {}, nil
+	}
+	o, done, err := serverDevice()
+	if err != nil {
+		return nil, nil, err
+	}
+	return []rpc.ServerOption{o}, done, nil
+}
+
+func clientOptions() ([]rpc.DialOption, func(), error) {
+	if clientDevice == nil || deviceName() == "" {
+		return nil, func() {}, nil
+	}
+	o, done, err := clientDevice()
+	if err != nil {
+		return nil, nil, err
+	}
+	return []rpc.DialOption{o}, done, nil
+}
+
 func runServer(addr string) error {
-	srv := rpc.NewServer()
+	sopts, done, err := serverOptions()
+	if err != nil {
+		return err
+	}
+	defer done()
+	srv := rpc.NewServer(sopts...)
 	kvservice.RegisterKV(srv, kvservice.NewStore())
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt)
 	go func() { <-stop; srv.GracefulStop() }()
-	log.Printf("serving kvservice.KV on %s (soft TCP fabric); ^C stops", addr)
+	log.Printf("serving kvservice.KV on %s (%s); ^C stops", addr, fabric())
 	return srv.ListenAndServe(addr)
 }
 
 func runClient(ctx context.Context, out io.Writer, addr string, calls int) error {
-	client, err := rpc.Dial(ctx, addr)
+	copts, done, err := clientOptions()
+	if err != nil {
+		return err
+	}
+	defer done()
+	client, err := rpc.Dial(ctx, addr, copts...)
 	if err != nil {
 		return err
 	}

@@ -1,19 +1,39 @@
 #!/bin/sh
-# guest-test-rxe.sh TESTBIN: the guest half of `make test-rxe`, run by run-in-vm.sh inside
-# the VM (rxe0 is up). It runs the ibv provider's tests and latency benchmark from TESTBIN
-# (go test -c -tags ibverbs ./transport/verbs/ibv/), then perftest's ib_read_lat and
-# ib_send_lat on rxe0 for comparison, and reports kernel warnings. test-rxe.sh parses the
-# output. Exits non-zero when a test fails or a measurement could not be taken.
+# guest-test-rxe.sh TESTBIN [SUITE=BIN...]: the guest half of `make test-rxe`, run by
+# run-in-vm.sh inside the VM (rxe0 is up). It runs the ibv provider's tests and latency
+# benchmark from TESTBIN (go test -c -tags ibverbs ./transport/verbs/ibv/), then each
+# further suite's test binary (built with -tags ibverbs: transport, rpc, examples/kv; its
+# tests run over rxe0 too), then perftest's ib_read_lat and ib_send_lat on rxe0 for
+# comparison, and reports kernel warnings. Each suite's output starts with
+# "==> suite NAME" and ends with "==> suite NAME exit N"; test-rxe.sh parses the output.
+# SUITE_RUN_<NAME> (a -test.run pattern) selects a suite's tests. Exits non-zero when a test
+# fails or a measurement could not be taken.
 set -u
-bin=${1:?usage: guest-test-rxe.sh TESTBIN}
+bin=${1:?usage: guest-test-rxe.sh TESTBIN [SUITE=BIN...]}
+shift
 iters=${RXE_LAT_ITERS:-1000}
 # rxe logs refused requests with pr_err; keep the console for the test output.
 dmesg -n 1 2>/dev/null || true
 export MWRPC_IBV_REQUIRE=1
 
-echo "==> ibv tests"
+echo # the first line can be lost in the console's boot noise
+echo "==> suite ibv"
 "$bin" -test.v -test.run '^Test' -test.timeout 10m
 trc=$?
+echo "==> suite ibv exit $trc"
+
+# The other suites: the transport's end-to-end tests, rpc's and the KV example's, over rxe0.
+# Each runs in its package's directory (the source tree is this machine's, read-only).
+for arg in "$@"; do
+  name=${arg%%=*}
+  sbin=${arg#*=}
+  eval "run=\${SUITE_RUN_$name:-.}"
+  echo "==> suite $name"
+  "$sbin" -test.v -test.run "$run" -test.timeout 5m
+  rc=$?
+  echo "==> suite $name exit $rc"
+  [ "$rc" -eq 0 ] || trc=$rc
+done
 
 # Latency: this provider and perftest take turns, RXE_LAT_ROUNDS times, so that both see
 # the same load (the VM is emulated and shares the machine); test-rxe.sh compares medians.

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# test-rxe.sh TESTBIN: the host half of `make test-rxe`. Boots the Soft-RoCE VM
-# (run-in-vm.sh), runs guest-test-rxe.sh there with TESTBIN (the ibv provider's test binary),
-# streams the output, then prints a summary:
+# test-rxe.sh TESTBIN [SUITE=BIN...]: the host half of `make test-rxe`. Boots the Soft-RoCE
+# VM (run-in-vm.sh), runs guest-test-rxe.sh there with TESTBIN (the ibv provider's test
+# binary) and the further suites' test binaries (transport=..., rpc=..., kv=...: built with
+# -tags ibverbs, their tests run over rxe0), streams the output, then prints a summary:
 #
 #   conformance(rxe): N passed, M failed (...)   one line per conformance fixture
 #   ibv(tests): N passed, M failed               the package's other tests
+#   <suite>: N passed, M failed, K skipped       each further suite (test and subtest
+#                                                results), with the reasons for skips
 #   latency(rxe, 64 B): ...                      this provider against perftest, as ratios
 #   kernel: ...                                  warnings the kernel logged, if any
 #
@@ -13,14 +16,17 @@
 # run-in-vm.sh; RXE_LAT_ITERS (1000) and RXE_LAT_ROUNDS (3) set the latency iterations and
 # rounds.
 set -euo pipefail
-bin=${1:?usage: test-rxe.sh TESTBIN}
+bin=${1:?usage: test-rxe.sh TESTBIN [SUITE=BIN...]}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log=${RXE_TEST_LOG:-/var/tmp/mwrpc-test-rxe.log}
 : >"$log"
 
 set +e
-RXE_VM_ENV="${RXE_VM_ENV:-} RXE_LAT_ITERS RXE_LAT_ROUNDS MWRPC_IBV_GID_INDEX" \
-  "$here/run-in-vm.sh" sh "$here/guest-test-rxe.sh" "$bin" 2>&1 | tee "$log"
+suites=()
+for a in "${@:2}"; do suites+=("${a%%=*}"); done
+runvars=$(compgen -v SUITE_RUN_ || true)
+RXE_VM_ENV="${RXE_VM_ENV:-} RXE_LAT_ITERS RXE_LAT_ROUNDS MWRPC_IBV_GID_INDEX MWRPC_IBV_KNOWN $runvars" \
+  "$here/run-in-vm.sh" sh "$here/guest-test-rxe.sh" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 
@@ -41,12 +47,34 @@ for f in $fixtures; do
   sed -n "s/.*: \([A-Z][0-9a-z]*\) is marked divergent for $f: \(.*\)\. The IBTA expectations below.*/  \1: \2/p" "$log" | sort -u
   grep "^ *--- FAIL: TestConformance/$f/" "$log" | sed 's/^ */  failed: /;s/ (.*//' || true
 done
+# section NAME: the output of one suite (between "==> suite NAME" and its exit line).
+# The VM's first line of output can be lost in the console's boot noise: what comes before
+# the first marker belongs to the first suite, ibv.
+section() { awk -v s="$1" 'BEGIN { on = (s == "ibv") } $1 == "==>" && $2 == "suite" { on = ($3 == s && NF == 3); next } on' "$log"; }
 # The package's other tests (top level, not the conformance suite).
-pass=$(grep -E -c '^--- PASS: Test' "$log" | tr -d ' ' || true)
-fail=$(grep -E -c '^--- FAIL: Test' "$log" | tr -d ' ' || true)
+pass=$(section ibv | grep -E -c '^--- PASS: Test' | tr -d ' ' || true)
+fail=$(section ibv | grep -E -c '^--- FAIL: Test' | tr -d ' ' || true)
 cpass=$(grep -c '^--- PASS: TestConformance ' "$log" || true)
 cfail=$(grep -c '^--- FAIL: TestConformance ' "$log" || true)
 echo "ibv(tests): $((pass - cpass)) passed, $((fail - cfail)) failed (besides the conformance suite)"
+# The further suites: every test and subtest result, with the reasons for skips.
+for s in "${suites[@]}"; do
+  pass=$(section "$s" | grep -E -c '^ *--- PASS: ' || true)
+  fail=$(section "$s" | grep -E -c '^ *--- FAIL: ' || true)
+  skip=$(section "$s" | grep -E -c '^ *--- SKIP: ' || true)
+  src=$(sed -n "s/^==> suite $s exit \([0-9]*\)$/\1/p" "$log" | tail -n1)
+  line="$s(rxe): $pass passed, $fail failed, $skip skipped"
+  case "$src" in
+    0) ;;
+    "") line="$line; no exit status (the VM stopped?)"; [ "$rc" -ne 0 ] || rc=6 ;;
+    *) line="$line; exit $src"; [ "$fail" -gt 0 ] || line="$line (a panic or timeout: see the output above)" ;;
+  esac
+  echo "$line"
+  section "$s" | grep -E '^ *--- FAIL: ' | sed 's/^ *--- FAIL: /  failed: /;s/ (.*//' || true
+  section "$s" | grep -E -o 'SKIPPED.*' | sed 's/^SKIPPED:* */  skipped: /' | sort -u || true
+done
+# What the KV example saw on rxe: its calls, READs and window revocations.
+section kv | grep -E '^ *(client: [0-9]+ calls;|server: [0-9]+ requests served;)' | sed 's/^ */  kv: /' || true
 
 # Latency: for each measure, the median over the rounds of this provider's figure and of
 # perftest's (t_typical: the median operation; t_min: the fastest), and their ratio.
