@@ -28,10 +28,16 @@ func wrid(kind uint64, conn uint32, idx int) uint64 {
 	return kind<<56 | uint64(conn&0xffffff)<<32 | uint64(uint32(idx))
 }
 
-// ctrlSlots are receive slots beyond the credits, for Release messages: those carry
-// credits and window invalidations and consume no credit themselves (so that returning
-// credits never needs one). At most ctrlSlots of them are in flight per side.
-const ctrlSlots = 8
+// Release messages carry credits and window revocations and consume no credit themselves
+// (so that returning credits never needs one). A side keeps at most ctrlSlots of them in
+// flight, counted until their SEND completes; but a completion means the release reached a
+// slot, not that the peer's poller has reposted it, so each side posts recvCtrlSlots extra
+// receives: RNR then needs the peer's poller to lag three bursts behind. (The exact fix is
+// for the receiver to acknowledge reposted control slots; see docs/protocol.md.)
+const (
+	ctrlSlots     = 8
+	recvCtrlSlots = 4 * ctrlSlots
+)
 
 // Conn is one connection: a queue pair and its receive slots, send slots and windows. Its
 // methods are safe for concurrent use.
@@ -136,10 +142,10 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		awayCh:  make(chan struct{}),
 	}
 	nsend := c.credits + ctrlSlots + 4
-	nread := cfg.Credits + ctrlSlots
+	nread := cfg.Credits + recvCtrlSlots
 	var err error
 	c.qp, err = t.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, Cap: verbs.QPCap{
-		MaxSendWR: nsend + 2*cfg.Windows + nread, MaxRecvWR: cfg.Credits + ctrlSlots, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		MaxSendWR: nsend + 2*cfg.Windows + nread, MaxRecvWR: cfg.Credits + recvCtrlSlots, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, fmt.Errorf("transport: create QP: %w", err)
 	}
@@ -147,7 +153,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		c.abort()
 		return nil, fmt.Errorf("transport: %w", err)
 	}
-	c.recv = make([]recvSlot, cfg.Credits+ctrlSlots)
+	c.recv = make([]recvSlot, cfg.Credits+recvCtrlSlots)
 	c.sends = make([]sendSlot, nsend)
 	c.reads = make([]readOp, nread)
 	for i := range c.recv {

@@ -67,6 +67,9 @@ var ibvKnown = map[string]string{
 	// comes from the transport: Release messages (ctrlSlots) are limited by send
 	// completions, which the peer's NIC acknowledges before its poller reposts the slot,
 	// so a burst of them can find no receive posted. Small payloads alone (no READs) pass.
+	// Since each side posts 4x ctrlSlots extra receives (recvCtrlSlots), the case passed 6
+	// of 7 runs in the VM; the remaining failure was a QP error whose cause is not traced
+	// yet. It stays here until the receiver acknowledges reposted control slots.
 	// The server closes its side of a connection while ten calls wait on their handlers.
 	// On the soft fabrics the peer hears of it (the TCP stream ends, or the in-process QP
 	// errors); on RDMA the destroyed QP is invisible to an idle peer: the client's QP has
