@@ -86,31 +86,13 @@ func (q *QP) step(l link, inline bool) stepResult {
 	}
 	switch w.wr.Opcode {
 	case verbs.WRBindMW:
-		if why := q.bind(&w.wr.Bind); why != "" {
-			q.fail(w, verbs.WCMWBindErr)
-		} else {
-			w.done = true
-		}
-		w.sent = true
-		q.sqNext++
-		q.completeSQ()
-		q.mu.Unlock()
-		return stepMore
+		return q.finishLocal(w, q.bind(&w.wr.Bind) == "", verbs.WCMWBindErr)
 	case verbs.WRLocalInv:
 		if q.sqHead != q.sqNext { // LOCAL_INV waits for every earlier work request
 			q.mu.Unlock()
 			return stepIdle
 		}
-		if why := q.invalidate(w.wr.InvalidateRKey, false); why != "" {
-			q.fail(w, verbs.WCLocQPOpErr)
-		} else {
-			w.done = true
-		}
-		w.sent = true
-		q.sqNext++
-		q.completeSQ()
-		q.mu.Unlock()
-		return stepMore
+		return q.finishLocal(w, q.invalidate(w.wr.InvalidateRKey, false) == "", verbs.WCLocQPOpErr)
 	case verbs.WRRDMARead:
 		if q.rdOut >= q.maxRd { // READs beyond max_rd_atomic wait their turn
 			q.mu.Unlock()
@@ -123,12 +105,7 @@ func (q *QP) step(l link, inline bool) stepResult {
 	}
 	h, segs, ok := q.prepare(w)
 	if !ok {
-		q.fail(w, verbs.WCLocProtErr)
-		w.sent = true
-		q.sqNext++
-		q.completeSQ()
-		q.mu.Unlock()
-		return stepMore
+		return q.finishLocal(w, false, verbs.WCLocProtErr)
 	}
 	if !w.hasPSN {
 		w.psn, w.hasPSN = q.nextPSN, true
@@ -194,6 +171,22 @@ func (q *QP) ackTimerFired() {
 	if kick {
 		q.kick()
 	}
+}
+
+// finishLocal ends a work request the requester completes without the wire (a bind, a
+// local invalidation, or one refused before transmission): successfully if ok, else with
+// st. q.mu is held on entry and released.
+func (q *QP) finishLocal(w *swqe, ok bool, st verbs.WCStatus) stepResult {
+	if ok {
+		w.done = true
+	} else {
+		q.fail(w, st)
+	}
+	w.sent = true
+	q.sqNext++
+	q.completeSQ()
+	q.mu.Unlock()
+	return stepMore
 }
 
 // fail marks w finished with an error found by the requester; nothing more is transmitted
