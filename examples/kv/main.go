@@ -89,26 +89,19 @@ func fabric() string {
 	return "soft TCP fabric"
 }
 
-func serverOptions() ([]rpc.ServerOption, func(), error) {
-	if serverDevice == nil || deviceName() == "" {
-		return nil, func() {}, nil
-	}
-	o, done, err := serverDevice()
-	if err != nil {
-		return nil, nil, err
-	}
-	return []rpc.ServerOption{o}, done, nil
-}
+func serverOptions() ([]rpc.ServerOption, func(), error) { return deviceOption(serverDevice) }
+func clientOptions() ([]rpc.DialOption, func(), error)   { return deviceOption(clientDevice) }
 
-func clientOptions() ([]rpc.DialOption, func(), error) {
-	if clientDevice == nil || deviceName() == "" {
+// deviceOption opens the device a hook names, if one is set and -device asks for it.
+func deviceOption[O any](open func() (O, func(), error)) ([]O, func(), error) {
+	if open == nil || deviceName() == "" {
 		return nil, func() {}, nil
 	}
-	o, done, err := clientDevice()
+	o, done, err := open()
 	if err != nil {
 		return nil, nil, err
 	}
-	return []rpc.DialOption{o}, done, nil
+	return []O{o}, done, nil
 }
 
 func runServer(addr string) error {
