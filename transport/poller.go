@@ -34,6 +34,11 @@ type poller struct {
 
 	wcs  []verbs.WorkCompletion
 	spin bool // adaptive mode spins before parking
+
+	// active is held by whoever reaps the queue: the poller goroutine while it is not
+	// parked, or a provider goroutine that filled the armed queue (verbs.DirectCQ).
+	active  sync.Mutex
+	stopped bool // the poller goroutine has returned; active is held
 }
 
 func newPoller(t *Transport, i int) (*poller, error) {
@@ -52,7 +57,48 @@ func newPoller(t *Transport, i int) (*poller, error) {
 	p.spin = t.cfg.PollMode == PollAdaptive && runtime.GOMAXPROCS(0) >= 2*t.cfg.Pollers+2
 	m := map[uint32]*Conn{}
 	p.conns.Store(&m)
+	if d, ok := cq.(verbs.DirectCQ); ok && t.cfg.PollMode != PollBusy {
+		d.SetArmedHandler(p.reapInline)
+	}
 	return p, nil
+}
+
+// reapInline is the armed queue's handler (verbs.DirectCQ): the provider goroutine that
+// added a completion while the poller was parked dispatches it, saving the hand-off to the
+// poller. It does the poller's work, and so holds the poller's token; if the poller has the
+// token (it is awake, or about to park), the poller is kicked so that nothing is left.
+func (p *poller) reapInline() {
+	if !p.active.TryLock() {
+		p.kick()
+		return
+	}
+	if p.stopped {
+		p.active.Unlock()
+		return
+	}
+	for {
+		n, err := p.cq.Poll(p.wcs)
+		if err != nil {
+			p.active.Unlock()
+			p.kick()
+			return
+		}
+		for i := 0; i < n; i++ {
+			p.dispatch(&p.wcs[i])
+		}
+		if n > 0 {
+			continue
+		}
+		if err := p.cq.ReqNotify(); err != nil {
+			break
+		}
+		if n, _ := p.cq.Poll(p.wcs[:1]); n == 1 {
+			p.dispatch(&p.wcs[0])
+			continue
+		}
+		break
+	}
+	p.active.Unlock()
 }
 
 func (p *poller) add(c *Conn) {
@@ -125,6 +171,11 @@ func (p *poller) run() {
 	defer timer.Stop()
 	lastReap := time.Now()
 	var idleSince time.Time
+	p.active.Lock()
+	defer func() {
+		p.stopped = true
+		p.active.Unlock()
+	}()
 	for {
 		n, err := p.cq.Poll(p.wcs)
 		if err != nil { // a CQ overrun loses completions: no connection on it can go on
@@ -183,12 +234,14 @@ func (p *poller) run() {
 			runtime.UnlockOSThread()
 			locked = false
 		}
+		p.active.Unlock()
 		select {
 		case <-p.cq.Notify():
 		case <-p.wake:
 		case <-timer.C:
 		case <-p.quit:
 		}
+		p.active.Lock()
 		idleSince = time.Time{}
 	}
 }

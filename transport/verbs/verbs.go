@@ -173,6 +173,19 @@ type CQ interface {
 	Destroy() error
 }
 
+// DirectCQ is implemented by completion queues whose provider can hand an armed queue's
+// next completion straight to its consumer: instead of sending a token on Notify, the
+// goroutine that added the completion calls the handler once it holds none of the
+// provider's locks. A software NIC saves a goroutine hand-off per message this way; a
+// hardware provider has no such goroutine and does not implement it.
+type DirectCQ interface {
+	CQ
+	// SetArmedHandler registers fn (nil removes it). fn may run on any provider goroutine,
+	// concurrently with Notify tokens from other completions; it must not block, and must
+	// re-arm the queue (ReqNotify, then Poll) before it returns, as a woken poller would.
+	SetArmedHandler(fn func())
+}
+
 // SGEFor returns the scatter/gather element for n bytes at offset off of mr.
 func SGEFor(mr MR, off, n int) SGE {
 	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}

@@ -22,6 +22,44 @@ type cq struct {
 	users   int // QPs
 	closed  bool
 	notify  chan struct{}
+
+	// An armed queue with a handler that a stream reader is filling does not send on
+	// notify: the reader runs the handler once it has let go of the QP (verbs.DirectCQ).
+	handler   func()
+	deferring int  // readers between beginDefer and endDefer
+	owed      bool // a completion found the queue armed while a reader was deferring
+}
+
+// SetArmedHandler implements verbs.DirectCQ: the handler runs on the TCP fabric's stream
+// readers. The in-process fabric has no goroutine of its own to lend, and keeps notifying.
+func (c *cq) SetArmedHandler(fn func()) {
+	c.mu.Lock()
+	c.handler = fn
+	c.mu.Unlock()
+}
+
+// beginDefer and endDefer bracket a stream reader's delivery of one frame. Whichever
+// deferring reader ends first after an armed completion runs the handler: owed is set and
+// taken under mu, and only while some reader is still to take it, so it is never lost.
+func (c *cq) beginDefer() {
+	c.mu.Lock()
+	c.deferring++
+	c.mu.Unlock()
+}
+
+func (c *cq) endDefer() {
+	c.mu.Lock()
+	c.deferring--
+	run, fn := c.owed, c.handler
+	c.owed = false
+	c.mu.Unlock()
+	if run && fn != nil {
+		// A reader must never block on a socket: two readers each blocked writing to the
+		// other's full stream would deadlock. Work the handler posts goes to the engines.
+		c.dev.readersReaping.Add(1)
+		fn()
+		c.dev.readersReaping.Add(-1)
+	}
 }
 
 func newCQ(d *Device, n int) *cq {
@@ -84,6 +122,9 @@ func (c *cq) push(wc verbs.WorkCompletion) {
 	c.n.Add(1)
 	fire := c.armed
 	c.armed = false
+	if fire && c.handler != nil && c.deferring > 0 {
+		c.owed, fire = true, false
+	}
 	c.mu.Unlock()
 	if fire {
 		select {

@@ -112,6 +112,10 @@ type Device struct {
 	nextQPN uint32
 
 	stats stats
+
+	// readersReaping counts stream readers running a CQ's armed handler: while one does,
+	// posters leave transmission to the engines (see cq.endDefer).
+	readersReaping atomic.Int32
 }
 
 type keyEntry struct {

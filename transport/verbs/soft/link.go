@@ -109,7 +109,16 @@ func (l *tcpLink) readLoop() {
 			break // a peer that breaks the protocol is dropped, as on a fabric
 		}
 		l.src.left = int64(h.len)
+		rcq, scq := l.q.rcq, l.q.scq
+		rcq.beginDefer()
+		if scq != rcq {
+			scq.beginDefer()
+		}
 		err := l.q.deliver(&h, &l.src)
+		rcq.endDefer()
+		if scq != rcq {
+			scq.endDefer()
+		}
 		if err == errNotReady { // cannot happen: the reader starts at RTR
 			break
 		}

@@ -468,9 +468,10 @@ const inlineTxMax = 16 << 10
 
 // transmitInline is the doorbell: when no one else is transmitting, the posting goroutine
 // sends what it can itself, saving the hand-off to the engine goroutine. Anything it leaves
-// (a large frame, or work while the engine holds txMu) is the engine's.
+// (a large frame, work while the engine holds txMu, or anything posted while a stream
+// reader runs a completion handler) is the engine's.
 func (q *QP) transmitInline(l link) {
-	if !q.txMu.TryLock() {
+	if q.dev.readersReaping.Load() > 0 || !q.txMu.TryLock() {
 		q.kick()
 		return
 	}
