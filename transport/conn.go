@@ -29,14 +29,15 @@ func wrid(kind uint64, conn uint32, idx int) uint64 {
 }
 
 // Release messages carry credits and window revocations and consume no credit themselves
-// (so that returning credits never needs one). A side keeps at most ctrlSlots of them in
-// flight, counted until their SEND completes; but a completion means the release reached a
-// slot, not that the peer's poller has reposted it, so each side posts recvCtrlSlots extra
-// receives: RNR then needs the peer's poller to lag three bursts behind. (The exact fix is
-// for the receiver to acknowledge reposted control slots; see docs/protocol.md.)
+// (so that returning credits never needs one): they go to recvCtrlSlots receives of their
+// own, posted next to the counted ones, and spend control credits, which the receiver
+// returns in header byte 3 once it has reposted those slots. So a release never finds the
+// peer without a receive posted (no RNR). A side keeps its last control credit for a
+// release that returns control credits: then two sides that owe each other cannot both be
+// out of them. A side returns control credits alone once it owes ctrlThreshold of them.
 const (
-	ctrlSlots     = 8
-	recvCtrlSlots = 4 * ctrlSlots
+	recvCtrlSlots = 32
+	ctrlThreshold = recvCtrlSlots / 2
 )
 
 // Conn is one connection: a queue pair and its receive slots, send slots and windows. Its
@@ -61,7 +62,7 @@ type Conn struct {
 	err        error // set once: the connection failed or was closed
 	torn       bool  // resources released; holders release their own
 	avail      int   // credits we may still use
-	ctrlOut    int   // Release messages in flight
+	ctrlAvail  int   // control credits: releases we may still send
 	freeSends  []int
 	freeReads  []int
 	waiters    int
@@ -74,12 +75,13 @@ type Conn struct {
 	reclaims   map[int]*pool.Window // LOCAL_INVs in flight, by window index
 	dirty      bool                 // queued with the poller for flushing
 
-	owed    atomic.Int32 // receive slots reposted and not yet announced
-	ready   atomic.Bool  // the QP reached RTS: sends may be posted
-	readyCh chan struct{}
-	tornCh  chan struct{}
-	goAway  sync.Once
-	awayCh  chan struct{} // closed when the peer sent GOAWAY
+	owed     atomic.Int32 // receive slots reposted and not yet announced
+	owedCtrl atomic.Int32 // control slots reposted and not yet announced
+	ready    atomic.Bool  // the QP reached RTS: sends may be posted
+	readyCh  chan struct{}
+	tornCh   chan struct{}
+	goAway   sync.Once
+	awayCh   chan struct{} // closed when the peer sent GOAWAY
 }
 
 type pendingInv struct {
@@ -113,7 +115,6 @@ type sendSlot struct {
 	buf     *pool.Buf
 	wrs     [2]verbs.SendWR
 	sge     [1]verbs.SGE
-	ctl     bool // a Release: completes a ctrlOut
 	filling bool // c.mu: a sender is writing and posting it; teardown leaves it to the sender
 }
 
@@ -135,13 +136,15 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		maxRecv: uint32(cfg.MaxMessage),
 		credits: int(peer.Credits),
 		avail:   int(peer.Credits),
-		calls:   make(map[uint64]*call),
-		serving: make(map[uint64]*serverCall),
-		readyCh: make(chan struct{}),
-		tornCh:  make(chan struct{}),
-		awayCh:  make(chan struct{}),
+
+		ctrlAvail: recvCtrlSlots,
+		calls:     make(map[uint64]*call),
+		serving:   make(map[uint64]*serverCall),
+		readyCh:   make(chan struct{}),
+		tornCh:    make(chan struct{}),
+		awayCh:    make(chan struct{}),
 	}
-	nsend := c.credits + ctrlSlots + 4
+	nsend := c.credits + recvCtrlSlots + 4
 	nread := cfg.Credits + recvCtrlSlots
 	var err error
 	c.qp, err = t.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, Cap: verbs.QPCap{
@@ -243,7 +246,7 @@ func (c *Conn) releaseSlot(i int, counted bool) {
 		c.fail(err)
 		return
 	}
-	if counted && c.owed.Add(1) >= c.creditThreshold() {
+	if counted && c.owed.Add(1) >= c.creditThreshold() || !counted && c.owedCtrl.Add(1) >= ctrlThreshold {
 		c.returnCredits()
 	}
 }
@@ -288,8 +291,8 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 			return false, err
 		}
 		ok := len(c.freeSends) > 0
-		if mode == sendControl {
-			ok = ok && c.ctrlOut < ctrlSlots
+		if mode == sendControl { // the last control credit only for returning some
+			ok = ok && (c.ctrlAvail > 1 || c.ctrlAvail == 1 && c.owedCtrl.Load() > 0)
 		} else {
 			ok = ok && c.avail > 0
 		}
@@ -308,13 +311,17 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 	i := c.freeSends[len(c.freeSends)-1]
 	c.freeSends = c.freeSends[:len(c.freeSends)-1]
 	s := &c.sends[i]
-	s.ctl = mode == sendControl
 	s.filling = true
-	if s.ctl {
-		c.ctrlOut++
+	if mode == sendControl {
+		c.ctrlAvail--
 	} else {
 		c.avail--
 	}
+	// Taken under mu, so that a release let through on the last control credit carries
+	// the control credits it was let through for.
+	h.Credits = uint16(c.owed.Swap(0))
+	h.CtrlCredits = uint8(min(c.owedCtrl.Load(), 255))
+	c.owedCtrl.Add(-int32(h.CtrlCredits))
 	// A revocation leaves only within half the lease of the window's announcement, judged
 	// now, after every wait: later the owner's lease may already have reclaimed it.
 	inv := rv.rkey
@@ -326,7 +333,6 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 	}
 	c.mu.Unlock()
 
-	h.Credits = uint16(c.owed.Swap(0))
 	if h.Flags&wire.FlagLarge == 0 {
 		h.Len = uint32(len(payload))
 	}

@@ -8,11 +8,13 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
+	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
@@ -229,5 +231,55 @@ func TestSoftDeviceSkipsMemlock(t *testing.T) {
 		if err := tr.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestReleasesWaitForReposts: releases (credit returns and window revocations) spend
+// control credits that the receiver returns only once it has reposted their slots, so a
+// receiver whose poller lags far behind never meets a release with no receive posted (no
+// RNR NAK; newEnv's cleanup counts them). 200 callers fetch large responses, each revoked
+// by a release, while the server's poller stalls now and then for 20 ms: the handlers it
+// already dispatched keep answering, the client keeps reading and releasing.
+func TestReleasesWaitForReposts(t *testing.T) {
+	big := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		b, err := w.Buffer(64 << 10)
+		if err != nil {
+			_ = w.Write(StatusInternal, []byte(err.Error()))
+			return
+		}
+		_ = w.Write(StatusOK, b)
+	})
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			e := newEnv(t, fb, big, Config{Handlers: 256})
+			var released, stalls atomic.Int64
+			hook := func(wc *verbs.WorkCompletion) {
+				if wc.Status == verbs.WCSuccess && wc.Opcode == verbs.WCRecv && wc.ByteLen == wire.HeaderLen {
+					if released.Add(1)%300 == 1 {
+						stalls.Add(1)
+						time.Sleep(20 * time.Millisecond)
+					}
+				}
+			}
+			e.server.testHookWC.Store(&hook)
+			var wg sync.WaitGroup
+			for g := 0; g < 200; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 10; i++ {
+						resp, err := e.conn.Call(context.Background(), []byte{1})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						resp.Release()
+					}
+				}()
+			}
+			wg.Wait()
+			e.server.testHookWC.Store(nil)
+			t.Logf("%d header-only messages, %d stalls of the server's poller", released.Load(), stalls.Load())
+		})
 	}
 }

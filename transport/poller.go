@@ -339,13 +339,20 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 		c.invalidated(wc.InvalidatedRKey)
 	}
 	counted := h.Kind != wire.KindRelease
-	if h.Credits > 0 {
+	if h.Credits > 0 || h.CtrlCredits > 0 {
 		c.mu.Lock()
 		c.avail += int(h.Credits)
+		c.ctrlAvail += int(h.CtrlCredits)
+		if c.avail > c.credits || c.ctrlAvail > recvCtrlSlots {
+			c.mu.Unlock()
+			c.fail(fmt.Errorf("peer sent a bad message: %w: it returned more credits than it was given (%d of %d counted, %d of %d control)",
+				wire.ErrMalformed, c.avail, c.credits, c.ctrlAvail, recvCtrlSlots))
+			return
+		}
 		if c.waiters > 0 {
 			c.wakeLocked()
 		}
-		flush := len(c.ctrl) > 0
+		flush := len(c.ctrl) > 0 || h.CtrlCredits > 0 && (len(c.pendingInv) > 0 || c.owed.Load() >= c.creditThreshold())
 		c.mu.Unlock()
 		if flush {
 			c.flushCtrl()
@@ -553,12 +560,12 @@ func (c *Conn) flushCtrl() {
 		c.mu.Lock()
 		n := len(c.pendingInv)
 		c.mu.Unlock()
-		if n == 0 && c.owed.Load() < c.creditThreshold() {
+		if n == 0 && c.owed.Load() < c.creditThreshold() && c.owedCtrl.Load() < ctrlThreshold {
 			return
 		}
 		h := wire.Header{Kind: wire.KindRelease} // carries a revocation and the owed credits
 		if _, err := c.send(bg, &h, nil, nil, revoke{}, sendControl); err != nil {
-			return // all control slots in flight: a send completion flushes again
+			return // no control credit or send slot: their return flushes again
 		}
 	}
 }
@@ -567,12 +574,7 @@ func (c *Conn) flushCtrl() {
 func (c *Conn) onSent(i int) {
 	c.mu.Lock()
 	c.freeSends = append(c.freeSends, i)
-	flush := false
-	if c.sends[i].ctl {
-		c.ctrlOut--
-		flush = len(c.pendingInv) > 0 || c.owed.Load() >= c.creditThreshold()
-	}
-	flush = flush || len(c.ctrl) > 0
+	flush := len(c.ctrl) > 0 // a free send slot may be what they waited for
 	if c.waiters > 0 {
 		c.wakeLocked()
 	}

@@ -82,6 +82,10 @@ func newEnv(t testing.TB, fb fabric, h Handler, cfg Config) *env {
 			t.Errorf("serve: %v", err)
 		}
 		for _, d := range []verbs.Device{cdev, sdev} {
+			// Credits keep a receive posted for every SEND the transport makes.
+			if sd, ok := d.(*soft.Device); ok && sd.Stats().RNRNaks > 0 {
+				t.Errorf("%s sent %d receiver-not-ready NAKs: a SEND found no receive posted", d.Name(), sd.Stats().RNRNaks)
+			}
 			if err := d.Close(); err != nil {
 				t.Errorf("device close: %v", err)
 			}

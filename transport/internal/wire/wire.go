@@ -15,7 +15,7 @@ import (
 var ErrMalformed = errors.New("mwrpc: malformed message")
 
 // Version is the transport protocol version this package speaks.
-const Version = 1
+const Version = 2 // 2: control credits in header byte 3
 
 // HeaderLen is the size of a message header.
 const HeaderLen = 32
@@ -56,7 +56,8 @@ const magic = 0xA7
 
 // Header is the front of every message:
 //
-//	0  magic u8 (0xA7)  1 kind u8  2 flags u8  3 reserved u8
+//	0  magic u8 (0xA7)  1 kind u8  2 flags u8
+//	3  ctrl credits u8  control slots (those releases use) the sender reposted since its last message
 //	4  credits u16      receive slots the sender reposted since its last message
 //	6  status u16       the handler's status (responses)
 //	8  call id u64
@@ -64,20 +65,21 @@ const magic = 0xA7
 //	20 rkey u32         the window's rkey (large)
 //	24 addr u64         the window's first byte (large)
 type Header struct {
-	Kind    Kind
-	Flags   Flags
-	Credits uint16
-	Status  uint16
-	CallID  uint64
-	Len     uint32
-	RKey    uint32
-	Addr    uint64
+	Kind        Kind
+	Flags       Flags
+	CtrlCredits uint8
+	Credits     uint16
+	Status      uint16
+	CallID      uint64
+	Len         uint32
+	RKey        uint32
+	Addr        uint64
 }
 
 // PutHeader writes h into the first HeaderLen bytes of b.
 func PutHeader(b []byte, h *Header) {
 	_ = b[HeaderLen-1]
-	b[0], b[1], b[2], b[3] = magic, byte(h.Kind), byte(h.Flags), 0
+	b[0], b[1], b[2], b[3] = magic, byte(h.Kind), byte(h.Flags), h.CtrlCredits
 	binary.LittleEndian.PutUint16(b[4:], h.Credits)
 	binary.LittleEndian.PutUint16(b[6:], h.Status)
 	binary.LittleEndian.PutUint64(b[8:], h.CallID)
@@ -101,14 +103,15 @@ func ParseHeader(b []byte, h *Header, maxLen uint32) (payload []byte, err error)
 		return nil, fmt.Errorf("%w: %d bytes, a header needs %d", ErrMalformed, len(b), HeaderLen)
 	}
 	*h = Header{
-		Kind:    Kind(b[1]),
-		Flags:   Flags(b[2]),
-		Credits: binary.LittleEndian.Uint16(b[4:]),
-		Status:  binary.LittleEndian.Uint16(b[6:]),
-		CallID:  binary.LittleEndian.Uint64(b[8:]),
-		Len:     binary.LittleEndian.Uint32(b[16:]),
-		RKey:    binary.LittleEndian.Uint32(b[20:]),
-		Addr:    binary.LittleEndian.Uint64(b[24:]),
+		Kind:        Kind(b[1]),
+		Flags:       Flags(b[2]),
+		CtrlCredits: b[3],
+		Credits:     binary.LittleEndian.Uint16(b[4:]),
+		Status:      binary.LittleEndian.Uint16(b[6:]),
+		CallID:      binary.LittleEndian.Uint64(b[8:]),
+		Len:         binary.LittleEndian.Uint32(b[16:]),
+		RKey:        binary.LittleEndian.Uint32(b[20:]),
+		Addr:        binary.LittleEndian.Uint64(b[24:]),
 	}
 	rest := b[HeaderLen:]
 	switch {
@@ -116,8 +119,8 @@ func ParseHeader(b []byte, h *Header, maxLen uint32) (payload []byte, err error)
 		return nil, fmt.Errorf("%w: magic 0x%02x, want 0x%02x", ErrMalformed, b[0], magic)
 	case h.Kind == 0 || h.Kind >= kindMax:
 		return nil, fmt.Errorf("%w: unknown kind %d", ErrMalformed, b[1])
-	case b[3] != 0 || h.Flags&^FlagLarge != 0:
-		return nil, fmt.Errorf("%w: %v: unknown flags 0x%02x/0x%02x", ErrMalformed, h.Kind, b[2], b[3])
+	case h.Flags&^FlagLarge != 0:
+		return nil, fmt.Errorf("%w: %v: unknown flags 0x%02x", ErrMalformed, h.Kind, b[2])
 	case h.Flags&FlagLarge == 0:
 		if uint64(h.Len) != uint64(len(rest)) {
 			return nil, fmt.Errorf("%w: %v announces %d payload bytes, carries %d", ErrMalformed, h.Kind, h.Len, len(rest))

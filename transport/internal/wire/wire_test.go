@@ -20,6 +20,7 @@ func seedHeaders() []struct {
 		{Header{Kind: KindRequest, Flags: FlagLarge, CallID: 8, Len: 64 << 20, RKey: 0x100, Addr: 0x1000}, nil},
 		{Header{Kind: KindCancel, CallID: 9}, nil},
 		{Header{Kind: KindRelease, Credits: 64}, nil},
+		{Header{Kind: KindRelease, CtrlCredits: 16}, nil},
 		{Header{Kind: KindPing, CallID: 10}, nil},
 		{Header{Kind: KindGoAway, CallID: 11}, nil},
 	}
@@ -51,7 +52,6 @@ func TestParseHeaderRejects(t *testing.T) {
 		{"kind zero", mut(eager, func(b []byte) { b[1] = 0 }), false},
 		{"kind unknown", mut(eager, func(b []byte) { b[1] = byte(kindMax) }), false},
 		{"flags", mut(eager, func(b []byte) { b[2] = 2 }), false},
-		{"reserved", mut(eager, func(b []byte) { b[3] = 1 }), false},
 		{"length mismatch", eager[:len(eager)-1], false},
 		{"eager with window", mut(eager, func(b []byte) { b[20] = 1 }), false},
 		{"large cancel", mut(large, func(b []byte) { b[1] = byte(KindCancel) }), false},
@@ -77,7 +77,7 @@ func TestHello(t *testing.T) {
 		t.Fatalf("ParseHello = %+v %v", h, err)
 	}
 	for name, bad := range map[string]Hello{
-		"version":     {Version: 2, SlotSize: 4096, Credits: 64, Inline: 10, MaxMessage: 1},
+		"version":     {Version: Version + 1, SlotSize: 4096, Credits: 64, Inline: 10, MaxMessage: 1},
 		"slot":        {Version: Version, SlotSize: 8, Credits: 64, MaxMessage: 1},
 		"credits":     {Version: Version, SlotSize: 4096, Credits: 1, MaxMessage: 1},
 		"inline":      {Version: Version, SlotSize: 4096, Credits: 64, Inline: 4090, MaxMessage: 1},

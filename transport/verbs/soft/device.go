@@ -152,10 +152,13 @@ type Stats struct {
 	// DiscardBytes are payload bytes read from a stream and thrown away (dropped or
 	// refused frames).
 	DiscardBytes uint64
+	// RNRNaks counts receiver-not-ready NAKs this device's QPs sent: a SEND arrived with no
+	// receive posted, and its sender must retry it after the RNR timer.
+	RNRNaks uint64
 }
 
 type stats struct {
-	socketTx, socketRx, copied, discarded atomic.Uint64
+	socketTx, socketRx, copied, discarded, rnrNaks atomic.Uint64
 }
 
 // Stats returns the device's copy counters.
@@ -163,6 +166,7 @@ func (d *Device) Stats() Stats {
 	return Stats{
 		SocketTxBytes: d.stats.socketTx.Load(), SocketRxBytes: d.stats.socketRx.Load(),
 		CopyBytes: d.stats.copied.Load(), DiscardBytes: d.stats.discarded.Load(),
+		RNRNaks: d.stats.rnrNaks.Load(),
 	}
 }
 

@@ -257,6 +257,7 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 	}
 	// SEND, SEND_WITH_IMM, SEND_WITH_INV and WRITE_WITH_IMM consume a receive.
 	if q.rqHead == q.rqTail {
+		q.dev.stats.rnrNaks.Add(1)
 		q.respond(header{op: opNak, syn: synRNR, psn: h.psn, imm: uint32(q.rnrTimer / time.Microsecond)})
 		q.mu.Unlock()
 		q.kick()
