@@ -102,6 +102,12 @@ type Config struct {
 	Connect cm.Params
 	// HandshakeTimeout bounds connection setup; zero means 10s.
 	HandshakeTimeout time.Duration
+	// PeerTimeout is how long a silent peer host has before its connections fail with
+	// ErrUnavailable: TCP keepalive on the bootstrap connection, which each side keeps
+	// open (unless it is the QP's wire) and watches, so that a peer process that exits or
+	// closes the connection is noticed at once, as an RDMA CM disconnect would be. An idle
+	// RDMA QP notices nothing by itself. Zero means DefaultPeerTimeout.
+	PeerTimeout time.Duration
 	// Logger receives what has no caller to return to: connections Serve could not set
 	// up. Nil means slog.Default().
 	Logger *slog.Logger
@@ -115,6 +121,7 @@ const (
 	DefaultMaxMessage     = 64 << 20
 	DefaultWindows        = 64
 	DefaultLease          = 10 * time.Second
+	DefaultPeerTimeout    = 15 * time.Second
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -151,6 +158,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = 10 * time.Second
 	}
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = DefaultPeerTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -163,6 +173,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("transport: eager threshold %d outside 0..%d (slot size minus the header)", c.EagerThreshold, c.SlotSize-wire.HeaderLen)
 	case c.MaxMessage <= 0 || c.MaxMessage > 1<<31-1:
 		return c, fmt.Errorf("transport: max message %d outside 1..%d", c.MaxMessage, 1<<31-1)
+	case c.PeerTimeout < time.Second:
+		return c, fmt.Errorf("transport: peer timeout %v below 1s (TCP keepalive counts in seconds)", c.PeerTimeout)
 	case c.Windows < 1 || c.Pollers < 1 || c.Handlers < 1:
 		return c, fmt.Errorf("transport: windows %d, pollers %d and handlers %d must be positive", c.Windows, c.Pollers, c.Handlers)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,7 @@ type Conn struct {
 	ready    atomic.Bool  // the QP reached RTS: sends may be posted
 	readyCh  chan struct{}
 	tornCh   chan struct{}
+	boot     net.Conn // the bootstrap stream, watched (nil where it is the QP's wire)
 	goAway   sync.Once
 	awayCh   chan struct{} // closed when the peer sent GOAWAY
 }
@@ -194,7 +196,11 @@ func (c *Conn) connect(ctx context.Context, nc net.Conn) error {
 		return fmt.Errorf("transport: connect: %w: %w", ErrHandshake, err)
 	}
 	if sq, ok := c.qp.(verbs.StreamQP); !ok || !sq.NeedsStream() {
-		_ = nc.Close() // the bootstrap stream is not the QP's wire
+		// The bootstrap stream is not the QP's wire: it stays open as the liveness signal.
+		if err := keepAlive(nc, c.t.cfg.PeerTimeout); err != nil {
+			return fmt.Errorf("transport: bootstrap connection: %w", err)
+		}
+		c.boot = nc
 	}
 	// The peer may have reached RTS first and already sent requests, which arrived in RTR
 	// and were dispatched: their responses waited for this.
@@ -571,6 +577,9 @@ func (c *Conn) Err() error { return c.failure() }
 // back to the pool and every window is deallocated.
 func (c *Conn) teardown() {
 	_ = c.qp.Destroy()
+	if c.boot != nil {
+		_ = c.boot.Close() // tells the peer at once; ends watchPeer
+	}
 	c.releaseAll()
 	c.t.forget(c)
 	close(c.tornCh)
@@ -614,9 +623,44 @@ func (c *Conn) releaseAll() {
 	c.mu.Unlock()
 }
 
+// keepAlive clears the setup deadlines of the bootstrap stream nc and turns on TCP
+// keepalive so that a peer host that stops answering is declared dead within about
+// timeout: probes start after half of it, then go every tenth, five of them.
+func keepAlive(nc net.Conn, timeout time.Duration) error {
+	if err := nc.SetDeadline(time.Time{}); err != nil {
+		return err
+	}
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return nil // not TCP (a test's pipe): closing it is the only signal
+	}
+	return tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true,
+		Idle: max(timeout/2, time.Second), Interval: max(timeout/10, time.Second), Count: 5})
+}
+
+// watchPeer reads the bootstrap stream, on which the peer never writes after setup: its
+// end (the peer closed the connection, its process exited, keepalive gave up) fails the
+// connection, whose QP may have nothing in flight to notice the peer is gone.
+func (c *Conn) watchPeer() {
+	defer c.t.wg.Done()
+	var b [1]byte
+	n, err := c.boot.Read(b[:])
+	switch {
+	case n > 0:
+		c.fail(fmt.Errorf("%w: the peer wrote on the bootstrap connection after setup", ErrUnavailable))
+	case err == io.EOF:
+		c.fail(fmt.Errorf("%w: the peer closed the bootstrap connection (its side of the connection is gone)", ErrUnavailable))
+	default:
+		c.fail(fmt.Errorf("%w: bootstrap connection: %w", ErrUnavailable, err))
+	}
+}
+
 // abort releases a connection whose setup failed before the poller knew it.
 func (c *Conn) abort() {
 	_ = c.qp.Destroy()
+	if c.boot != nil {
+		_ = c.boot.Close()
+	}
 	c.releaseAll()
 }
 

@@ -283,3 +283,56 @@ func TestReleasesWaitForReposts(t *testing.T) {
 		})
 	}
 }
+
+// TestBootstrapLiveness: where the bootstrap stream is not the QP's wire (the in-process
+// fabric, RDMA), each side keeps it open and watches it. A peer whose process dies leaves
+// its QP silent but its sockets closed by the kernel: closing the server's bootstrap
+// stream alone must fail the client's calls in flight with ErrUnavailable (and the client's
+// teardown then closes its own, failing the server's side).
+func TestBootstrapLiveness(t *testing.T) {
+	for _, fb := range fabrics {
+		if fb.name == "tcp" {
+			continue // the stream is the QP's wire: its end errors the QP (TestDeadPeer)
+		}
+		t.Run(fb.name, func(t *testing.T) {
+			block := make(chan struct{})
+			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+				select {
+				case <-block:
+				case <-ctx.Done():
+				}
+			})
+			e := newEnv(t, fb, h, Config{})
+			defer close(block)
+			errs := make(chan error, 4)
+			for i := 0; i < 4; i++ {
+				go func() {
+					_, err := e.conn.Call(context.Background(), []byte("hello"))
+					errs <- err
+				}()
+			}
+			for e.conn.InFlight() < 4 {
+				time.Sleep(time.Millisecond)
+			}
+			sc := e.serverConn(t)
+			if sc.boot == nil {
+				t.Fatal("the server does not keep its bootstrap stream")
+			}
+			// Half-close: the client sees the FIN a dying process's kernel sends, while the
+			// server's QP and its own watcher stay as they are until the client reacts.
+			if err := sc.boot.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 4; i++ {
+				select {
+				case err := <-errs:
+					if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "bootstrap") {
+						t.Fatalf("call: %v, want ErrUnavailable naming the bootstrap connection", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("a call did not fail after the peer's bootstrap stream closed")
+				}
+			}
+		})
+	}
+}

@@ -41,7 +41,7 @@ type Transport struct {
 	setup    map[net.Conn]struct{} // streams of connections being set up
 	setupWG  sync.WaitGroup
 	closed   bool
-	wg       sync.WaitGroup // pollers
+	wg       sync.WaitGroup // pollers and watchPeer
 	running  counter        // handlers
 }
 
@@ -256,6 +256,10 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn) (*Conn, error) {
 		return nil, fmt.Errorf("transport: closed: %w", ErrUnavailable)
 	}
 	t.conns[c] = struct{}{}
+	if c.boot != nil {
+		t.wg.Add(1)
+		go c.watchPeer()
+	}
 	t.mu.Unlock()
 	return c, nil
 }
