@@ -58,27 +58,8 @@ func init() {
 // down, by test name: they are skipped with that reason (make test-rxe counts them), and
 // MWRPC_IBV_KNOWN=run runs them anyway.
 var ibvKnown = map[string]string{
-	// 1000 concurrent calls, a third of them 100 KiB (READs both ways): on Soft-RoCE
-	// (Debian 6.1 kernel) the client's send queue stops for good after a receiver-not-ready
-	// NAK while READs are outstanding (hw_counters: send_rnr_err and completer_retry_err
-	// rise, then sent_pkts stays put; no error completion, no async event). Calls hang
-	// until the server's lease reclaims a window with LOCAL_INV, which rxe fails with
-	// LOC_QP_OP_ERR, and teardown then panics with a double pool Release. The RNR itself
-	// comes from the transport: Release messages (ctrlSlots) are limited by send
-	// completions, which the peer's NIC acknowledges before its poller reposts the slot,
-	// so a burst of them can find no receive posted. Small payloads alone (no READs) pass.
-	// Since each side posts 4x ctrlSlots extra receives (recvCtrlSlots), the case passed 6
-	// of 7 runs in the VM; the remaining failure was a QP error whose cause is not traced
-	// yet. It stays here until the receiver acknowledges reposted control slots.
-	// The server closes its side of a connection while ten calls wait on their handlers.
-	// On the soft fabrics the peer hears of it (the TCP stream ends, or the in-process QP
-	// errors); on RDMA the destroyed QP is invisible to an idle peer: the client's QP has
-	// nothing in flight, so no retry times out and no completion reports anything, and the
-	// calls wait forever (the test then hangs in cleanup on its blocked handlers). Needs a
-	// liveness signal in the transport: watching the bootstrap TCP connection (as brpc
-	// does) or a transport-level keepalive; rpc's keepalive covers it one layer up.
-	"TestDeadPeer/ibv":        "an idle RDMA QP does not notice its peer's QP being destroyed; the transport has no liveness signal of its own (bootstrap socket or keepalive)",
-	"TestConcurrentCalls/ibv": "rxe stalls the send queue after an RNR NAK with READs outstanding; the RNR comes from Release messages outrunning the peer's reposted receives",
+	// Empty since control credits (no RNR from releases) and the bootstrap watch (an idle
+	// QP's dead peer). Session notes keep what each entry was.
 }
 
 // ibvMissing is why the ibv fabric is left out; TestIBVFabric reports it.
