@@ -21,12 +21,19 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log=${RXE_TEST_LOG:-/var/tmp/mwrpc-test-rxe.log}
 : >"$log"
 
+# The guest sees this machine's / read-only, but with an empty tmpfs on /tmp: a checkout
+# under /tmp is invisible there, so the guest script goes to /var/tmp (as the test binaries
+# do).
+stage=$(mktemp -d /var/tmp/mwrpc-rxe-guest.XXXXXX)
+trap 'rm -rf "$stage"' EXIT
+cp "$here/guest-test-rxe.sh" "$stage/"
+
 set +e
 suites=()
 for a in "${@:2}"; do suites+=("${a%%=*}"); done
 runvars=$(compgen -v SUITE_RUN_ || true)
 RXE_VM_ENV="${RXE_VM_ENV:-} RXE_LAT_ITERS RXE_LAT_ROUNDS MWRPC_IBV_GID_INDEX MWRPC_IBV_KNOWN $runvars" \
-  "$here/run-in-vm.sh" sh "$here/guest-test-rxe.sh" "$@" 2>&1 | tee "$log"
+  "$here/run-in-vm.sh" sh "$stage/guest-test-rxe.sh" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 
