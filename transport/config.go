@@ -62,6 +62,9 @@ var (
 	ErrTooLarge = wire.ErrTooLarge
 	// ErrHandshake: the peer is not an mwrpc transport of a compatible version.
 	ErrHandshake = errors.New("mwrpc: handshake failed")
+	// ErrCapacity: a new connection would over-commit the pollers' completion queues
+	// (wrapped with ErrUnavailable). Raise Config.Pollers, or lower Credits and Windows.
+	ErrCapacity = errors.New("mwrpc: transport at capacity")
 )
 
 // Config tunes a Transport. The zero value is usable.
@@ -88,6 +91,12 @@ type Config struct {
 	Lease time.Duration
 	// Pollers is the number of poller goroutines; zero means 1.
 	Pollers int
+	// CQDepth is the size of each poller's completion queue; zero means 65536, or the
+	// device's maximum when that is smaller (Soft-RoCE: 32767). A connection commits as
+	// many entries as it has work requests outstanding at most (about 420 with the
+	// defaults); a dial or accept that would over-commit every poller fails with
+	// ErrCapacity, since an overrun queue loses completions.
+	CQDepth int
 	// PollMode is how pollers wait; the zero value is PollAdaptive.
 	PollMode PollMode
 	// SpinTime is how long an adaptive poller spins before parking; zero means 50µs.
@@ -175,6 +184,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("transport: max message %d outside 1..%d", c.MaxMessage, 1<<31-1)
 	case c.PeerTimeout < time.Second:
 		return c, fmt.Errorf("transport: peer timeout %v below 1s (TCP keepalive counts in seconds)", c.PeerTimeout)
+	case c.CQDepth < 0:
+		return c, fmt.Errorf("transport: CQ depth %d is negative", c.CQDepth)
 	case c.Windows < 1 || c.Pollers < 1 || c.Handlers < 1:
 		return c, fmt.Errorf("transport: windows %d, pollers %d and handlers %d must be positive", c.Windows, c.Pollers, c.Handlers)
 	}

@@ -82,6 +82,7 @@ type Conn struct {
 	readyCh  chan struct{}
 	tornCh   chan struct{}
 	boot     net.Conn // the bootstrap stream, watched (nil where it is the QP's wire)
+	cqe      int      // completions committed of the poller's CQ (Transport.mu)
 	goAway   sync.Once
 	awayCh   chan struct{} // closed when the peer sent GOAWAY
 }
@@ -146,11 +147,10 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		tornCh:    make(chan struct{}),
 		awayCh:    make(chan struct{}),
 	}
-	nsend := c.credits + recvCtrlSlots + 4
-	nread := cfg.Credits + recvCtrlSlots
+	nsend, nread, sendWR, recvWR := queueSizes(cfg, peer)
 	var err error
 	c.qp, err = t.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, Cap: verbs.QPCap{
-		MaxSendWR: nsend + 2*cfg.Windows + nread, MaxRecvWR: cfg.Credits + recvCtrlSlots, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		MaxSendWR: sendWR, MaxRecvWR: recvWR, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, fmt.Errorf("transport: create QP: %w", err)
 	}
@@ -178,6 +178,16 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		c.freeReads = append(c.freeReads, i)
 	}
 	return c, nil
+}
+
+// queueSizes returns a connection's send slots, READ slots, and its QP's send and receive
+// queue depths. Every work request may complete into the poller's CQ, so sendWR + recvWR
+// is what the connection commits of the CQ (poller.committed).
+func queueSizes(cfg *Config, peer wire.Hello) (nsend, nread, sendWR, recvWR int) {
+	nsend = int(peer.Credits) + recvCtrlSlots + 4
+	nread = cfg.Credits + recvCtrlSlots
+	// A window's bind and its LOCAL_INV; the READs of the peer's large messages.
+	return nsend, nread, nsend + 2*cfg.Windows + nread, cfg.Credits + recvCtrlSlots
 }
 
 // connect posts the receive slots and connects the QP over nc.

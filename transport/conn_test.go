@@ -336,3 +336,51 @@ func TestBootstrapLiveness(t *testing.T) {
 		})
 	}
 }
+
+// TestCQCapacity: connections commit their most outstanding work requests against the
+// poller's completion queue, which must never overrun; a dial beyond that fails with
+// ErrCapacity (and ErrUnavailable) naming the knobs, and a closed connection gives its
+// share back.
+func TestCQCapacity(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			_, _, sendWR, recvWR := queueSizes(&Config{Credits: DefaultCredits, Windows: DefaultWindows}, wire.Hello{Credits: DefaultCredits})
+			cfg := Config{CQDepth: 2*(sendWR+recvWR) + 10} // two connections per poller, on each side
+			e := newEnv(t, fb, echo, cfg)
+			addr := e.addr
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			second, err := e.client.Dial(ctx, addr)
+			if err != nil {
+				t.Fatalf("second connection: %v", err)
+			}
+			_, err = e.client.Dial(ctx, addr)
+			if !errors.Is(err, ErrCapacity) || !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "Config.Pollers") {
+				t.Fatalf("third connection: %v, want ErrCapacity naming Config.Pollers", err)
+			}
+			if err := second.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				e.server.mu.Lock()
+				n := len(e.server.conns)
+				e.server.mu.Unlock()
+				if n == 1 {
+					break // the server tore its side down too, and gave its share back
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the server still has %d connections", n)
+				}
+			}
+			third, err := e.client.Dial(ctx, addr)
+			if err != nil {
+				t.Fatalf("a connection after one closed: %v", err)
+			}
+			resp, err := third.Call(ctx, []byte("still works"))
+			if err != nil || string(resp.Bytes()) != "still works" {
+				t.Fatalf("call: %q, %v", resp.Bytes(), err)
+			}
+			resp.Release()
+		})
+	}
+}

@@ -13,8 +13,8 @@ import (
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
-// cqDepth is the completion queue size of a poller, or the device's largest (MaxCQE) when
-// that is smaller: Soft-RoCE allows 32767.
+// cqDepth is the default completion queue size of a poller (Config.CQDepth), or the
+// device's largest (MaxCQE) when that is smaller: Soft-RoCE allows 32767.
 const cqDepth = 1 << 16
 
 // poller reaps one completion queue, shared by the connections assigned to it, on a
@@ -32,8 +32,9 @@ type poller struct {
 	wake    chan struct{}
 	quit    chan struct{}
 
-	wcs  []verbs.WorkCompletion
-	spin bool // adaptive mode spins before parking
+	wcs       []verbs.WorkCompletion
+	spin      bool // adaptive mode spins before parking
+	committed int  // CQ entries its connections may fill at once (Transport.mu)
 
 	// active is held by whoever reaps the queue: the poller goroutine while it is not
 	// parked, or a provider goroutine that filled the armed queue (verbs.DirectCQ).
@@ -43,6 +44,9 @@ type poller struct {
 
 func newPoller(t *Transport, i int) (*poller, error) {
 	depth := cqDepth
+	if t.cfg.CQDepth > 0 {
+		depth = t.cfg.CQDepth
+	}
 	if m := t.dev.Attr().MaxCQE; m > 0 && m < depth {
 		depth = m
 	}

@@ -239,12 +239,32 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn) (*Conn, error) {
 		t.mu.Unlock()
 		return nil, fmt.Errorf("transport: closed: %w", ErrUnavailable)
 	}
-	p := t.pollers[int(t.nextConn.Load())%len(t.pollers)]
+	// The poller with the most room in its CQ takes the connection: a CQ that overran
+	// would lose completions (and every connection on it), so it is never over-committed.
+	_, _, sendWR, recvWR := queueSizes(cfg, peer)
+	need := sendWR + recvWR
+	var p *poller
+	for _, q := range t.pollers {
+		if q.committed+need <= q.cq.Cap() && (p == nil || q.committed < p.committed) {
+			p = q
+		}
+	}
+	if p == nil {
+		n := len(t.conns)
+		t.mu.Unlock()
+		return nil, fmt.Errorf("transport: %w: %w: the completion queues of all %d pollers are committed to %d connections (%d completions each, %d per queue): raise Config.Pollers or lower Credits and Windows",
+			ErrUnavailable, ErrCapacity, len(t.pollers), n, need, t.pollers[0].cq.Cap())
+	}
+	p.committed += need
 	t.mu.Unlock()
 	c, err := newConn(t, p, peer)
 	if err != nil {
+		t.mu.Lock()
+		p.committed -= need
+		t.mu.Unlock()
 		return nil, err
 	}
+	c.cqe = need
 	if err := c.connect(ctx, nc); err != nil {
 		c.destroy()
 		return nil, err
@@ -344,6 +364,8 @@ func (t *Transport) closeResources() error {
 
 func (t *Transport) forget(c *Conn) {
 	t.mu.Lock()
+	c.p.committed -= c.cqe
+	c.cqe = 0
 	delete(t.conns, c)
 	t.mu.Unlock()
 }

@@ -43,6 +43,7 @@ var fabrics = []fabric{
 type env struct {
 	client, server *Transport
 	conn           *Conn
+	addr           string // where the server listens
 	cdev, sdev     verbs.Device
 }
 
@@ -66,7 +67,8 @@ func newEnv(t testing.TB, fb fabric, h Handler, cfg Config) *env {
 	go func() { served <- e.server.Serve(ln) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if e.conn, err = e.client.Dial(ctx, ln.Addr().String()); err != nil {
+	e.addr = ln.Addr().String()
+	if e.conn, err = e.client.Dial(ctx, e.addr); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
