@@ -270,6 +270,12 @@ func (c *Conn) releaseSlot(i int, counted bool) {
 // creditThreshold is how many reposted slots are worth a Release of their own.
 func (c *Conn) creditThreshold() int32 { return int32(max(1, c.t.cfg.Credits/8)) }
 
+// owesCredits reports whether enough reposted slots of either kind wait to be announced
+// to be worth a release of their own.
+func (c *Conn) owesCredits() bool {
+	return c.owed.Load() >= c.creditThreshold() || c.owedCtrl.Load() >= ctrlThreshold
+}
+
 // returnCredits announces reposted slots in a Release, which needs no credit.
 func (c *Conn) returnCredits() {
 	h := wire.Header{Kind: wire.KindRelease}

@@ -356,7 +356,7 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 		if c.waiters > 0 {
 			c.wakeLocked()
 		}
-		flush := len(c.ctrl) > 0 || h.CtrlCredits > 0 && (len(c.pendingInv) > 0 || c.owed.Load() >= c.creditThreshold())
+		flush := len(c.ctrl) > 0 || h.CtrlCredits > 0 && (len(c.pendingInv) > 0 || c.owesCredits())
 		c.mu.Unlock()
 		if flush {
 			c.flushCtrl()
@@ -564,7 +564,7 @@ func (c *Conn) flushCtrl() {
 		c.mu.Lock()
 		n := len(c.pendingInv)
 		c.mu.Unlock()
-		if n == 0 && c.owed.Load() < c.creditThreshold() && c.owedCtrl.Load() < ctrlThreshold {
+		if n == 0 && !c.owesCredits() {
 			return
 		}
 		h := wire.Header{Kind: wire.KindRelease} // carries a revocation and the owed credits
@@ -578,7 +578,7 @@ func (c *Conn) flushCtrl() {
 func (c *Conn) onSent(i int) {
 	c.mu.Lock()
 	c.freeSends = append(c.freeSends, i)
-	flush := len(c.ctrl) > 0 // a free send slot may be what they waited for
+	flush := len(c.ctrl) > 0 || c.owesCredits() // a free send slot may be what they waited for
 	if c.waiters > 0 {
 		c.wakeLocked()
 	}
