@@ -53,12 +53,18 @@ func (c *cq) endDefer() {
 	run, fn := c.owed, c.handler
 	c.owed = false
 	c.mu.Unlock()
-	if run && fn != nil {
+	switch {
+	case run && fn != nil:
 		// A reader must never block on a socket: two readers each blocked writing to the
 		// other's full stream would deadlock. Work the handler posts goes to the engines.
 		c.dev.readersReaping.Add(1)
 		fn()
 		c.dev.readersReaping.Add(-1)
+	case run: // the handler was removed meanwhile: the token it would have replaced
+		select {
+		case c.notify <- struct{}{}:
+		default:
+		}
 	}
 }
 
