@@ -296,13 +296,7 @@ func TestBootstrapLiveness(t *testing.T) {
 		}
 		t.Run(fb.name, func(t *testing.T) {
 			block := make(chan struct{})
-			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
-				select {
-				case <-block:
-				case <-ctx.Done():
-				}
-			})
-			e := newEnv(t, fb, h, Config{})
+			e := newEnv(t, fb, blockingHandler(block), Config{})
 			defer close(block)
 			errs := make(chan error, 4)
 			for i := 0; i < 4; i++ {

@@ -93,16 +93,25 @@ func (p *poller) reapInline() {
 		if n > 0 {
 			continue
 		}
-		if err := p.cq.ReqNotify(); err != nil {
-			break
-		}
-		if n, _ := p.cq.Poll(p.wcs[:1]); n == 1 {
-			p.dispatch(&p.wcs[0])
+		if empty, err := p.arm(); err == nil && !empty {
 			continue
 		}
 		break
 	}
 	p.active.Unlock()
+}
+
+// arm arms the queue and reports whether it is still empty: the poll after arming catches
+// a completion that came just before (it is dispatched, and the queue must be armed again).
+func (p *poller) arm() (empty bool, err error) {
+	if err := p.cq.ReqNotify(); err != nil {
+		return false, err
+	}
+	if n, _ := p.cq.Poll(p.wcs[:1]); n == 1 {
+		p.dispatch(&p.wcs[0])
+		return false, nil
+	}
+	return true, nil
 }
 
 func (p *poller) add(c *Conn) {
@@ -226,11 +235,7 @@ func (p *poller) run() {
 			}
 		}
 		// Park until a completion, a kick, the lease timer or quit.
-		if err := p.cq.ReqNotify(); err != nil {
-			continue
-		}
-		if n, _ := p.cq.Poll(p.wcs[:1]); n == 1 {
-			p.dispatch(&p.wcs[0])
+		if empty, err := p.arm(); err != nil || !empty {
 			continue
 		}
 		timer.Reset(cfg.Lease / 4)

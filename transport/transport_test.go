@@ -378,17 +378,21 @@ func TestCancelPropagates(t *testing.T) {
 	}
 }
 
+// blockingHandler answers nothing until block is closed or the call's context ends.
+func blockingHandler(block <-chan struct{}) Handler {
+	return HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+	})
+}
+
 func TestDeadPeer(t *testing.T) {
 	for _, fb := range fabrics {
 		t.Run(fb.name, func(t *testing.T) {
 			block := make(chan struct{})
-			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
-				select {
-				case <-block:
-				case <-ctx.Done():
-				}
-			})
-			e := newEnv(t, fb, h, Config{})
+			e := newEnv(t, fb, blockingHandler(block), Config{})
 			errs := make(chan error, 10)
 			for i := 0; i < 10; i++ {
 				go func() {
