@@ -47,25 +47,55 @@ func (c *cq) beginDefer() {
 	c.mu.Unlock()
 }
 
+// pauseDefer and resumeDefer bracket a deferring reader's socket reads: it must not hold
+// back, for as long as a payload takes to arrive, completions added before (by itself or
+// others), so it runs the handler first; completions added while it waits are notified.
+// The reader holds its QP's rxMu but not q.mu here, as the handler may need q.mu.
+func (c *cq) pauseDefer() {
+	c.mu.Lock()
+	c.deferring--
+	run := c.deferring == 0 && c.owed
+	if run {
+		c.owed = false
+	}
+	fn := c.handler
+	c.mu.Unlock()
+	if run {
+		c.runOwed(fn)
+	}
+}
+
+func (c *cq) resumeDefer() {
+	c.mu.Lock()
+	c.deferring++
+	c.mu.Unlock()
+}
+
 func (c *cq) endDefer() {
 	c.mu.Lock()
 	c.deferring--
 	run, fn := c.owed, c.handler
 	c.owed = false
 	c.mu.Unlock()
-	switch {
-	case run && fn != nil:
-		// A reader must never block on a socket: two readers each blocked writing to the
-		// other's full stream would deadlock. Work the handler posts goes to the engines.
-		c.dev.readersReaping.Add(1)
-		fn()
-		c.dev.readersReaping.Add(-1)
-	case run: // the handler was removed meanwhile: the token it would have replaced
+	if run {
+		c.runOwed(fn)
+	}
+}
+
+// runOwed hands the completions a reader held back to the handler fn.
+func (c *cq) runOwed(fn func()) {
+	if fn == nil { // the handler was removed meanwhile: the token it would have replaced
 		select {
 		case c.notify <- struct{}{}:
 		default:
 		}
+		return
 	}
+	// A reader must never block on a socket: two readers each blocked writing to the
+	// other's full stream would deadlock. Work the handler posts goes to the engines.
+	c.dev.readersReaping.Add(1)
+	fn()
+	c.dev.readersReaping.Add(-1)
 }
 
 func newCQ(d *Device, n int) *cq {

@@ -91,3 +91,72 @@ func TestArmedHandler(t *testing.T) {
 		})
 	}
 }
+
+// TestArmedHandlerPausedReader: a reader holds back an armed queue's notification only while
+// it delivers, not while it waits for payload bytes (pauseDefer): a completion held back
+// before the wait goes to the handler first, one added during the wait gets its token.
+func TestArmedHandlerPausedReader(t *testing.T) {
+	dev, err := OpenTCP("d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	vcq, err := dev.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vcq.Destroy()
+	c := vcq.(*cq)
+	ran := 0
+	c.SetArmedHandler(func() { ran++ })
+	token := func() bool {
+		select {
+		case <-c.Notify():
+			return true
+		default:
+			return false
+		}
+	}
+	wc := verbs.WorkCompletion{WRID: 1}
+	for _, tc := range []struct {
+		name             string
+		pushWhilePaused  bool
+		wantTokenAtPause bool
+		wantTokenAtPush  bool
+		wantHandler      int
+	}{
+		{"pushed while delivering, then the reader waits", false, false, false, 1},
+		{"pushed while the reader waits", true, false, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ran = 0
+			must(t, c.ReqNotify())
+			c.beginDefer()
+			if !tc.pushWhilePaused {
+				c.push(wc)
+			}
+			c.pauseDefer()
+			if got := token(); got != tc.wantTokenAtPause {
+				t.Fatalf("token at pause: %v, want %v", got, tc.wantTokenAtPause)
+			}
+			if tc.pushWhilePaused {
+				c.push(wc)
+				if got := token(); got != tc.wantTokenAtPush {
+					t.Fatalf("token at push: %v, want %v", got, tc.wantTokenAtPush)
+				}
+			}
+			if ran != tc.wantHandler {
+				t.Fatalf("handler ran %d times by the end of the wait, want %d", ran, tc.wantHandler)
+			}
+			c.resumeDefer()
+			c.endDefer()
+			if ran != tc.wantHandler || token() {
+				t.Fatalf("handler ran %d times (want %d), or a second token", ran, tc.wantHandler)
+			}
+			var wcs [4]verbs.WorkCompletion
+			if n, _ := c.Poll(wcs[:]); n != 1 {
+				t.Fatalf("polled %d completions, want 1", n)
+			}
+		})
+	}
+}

@@ -109,6 +109,9 @@ func (l *tcpLink) readLoop() {
 			break // a peer that breaks the protocol is dropped, as on a fabric
 		}
 		l.src.left = int64(h.len)
+		// Completions this delivery adds to an armed CQ go to the CQ's handler, run here
+		// once deliver has let go of the QP (verbs.DirectCQ); not while the reader waits
+		// for payload bytes (connSource.fill).
 		rcq, scq := l.q.rcq, l.q.scq
 		rcq.beginDefer()
 		if scq != rcq {
@@ -144,7 +147,17 @@ func (s *connSource) fill(q *QP, dst []byte) error {
 	if int64(len(dst)) > s.left {
 		return io.ErrUnexpectedEOF
 	}
+	// The reader is deferring its CQs' notifications (see readLoop); not while it waits.
+	rcq, scq := q.rcq, q.scq
+	rcq.pauseDefer()
+	if scq != rcq {
+		scq.pauseDefer()
+	}
 	n, err := io.ReadFull(s.r, dst)
+	rcq.resumeDefer()
+	if scq != rcq {
+		scq.resumeDefer()
+	}
 	s.left -= int64(n)
 	q.dev.stats.socketRx.Add(uint64(n))
 	return err
