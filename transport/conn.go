@@ -75,6 +75,7 @@ type Conn struct {
 	serving    map[uint64]*serverCall
 	reclaims   map[int]*pool.Window // LOCAL_INVs in flight, by window index
 	dirty      bool                 // queued with the poller for flushing
+	stalled    bool                 // a release found no control credit or send slot
 
 	owed     atomic.Int32 // receive slots reposted and not yet announced
 	owedCtrl atomic.Int32 // control slots reposted and not yet announced
@@ -201,16 +202,19 @@ func (c *Conn) connect(ctx context.Context, nc net.Conn) error {
 			return err
 		}
 	}
+	if sq, ok := c.qp.(verbs.StreamQP); !ok || !sq.NeedsStream() {
+		// The bootstrap stream is not the QP's wire: it stays open as the liveness signal,
+		// and teardown closes it, even one that comes before connect returns.
+		c.boot = nc
+	}
 	c.p.add(c)
 	if _, err := cm.Connect(ctx, nc, c.qp, params); err != nil {
 		return fmt.Errorf("transport: connect: %w: %w", ErrHandshake, err)
 	}
-	if sq, ok := c.qp.(verbs.StreamQP); !ok || !sq.NeedsStream() {
-		// The bootstrap stream is not the QP's wire: it stays open as the liveness signal.
+	if c.boot != nil {
 		if err := keepAlive(nc, c.t.cfg.PeerTimeout); err != nil {
 			return fmt.Errorf("transport: bootstrap connection: %w", err)
 		}
-		c.boot = nc
 	}
 	// The peer may have reached RTS first and already sent requests, which arrived in RTR
 	// and were dispatched: their responses waited for this.

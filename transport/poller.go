@@ -70,7 +70,9 @@ func newPoller(t *Transport, i int) (*poller, error) {
 // reapInline is the armed queue's handler (verbs.DirectCQ): the provider goroutine that
 // added a completion while the poller was parked dispatches it, saving the hand-off to the
 // poller. It does the poller's work, and so holds the poller's token; if the poller has the
-// token (it is awake, or about to park), the poller is kicked so that nothing is left.
+// token (it is awake, or about to park), the poller is kicked so that nothing is left. It
+// reaps two batches at most: a busy queue is the poller's, and the goroutine lent to us (a
+// stream reader) has its own connection to serve.
 func (p *poller) reapInline() {
 	if !p.active.TryLock() {
 		p.kick()
@@ -80,7 +82,7 @@ func (p *poller) reapInline() {
 		p.active.Unlock()
 		return
 	}
-	for {
+	for round := 0; ; round++ {
 		n, err := p.cq.Poll(p.wcs)
 		if err != nil {
 			p.active.Unlock()
@@ -89,6 +91,11 @@ func (p *poller) reapInline() {
 		}
 		for i := 0; i < n; i++ {
 			p.dispatch(&p.wcs[i])
+		}
+		if n > 0 && round > 0 { // still busy: the rest is the poller's
+			p.active.Unlock()
+			p.kick()
+			return
 		}
 		if n > 0 {
 			continue
@@ -361,7 +368,10 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 		if c.waiters > 0 {
 			c.wakeLocked()
 		}
-		flush := len(c.ctrl) > 0 || h.CtrlCredits > 0 && (len(c.pendingInv) > 0 || c.owesCredits())
+		flush := len(c.ctrl) > 0 || h.CtrlCredits > 0 && (c.stalled || len(c.pendingInv) > 0 || c.owesCredits())
+		if h.CtrlCredits > 0 {
+			c.stalled = false
+		}
 		c.mu.Unlock()
 		if flush {
 			c.flushCtrl()
@@ -574,7 +584,10 @@ func (c *Conn) flushCtrl() {
 		}
 		h := wire.Header{Kind: wire.KindRelease} // carries a revocation and the owed credits
 		if _, err := c.send(bg, &h, nil, nil, revoke{}, sendControl); err != nil {
-			return // no control credit or send slot: their return flushes again
+			c.mu.Lock()
+			c.stalled = true // no control credit or send slot: their return flushes again
+			c.mu.Unlock()
+			return
 		}
 	}
 }
@@ -583,7 +596,8 @@ func (c *Conn) flushCtrl() {
 func (c *Conn) onSent(i int) {
 	c.mu.Lock()
 	c.freeSends = append(c.freeSends, i)
-	flush := len(c.ctrl) > 0 || c.owesCredits() // a free send slot may be what they waited for
+	flush := len(c.ctrl) > 0 || c.stalled || c.owesCredits() // a free send slot may be what they waited for
+	c.stalled = false
 	if c.waiters > 0 {
 		c.wakeLocked()
 	}

@@ -275,6 +275,11 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn) (*Conn, error) {
 		c.destroy()
 		return nil, fmt.Errorf("transport: closed: %w", ErrUnavailable)
 	}
+	if err := c.failure(); err != nil { // failed during setup: torn down, or about to be
+		t.mu.Unlock()
+		c.destroy()
+		return nil, err
+	}
 	t.conns[c] = struct{}{}
 	if c.boot != nil {
 		t.wg.Add(1)
