@@ -115,7 +115,9 @@ type Config struct {
 	// ErrUnavailable: TCP keepalive on the bootstrap connection, which each side keeps
 	// open (unless it is the QP's wire) and watches, so that a peer process that exits or
 	// closes the connection is noticed at once, as an RDMA CM disconnect would be. An idle
-	// RDMA QP notices nothing by itself. Zero means DefaultPeerTimeout.
+	// RDMA QP notices nothing by itself. Keepalive needs a *net.TCPConn (what Dial and
+	// Serve use); over another stream given to NewConn only its end is noticed. Zero
+	// means DefaultPeerTimeout.
 	PeerTimeout time.Duration
 	// Logger receives what has no caller to return to: connections Serve could not set
 	// up. Nil means slog.Default().
