@@ -69,8 +69,9 @@ func (s *sliceSource) fill(q *QP, dst []byte) error {
 	return nil
 }
 
-// tcpLink carries frames over a stream: writev from registered memory, and reads straight
-// into registered memory.
+// tcpLink carries frames over a stream: writev from registered memory, and reads payloads of
+// more than smallMax bytes straight into registered memory (smaller ones come with their
+// header, in one read: see wire.go).
 type tcpLink struct {
 	q    *QP
 	conn net.Conn
@@ -78,10 +79,15 @@ type tcpLink struct {
 	vec  net.Buffers
 	bufs net.Buffers // what WriteTo consumes; a field so that it does not escape per call
 	src  connSource
+	rb   [headerLen + smallMax]byte // the reader's: a header, and a small frame's payload
+	buf  bufSource
 }
 
 func (l *tcpLink) send(h *header, payload [][]byte) error {
 	l.vec = append(l.vec[:0], appendHeader(l.hdr[:0], h))
+	if h.len > smallMax {
+		l.vec = append(l.vec, zeroPad[:])
+	}
 	l.vec = append(l.vec, payload...)
 	l.bufs = l.vec
 	// Counted before the write: the peer may have the bytes before writev returns here.
@@ -98,17 +104,44 @@ func (l *tcpLink) setDeadline(t time.Time) { _ = l.conn.SetWriteDeadline(t) }
 // readLoop reads frames until the stream ends; then the QP's link is down.
 func (l *tcpLink) readLoop() {
 	defer l.q.wg.Done()
-	var hb [headerLen]byte
 	var h header
 	l.src.r = l.conn
+	rb := l.rb[:]
+	have := 0 // rb[:have] are the stream's next bytes, from the current frame's start
+	fillTo := func(n int) error {
+		for have < n {
+			m, err := l.conn.Read(rb[have:]) // never beyond headerLen+smallMax: see wire.go
+			have += m
+			if err != nil && have < n {
+				return err
+			}
+		}
+		return nil
+	}
 	for {
-		if _, err := io.ReadFull(l.conn, hb[:]); err != nil {
+		if fillTo(headerLen) != nil {
 			break
 		}
-		if _, err := parseHeader(hb[:], &h); err != nil {
+		if _, err := parseHeader(rb[:headerLen], &h); err != nil {
 			break // a peer that breaks the protocol is dropped, as on a fabric
 		}
-		l.src.left = int64(h.len)
+		var src payloadSource
+		var end int // bytes of rb this frame uses
+		if h.len <= smallMax {
+			end = headerLen + int(h.len)
+			if fillTo(end) != nil {
+				break
+			}
+			l.buf.b = rb[headerLen:end]
+			src = &l.buf
+		} else {
+			end = headerLen + smallMax
+			if fillTo(end) != nil { // the header and the padding, and no payload byte
+				break
+			}
+			l.src.left = int64(h.len)
+			src = &l.src
+		}
 		// Completions this delivery adds to an armed CQ go to the CQ's handler, run here
 		// once deliver has let go of the QP (verbs.DirectCQ); not while the reader waits
 		// for payload bytes (connSource.fill).
@@ -117,7 +150,7 @@ func (l *tcpLink) readLoop() {
 		if scq != rcq {
 			scq.beginDefer()
 		}
-		err := l.q.deliver(&h, &l.src)
+		err := l.q.deliver(&h, src)
 		rcq.endDefer()
 		if scq != rcq {
 			scq.endDefer()
@@ -125,15 +158,31 @@ func (l *tcpLink) readLoop() {
 		if err == errNotReady { // cannot happen: the reader starts at RTR
 			break
 		}
-		if err == nil {
+		if err == nil && src == &l.src {
 			err = l.src.discard(l.q)
+		} else if err == nil {
+			l.q.dev.stats.discarded.Add(uint64(len(l.buf.b)))
 		}
 		if err != nil {
 			break
 		}
+		have = copy(rb, rb[end:have]) // the next frame's first bytes
 	}
 	_ = l.conn.Close()
 	l.q.linkDown()
+}
+
+// bufSource hands over a small frame's payload, which came with its header.
+type bufSource struct{ b []byte }
+
+func (s *bufSource) fill(q *QP, dst []byte) error {
+	if len(dst) > len(s.b) {
+		return io.ErrUnexpectedEOF
+	}
+	n := copy(dst, s.b)
+	s.b = s.b[n:]
+	q.dev.stats.copied.Add(uint64(n))
+	return nil
 }
 
 // connSource reads a frame's payload from the stream.

@@ -21,7 +21,20 @@ import (
 //
 // A message is one frame, however large: TCP does the segmentation that the MTU does on a
 // real fabric. The in-process fabric passes the same header values without encoding them.
-const headerLen = 36
+//
+// A reader takes a frame's header in one read of headerLen+smallMax bytes, so that a small
+// frame (at most smallMax payload bytes) costs one read syscall, not two. For that read
+// never to take bytes of a larger payload, which go straight from the socket into
+// registered memory, a frame with more than smallMax payload bytes carries smallMax bytes
+// of zero padding between its header and its payload. The reader copies small payloads out
+// of its buffer (counted in Stats.CopyBytes, as inline data is), and no byte of a larger one.
+const (
+	headerLen = 36
+	smallMax  = 128
+)
+
+// zeroPad is the padding of frames with more than smallMax payload bytes.
+var zeroPad [smallMax]byte
 
 // flagAck marks a frame that carries a piggybacked ACK.
 const flagAck = 1
