@@ -13,7 +13,7 @@
 #
 # Exits non-zero when the VM, a test or a measurement failed. The whole output is kept in
 # RXE_TEST_LOG (/var/tmp/mwrpc-test-rxe.log). RXE_VM_* variables are passed to
-# run-in-vm.sh; RXE_LAT_ITERS (1000) and RXE_LAT_ROUNDS (3) set the latency iterations and
+# run-in-vm.sh; RXE_LAT_ITERS (1000) and RXE_LAT_ROUNDS (5) set the latency iterations and
 # rounds.
 set -euo pipefail
 bin=${1:?usage: test-rxe.sh TESTBIN [SUITE=BIN...]}
