@@ -145,16 +145,9 @@ func (l *tcpLink) readLoop() {
 		// Completions this delivery adds to an armed CQ go to the CQ's handler, run here
 		// once deliver has let go of the QP (verbs.DirectCQ); not while the reader waits
 		// for payload bytes (connSource.fill).
-		rcq, scq := l.q.rcq, l.q.scq
-		rcq.beginDefer()
-		if scq != rcq {
-			scq.beginDefer()
-		}
+		l.q.eachCQ((*cq).beginDefer)
 		err := l.q.deliver(&h, src)
-		rcq.endDefer()
-		if scq != rcq {
-			scq.endDefer()
-		}
+		l.q.eachCQ((*cq).endDefer)
 		if err == errNotReady { // cannot happen: the reader starts at RTR
 			break
 		}
@@ -170,6 +163,14 @@ func (l *tcpLink) readLoop() {
 	}
 	_ = l.conn.Close()
 	l.q.linkDown()
+}
+
+// eachCQ calls f with the QP's receive CQ and, when it is another one, its send CQ.
+func (q *QP) eachCQ(f func(*cq)) {
+	f(q.rcq)
+	if q.scq != q.rcq {
+		f(q.scq)
+	}
 }
 
 // bufSource hands over a small frame's payload, which came with its header.
@@ -197,16 +198,9 @@ func (s *connSource) fill(q *QP, dst []byte) error {
 		return io.ErrUnexpectedEOF
 	}
 	// The reader is deferring its CQs' notifications (see readLoop); not while it waits.
-	rcq, scq := q.rcq, q.scq
-	rcq.pauseDefer()
-	if scq != rcq {
-		scq.pauseDefer()
-	}
+	q.eachCQ((*cq).pauseDefer)
 	n, err := io.ReadFull(s.r, dst)
-	rcq.resumeDefer()
-	if scq != rcq {
-		scq.resumeDefer()
-	}
+	q.eachCQ((*cq).resumeDefer)
 	s.left -= int64(n)
 	q.dev.stats.socketRx.Add(uint64(n))
 	return err
