@@ -38,34 +38,12 @@ func (c *cq) SetArmedHandler(fn func()) {
 	c.mu.Unlock()
 }
 
-// beginDefer and endDefer bracket a stream reader's delivery of one frame. Whichever
+// beginDefer and endDefer bracket a stream reader's delivery of one frame, less its waits
+// for payload bytes (it must not hold back, that long, completions others added). Whichever
 // deferring reader ends first after an armed completion runs the handler: owed is set and
 // taken under mu, and only while some reader is still to take it, so it is never lost.
+// The reader holds its QP's rxMu but not q.mu then: the handler may need q.mu.
 func (c *cq) beginDefer() {
-	c.mu.Lock()
-	c.deferring++
-	c.mu.Unlock()
-}
-
-// pauseDefer and resumeDefer bracket a deferring reader's socket reads: it must not hold
-// back, for as long as a payload takes to arrive, completions added before (by itself or
-// others), so it runs the handler first; completions added while it waits are notified.
-// The reader holds its QP's rxMu but not q.mu here, as the handler may need q.mu.
-func (c *cq) pauseDefer() {
-	c.mu.Lock()
-	c.deferring--
-	run := c.deferring == 0 && c.owed
-	if run {
-		c.owed = false
-	}
-	fn := c.handler
-	c.mu.Unlock()
-	if run {
-		c.runOwed(fn)
-	}
-}
-
-func (c *cq) resumeDefer() {
 	c.mu.Lock()
 	c.deferring++
 	c.mu.Unlock()

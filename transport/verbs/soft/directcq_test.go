@@ -93,7 +93,7 @@ func TestArmedHandler(t *testing.T) {
 }
 
 // TestArmedHandlerPausedReader: a reader holds back an armed queue's notification only while
-// it delivers, not while it waits for payload bytes (pauseDefer): a completion held back
+// it delivers, not while it waits for payload bytes (connSource.fill ends and begins it again): a completion held back
 // before the wait goes to the handler first, one added during the wait gets its token.
 func TestArmedHandlerPausedReader(t *testing.T) {
 	dev, err := OpenTCP("d")
@@ -135,7 +135,7 @@ func TestArmedHandlerPausedReader(t *testing.T) {
 			if !tc.pushWhilePaused {
 				c.push(wc)
 			}
-			c.pauseDefer()
+			c.endDefer()
 			if got := token(); got != tc.wantTokenAtPause {
 				t.Fatalf("token at pause: %v, want %v", got, tc.wantTokenAtPause)
 			}
@@ -148,7 +148,7 @@ func TestArmedHandlerPausedReader(t *testing.T) {
 			if ran != tc.wantHandler {
 				t.Fatalf("handler ran %d times by the end of the wait, want %d", ran, tc.wantHandler)
 			}
-			c.resumeDefer()
+			c.beginDefer()
 			c.endDefer()
 			if ran != tc.wantHandler || token() {
 				t.Fatalf("handler ran %d times (want %d), or a second token", ran, tc.wantHandler)

@@ -197,10 +197,10 @@ func (s *connSource) fill(q *QP, dst []byte) error {
 	if int64(len(dst)) > s.left {
 		return io.ErrUnexpectedEOF
 	}
-	// The reader is deferring its CQs' notifications (see readLoop); not while it waits.
-	q.eachCQ((*cq).pauseDefer)
+	// The reader defers its CQs' notifications (see readLoop), but not while it waits.
+	q.eachCQ((*cq).endDefer)
 	n, err := io.ReadFull(s.r, dst)
-	q.eachCQ((*cq).resumeDefer)
+	q.eachCQ((*cq).beginDefer)
 	s.left -= int64(n)
 	q.dev.stats.socketRx.Add(uint64(n))
 	return err
