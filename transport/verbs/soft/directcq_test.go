@@ -93,8 +93,9 @@ func TestArmedHandler(t *testing.T) {
 }
 
 // TestArmedHandlerPausedReader: a reader holds back an armed queue's notification only while
-// it delivers, not while it waits for payload bytes (connSource.fill ends and begins it again): a completion held back
-// before the wait goes to the handler first, one added during the wait gets its token.
+// it delivers, not while it waits for payload bytes (connSource.fill ends its bracket and
+// begins another): a completion held back before the wait goes to the handler first, one
+// added during the wait gets its token.
 func TestArmedHandlerPausedReader(t *testing.T) {
 	dev, err := OpenTCP("d")
 	if err != nil {
