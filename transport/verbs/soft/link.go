@@ -79,16 +79,22 @@ type tcpLink struct {
 	vec  net.Buffers
 	bufs net.Buffers // what WriteTo consumes; a field so that it does not escape per call
 	src  connSource
-	rb   [headerLen + smallMax]byte // the reader's: a header, and a small frame's payload
+	fr   frameReader
 	buf  bufSource
 }
 
-func (l *tcpLink) send(h *header, payload [][]byte) error {
-	l.vec = append(l.vec[:0], appendHeader(l.hdr[:0], h))
+// appendFrame appends the segments of one frame to vec: the header (encoded into hdr), the
+// padding of a large payload (wire.go), the payload.
+func appendFrame(vec [][]byte, hdr []byte, h *header, payload [][]byte) [][]byte {
+	vec = append(vec, appendHeader(hdr[:0], h))
 	if h.len > smallMax {
-		l.vec = append(l.vec, zeroPad[:])
+		vec = append(vec, zeroPad[:])
 	}
-	l.vec = append(l.vec, payload...)
+	return append(vec, payload...)
+}
+
+func (l *tcpLink) send(h *header, payload [][]byte) error {
+	l.vec = appendFrame(l.vec[:0], l.hdr[:], h, payload)
 	l.bufs = l.vec
 	// Counted before the write: the peer may have the bytes before writev returns here.
 	l.q.dev.stats.socketTx.Add(uint64(h.len))
@@ -106,47 +112,24 @@ func (l *tcpLink) readLoop() {
 	defer l.q.wg.Done()
 	var h header
 	l.src.r = l.conn
-	rb := l.rb[:]
-	have := 0 // rb[:have] are the stream's next bytes, from the current frame's start
-	fillTo := func(n int) error {
-		for have < n {
-			m, err := l.conn.Read(rb[have:]) // never beyond headerLen+smallMax: see wire.go
-			have += m
-			if err != nil && have < n {
-				return err
-			}
-		}
-		return nil
-	}
+	l.fr.r = l.conn
 	for {
-		if fillTo(headerLen) != nil {
-			break
+		small, err := l.fr.next(&h)
+		if err != nil {
+			break // the stream ended, or a peer that breaks the protocol is dropped
 		}
-		if _, err := parseHeader(rb[:headerLen], &h); err != nil {
-			break // a peer that breaks the protocol is dropped, as on a fabric
-		}
-		var src payloadSource
-		var end int // bytes of rb this frame uses
+		var src payloadSource = &l.src
 		if h.len <= smallMax {
-			end = headerLen + int(h.len)
-			if fillTo(end) != nil {
-				break
-			}
-			l.buf.b = rb[headerLen:end]
+			l.buf.b = small
 			src = &l.buf
 		} else {
-			end = headerLen + smallMax
-			if fillTo(end) != nil { // the header and the padding, and no payload byte
-				break
-			}
 			l.src.left = int64(h.len)
-			src = &l.src
 		}
 		// Completions this delivery adds to an armed CQ go to the CQ's handler, run here
 		// once deliver has let go of the QP (verbs.DirectCQ); not while the reader waits
 		// for payload bytes (connSource.fill).
 		l.q.eachCQ((*cq).beginDefer)
-		err := l.q.deliver(&h, src)
+		err = l.q.deliver(&h, src)
 		l.q.eachCQ((*cq).endDefer)
 		if err == errNotReady { // cannot happen: the reader starts at RTR
 			break
@@ -159,10 +142,60 @@ func (l *tcpLink) readLoop() {
 		if err != nil {
 			break
 		}
-		have = copy(rb, rb[end:have]) // the next frame's first bytes
 	}
 	_ = l.conn.Close()
 	l.q.linkDown()
+}
+
+// frameReader splits a stream into frames (wire.go). It reads a frame's header and up to
+// smallMax more bytes at once, never more than headerLen+smallMax bytes past a frame's
+// start: so a small frame costs one read, and no byte of a larger payload is read here.
+type frameReader struct {
+	r    io.Reader
+	rb   [headerLen + smallMax]byte
+	have int // rb[:have] are the stream's next bytes, from the current frame's start
+	used int // bytes of rb the current frame takes
+}
+
+// next reads the next frame's header into h. A small frame's payload (h.len <= smallMax)
+// is returned, valid until the next call; a larger payload's h.len bytes come next on r,
+// and the caller must take them from r before calling next again.
+func (f *frameReader) next(h *header) (small []byte, err error) {
+	f.have = copy(f.rb[:], f.rb[f.used:f.have]) // the previous frame's leftover: this one's start
+	f.used = 0
+	if err := f.fill(headerLen); err != nil {
+		return nil, err
+	}
+	if _, err := parseHeader(f.rb[:headerLen], h); err != nil {
+		return nil, err
+	}
+	if h.len <= smallMax {
+		f.used = headerLen + int(h.len)
+	} else {
+		f.used = headerLen + smallMax // the header and the padding, and no payload byte
+	}
+	if err := f.fill(f.used); err != nil {
+		return nil, err
+	}
+	if h.len > smallMax {
+		return nil, nil
+	}
+	return f.rb[headerLen:f.used], nil
+}
+
+// fill reads until rb holds n bytes of the current frame.
+func (f *frameReader) fill(n int) error {
+	for f.have < n {
+		m, err := f.r.Read(f.rb[f.have:])
+		f.have += m
+		if err != nil && f.have < n {
+			if err == io.EOF && f.have > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // eachCQ calls f with the QP's receive CQ and, when it is another one, its send CQ.
