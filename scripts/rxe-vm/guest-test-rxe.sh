@@ -48,11 +48,22 @@ while [ "$r" -le "$rounds" ]; do
     echo "==> latency round $r of $rounds: perftest $t -s 64 -n $iters"
     timeout 120 "$t" -d rxe0 -x 1 -s 64 -n "$iters" -F >/tmp/"$t".server 2>&1 &
     spid=$!
-    sleep 2
-    if ! timeout 120 "$t" -d rxe0 -x 1 -s 64 -n "$iters" -F 10.99.0.1 >/tmp/"$t".client 2>&1; then
-      prc=1
-      echo "$t client failed:"; cat /tmp/"$t".client; echo "$t server:"; cat /tmp/"$t".server
-    fi
+    # The server may take seconds to listen in the emulated guest: a client that could not
+    # connect tries again (the server still waits for its one connection); any other
+    # failure is one.
+    try=1
+    while :; do
+      sleep 1
+      if timeout 120 "$t" -d rxe0 -x 1 -s 64 -n "$iters" -F 10.99.0.1 >/tmp/"$t".client 2>&1; then
+        break
+      fi
+      if [ "$try" -ge 15 ] || ! grep -q "Couldn't connect" /tmp/"$t".client; then
+        prc=1
+        echo "$t client failed (try $try):"; cat /tmp/"$t".client; echo "$t server:"; cat /tmp/"$t".server
+        break
+      fi
+      try=$((try + 1))
+    done
     wait "$spid" || true
     sed -n '/t_typical/,/^-\{10,\}/{s/^/perftest: /;p}' /tmp/"$t".client | sed "s/^perftest: /perftest $t: /"
   done
