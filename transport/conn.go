@@ -66,6 +66,7 @@ type Conn struct {
 	ctrlAvail  int   // control credits: releases we may still send
 	freeSends  []int
 	freeReads  []int
+	unposted   []int // READs that came before RTS (startRead)
 	waiters    int
 	wake       chan struct{} // closed to wake waiters (credits, slots, windows, failure)
 	pendingInv []pendingInv  // peer windows to revoke with our next SEND

@@ -439,8 +439,31 @@ func (c *Conn) startRead(h *wire.Header) {
 	r.sge[0] = buf.SGE()
 	r.wr[0] = verbs.SendWR{WRID: wrid(wrRead, c.id, i), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 		SGL: r.sge[:], RemoteAddr: h.Addr, RKey: h.RKey}
+	// A request can arrive while our QP is still in RTR (the peer reached RTS first), where
+	// nothing may be posted: the READ waits for RTS (connect flushes it, via flushCtrl).
+	c.mu.Lock()
+	if !c.ready.Load() {
+		c.unposted = append(c.unposted, i)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
 	if err := c.qp.PostSend(r.wr[:]); err != nil {
 		c.fail(err)
+	}
+}
+
+// postUnposted posts the READs that arrived before the QP could send.
+func (c *Conn) postUnposted() {
+	c.mu.Lock()
+	reads := c.unposted
+	c.unposted = nil
+	c.mu.Unlock()
+	for _, i := range reads {
+		if err := c.qp.PostSend(c.reads[i].wr[:]); err != nil {
+			c.fail(err)
+			return
+		}
 	}
 }
 
@@ -559,6 +582,9 @@ func (c *Conn) queueCtrl(h wire.Header, inv revoke, msg ...string) {
 
 // flushCtrl sends what queueCtrl and queueInv queued, as far as credits allow.
 func (c *Conn) flushCtrl() {
+	if c.ready.Load() {
+		c.postUnposted()
+	}
 	for {
 		c.mu.Lock()
 		c.dirty = false
