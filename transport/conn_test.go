@@ -355,15 +355,17 @@ func TestCQCapacity(t *testing.T) {
 			if err := second.Close(); err != nil {
 				t.Fatal(err)
 			}
+			// The server tears its side down when it notices, and setups it refused may still
+			// be ending: wait until only the first connection's share is committed there.
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 				e.server.mu.Lock()
-				n := len(e.server.conns)
+				committed := e.server.pollers[0].committed
 				e.server.mu.Unlock()
-				if n == 1 {
-					break // the server tore its side down too, and gave its share back
+				if committed == sendWR+recvWR {
+					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("the server still has %d connections", n)
+					t.Fatalf("the server still has %d completions committed, want %d", committed, sendWR+recvWR)
 				}
 			}
 			third, err := e.client.Dial(ctx, addr)
