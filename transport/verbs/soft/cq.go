@@ -55,25 +55,24 @@ func (c *cq) endDefer() {
 	run, fn := c.owed, c.handler
 	c.owed = false
 	c.mu.Unlock()
-	if run {
-		c.runOwed(fn)
+	switch {
+	case run && fn == nil: // the handler was removed meanwhile: the token it replaced
+		c.signal()
+	case run:
+		// A reader must never block on a socket: two readers each blocked writing to the
+		// other's full stream would deadlock. Work the handler posts goes to the engines.
+		c.dev.readersReaping.Add(1)
+		fn()
+		c.dev.readersReaping.Add(-1)
 	}
 }
 
-// runOwed hands the completions a reader held back to the handler fn.
-func (c *cq) runOwed(fn func()) {
-	if fn == nil { // the handler was removed meanwhile: the token it would have replaced
-		select {
-		case c.notify <- struct{}{}:
-		default:
-		}
-		return
+// signal sends the armed queue's one Notify token (the channel holds one).
+func (c *cq) signal() {
+	select {
+	case c.notify <- struct{}{}:
+	default:
 	}
-	// A reader must never block on a socket: two readers each blocked writing to the
-	// other's full stream would deadlock. Work the handler posts goes to the engines.
-	c.dev.readersReaping.Add(1)
-	fn()
-	c.dev.readersReaping.Add(-1)
 }
 
 func newCQ(d *Device, n int) *cq {
@@ -141,10 +140,7 @@ func (c *cq) push(wc verbs.WorkCompletion) {
 	}
 	c.mu.Unlock()
 	if fire {
-		select {
-		case c.notify <- struct{}{}:
-		default:
-		}
+		c.signal()
 	}
 }
 
