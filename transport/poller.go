@@ -84,15 +84,10 @@ func (p *poller) reapInline() {
 	}
 	for round := 0; ; round++ {
 		n, err := p.cq.Poll(p.wcs)
-		if err != nil {
-			p.active.Unlock()
-			p.kick()
-			return
-		}
 		for i := 0; i < n; i++ {
 			p.dispatch(&p.wcs[i])
 		}
-		if n > 0 && round > 0 { // still busy: the rest is the poller's
+		if err != nil || n > 0 && round > 0 { // an overrun, or still busy: the poller's
 			p.active.Unlock()
 			p.kick()
 			return
@@ -100,10 +95,9 @@ func (p *poller) reapInline() {
 		if n > 0 {
 			continue
 		}
-		if empty, err := p.arm(); err == nil && !empty {
-			continue
+		if empty, err := p.arm(); err != nil || empty {
+			break
 		}
-		break
 	}
 	p.active.Unlock()
 }
