@@ -58,8 +58,12 @@ func init() {
 // down, by test name: they are skipped with that reason (make test-rxe counts them), and
 // MWRPC_IBV_KNOWN=run runs them anyway.
 var ibvKnown = map[string]string{
-	// Empty since control credits (no RNR from releases) and the bootstrap watch (an idle
-	// QP's dead peer). Session notes keep what each entry was.
+	// Intermittent on rxe (2 of 9 runs in session 2): the server never shows a registered
+	// connection within 5 s of the client's Dial returning, and Serve logs no setup
+	// failure, so the server's side was registered and torn down again, or its setup
+	// outlived the test. Posting READs of requests that arrive in RTR only after RTS
+	// (Conn.unposted) did not cure it. serverConn's failure now says what the client saw.
+	"TestDeadPeer/ibv": "intermittent on rxe: the server's side of the connection is not found within 5 s (cause not traced yet)",
 }
 
 // ibvMissing is why the ibv fabric is left out; TestIBVFabric reports it.

@@ -108,7 +108,10 @@ func (e *env) serverConn(t testing.TB) *Conn {
 		}
 		e.server.mu.Unlock()
 	}
-	t.Fatal("the server has no connection")
+	// What the client's side knows helps tell a setup that never ended from a connection
+	// that was torn down again.
+	st := e.server.Stats()
+	t.Fatalf("the server has no connection after 5s; the client's: err %v, %d calls in flight; server: %d requests served", e.conn.Err(), e.conn.InFlight(), st.Served)
 	return nil
 }
 
