@@ -120,7 +120,8 @@ type Config struct {
 	// means DefaultPeerTimeout.
 	PeerTimeout time.Duration
 	// Logger receives what has no caller to return to: connections Serve could not set
-	// up. Nil means slog.Default().
+	// up, and why an established connection failed other than by Close (Warn; Debug
+	// when the peer closed its side). Nil means slog.Default().
 	Logger *slog.Logger
 }
 

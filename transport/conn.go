@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -549,6 +550,15 @@ func (c *Conn) fail(cause error) {
 	c.wakeLocked()
 	err := c.err
 	c.mu.Unlock()
+	if cause != errClosed && c.ready.Load() {
+		// A server's connection has nobody else to tell why it ended; a peer that closed
+		// its side is the normal end of one.
+		level := slog.LevelWarn
+		if errors.Is(cause, errPeerClosed) {
+			level = slog.LevelDebug
+		}
+		c.t.cfg.Logger.Log(context.Background(), level, "mwrpc: connection failed", "qp", c.qp.Num(), "err", err)
+	}
 	for _, cl := range calls {
 		cl.finish(err)
 	}
@@ -659,6 +669,9 @@ func keepAlive(nc net.Conn, timeout time.Duration) error {
 		Idle: max(timeout/2, time.Second), Interval: max(timeout/10, time.Second), Count: 5})
 }
 
+// errPeerClosed ends a connection whose peer closed the bootstrap stream.
+var errPeerClosed = errors.New("the peer closed the bootstrap connection (its side of the connection is gone)")
+
 // watchPeer reads the bootstrap stream, on which the peer never writes after setup: its
 // end (the peer closed the connection, its process exited, keepalive gave up) fails the
 // connection, whose QP may have nothing in flight to notice the peer is gone.
@@ -670,7 +683,7 @@ func (c *Conn) watchPeer() {
 	case n > 0:
 		c.fail(fmt.Errorf("%w: the peer wrote on the bootstrap connection after setup", ErrUnavailable))
 	case err == io.EOF:
-		c.fail(fmt.Errorf("%w: the peer closed the bootstrap connection (its side of the connection is gone)", ErrUnavailable))
+		c.fail(fmt.Errorf("%w: %w", ErrUnavailable, errPeerClosed))
 	default:
 		c.fail(fmt.Errorf("%w: bootstrap connection: %w", ErrUnavailable, err))
 	}

@@ -58,12 +58,9 @@ func init() {
 // down, by test name: they are skipped with that reason (make test-rxe counts them), and
 // MWRPC_IBV_KNOWN=run runs them anyway.
 var ibvKnown = map[string]string{
-	// Intermittent on rxe (2 of 9 runs in session 2): the server never shows a registered
-	// connection within 5 s of the client's Dial returning, and Serve logs no setup
-	// failure, so the server's side was registered and torn down again, or its setup
-	// outlived the test. Posting READs of requests that arrive in RTR only after RTS
-	// (Conn.unposted) did not cure it. serverConn's failure now says what the client saw.
-	"TestDeadPeer/ibv": "intermittent on rxe: the server's side of the connection is not found within 5 s (cause not traced yet)",
+	// Empty since session 3: TestDeadPeer/ibv failed when its first SENDs reached a server
+	// QP still in INIT and rxe's retransmission re-executed the BIND_MWs queued behind them
+	// (cm now waits for the peer's RTR; docs/verbs.md, R7).
 }
 
 // ibvMissing is why the ibv fabric is left out; TestIBVFabric reports it.

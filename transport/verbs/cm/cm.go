@@ -1,8 +1,10 @@
 // Package cm is a small connection manager for reliable-connected queue pairs: over an
 // already-connected byte stream (TCP, as in brpc's bootstrap) the two sides exchange their
-// endpoints (QP number, first PSN, LID, GID), then each moves its QP through INIT, RTR and
-// RTS. For providers whose wire is a byte stream (the soft TCP fabric), the same connection
-// then carries the QP's traffic.
+// endpoints (QP number, first PSN, LID, GID), then each moves its QP through INIT and RTR,
+// tells the other it is ready to receive, and moves to RTS once the peer is too (the
+// part of the InfiniBand CM's REQ/REP/RTU exchange that matters: nothing is sent to a QP
+// that would drop it). For providers whose wire is a byte stream (the soft TCP fabric), the
+// same connection then carries the QP's traffic, and nothing can be dropped.
 package cm
 
 import (
@@ -20,9 +22,14 @@ import (
 // Wire format of the endpoint message, little-endian, 32 bytes:
 //
 //	magic "MWCM" | version u16 | lid u16 | qpn u32 | psn u32 | gid [16]byte
+//
+// Version 2 follows it with one byte, readyMarker, once the sender's QP is in RTR (not
+// on a stream QP, whose wire the connection becomes).
 const (
 	msgLen  = 32
-	version = 1
+	version = 2
+
+	readyMarker = 'R'
 )
 
 var magic = [4]byte{'M', 'W', 'C', 'M'}
@@ -89,6 +96,12 @@ func DefaultParams() Params {
 // RTS. The context bounds the exchange. It returns the peer's endpoint. If the QP's
 // provider carries traffic over a stream, conn becomes the QP's wire and belongs to it;
 // otherwise conn stays the caller's.
+//
+// Otherwise a QP reaches RTS only after the peer's has reached RTR, so the first SENDs are
+// not dropped and retransmitted. That matters beyond the delay: Linux's rxe (6.1) runs a
+// retransmission from the oldest unacknowledged request again, and re-executes the
+// BIND_MW and LOCAL_INV requests queued behind it, which fail (MW_BIND_ERR) or act twice
+// (docs/verbs.md, divergence R7).
 func Connect(ctx context.Context, conn net.Conn, qp verbs.QP, p Params) (verbs.Endpoint, error) {
 	var remote verbs.Endpoint
 	if qp.State() == verbs.QPStateReset {
@@ -96,31 +109,17 @@ func Connect(ctx context.Context, conn net.Conn, qp verbs.QP, p Params) (verbs.E
 			return remote, fmt.Errorf("cm: qp %d to INIT: %w", qp.Num(), err)
 		}
 	}
-	// The context alone ends the exchange: when it is done, a past deadline unblocks both
-	// directions, and the error reported is the context's.
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	out := AppendEndpoint(make([]byte, 0, msgLen), qp.Endpoint())
-	errc := make(chan error, 1)
-	go func() { _, err := conn.Write(out); errc <- err }()
 	in := make([]byte, msgLen)
-	_, rerr := io.ReadFull(conn, in)
-	werr := <-errc
-	stopped := stop()
-	_ = conn.SetDeadline(time.Time{})
-	if !stopped || ctx.Err() != nil {
-		return remote, fmt.Errorf("cm: endpoint exchange: %w", ctx.Err())
-	}
-	if werr != nil {
-		return remote, fmt.Errorf("cm: send endpoint: %w", werr)
-	}
-	if rerr != nil {
-		return remote, fmt.Errorf("cm: read peer endpoint: %w", rerr)
+	if err := exchange(ctx, conn, AppendEndpoint(make([]byte, 0, msgLen), qp.Endpoint()), in, "endpoint"); err != nil {
+		return remote, err
 	}
 	remote, _, err := ParseEndpoint(in)
 	if err != nil {
 		return remote, err
 	}
-	if sq, ok := qp.(verbs.StreamQP); ok && sq.NeedsStream() {
+	sq, ok := qp.(verbs.StreamQP)
+	stream := ok && sq.NeedsStream()
+	if stream {
 		if err := sq.AttachStream(conn); err != nil {
 			return remote, fmt.Errorf("cm: attach stream to qp %d: %w", qp.Num(), err)
 		}
@@ -130,10 +129,40 @@ func Connect(ctx context.Context, conn net.Conn, qp verbs.QP, p Params) (verbs.E
 	if err := qp.Modify(rtr); err != nil {
 		return remote, fmt.Errorf("cm: qp %d to RTR: %w", qp.Num(), err)
 	}
+	if !stream {
+		ready := []byte{0}
+		if err := exchange(ctx, conn, []byte{readyMarker}, ready, "ready marker"); err != nil {
+			return remote, err
+		}
+		if ready[0] != readyMarker {
+			return remote, fmt.Errorf("%w: peer's ready marker is 0x%02x, want 0x%02x", ErrHandshake, ready[0], readyMarker)
+		}
+	}
 	rts := verbs.QPAttr{State: verbs.QPStateRTS, MaxRdAtomic: p.MaxRdAtomic, Timeout: p.Timeout,
 		RetryCnt: p.RetryCnt, RNRRetry: p.RNRRetry}
 	if err := qp.Modify(rts); err != nil {
 		return remote, fmt.Errorf("cm: qp %d to RTS: %w", qp.Num(), err)
 	}
 	return remote, nil
+}
+
+// exchange writes out and reads len(in) bytes at once, bounded by ctx alone: when it is
+// done, a past deadline unblocks both directions, and the error reported is the context's.
+func exchange(ctx context.Context, conn net.Conn, out, in []byte, what string) error {
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	errc := make(chan error, 1)
+	go func() { _, err := conn.Write(out); errc <- err }()
+	_, rerr := io.ReadFull(conn, in)
+	werr := <-errc
+	stopped := stop()
+	_ = conn.SetDeadline(time.Time{})
+	switch {
+	case !stopped || ctx.Err() != nil:
+		return fmt.Errorf("cm: %s exchange: %w", what, ctx.Err())
+	case werr != nil:
+		return fmt.Errorf("cm: send %s: %w", what, werr)
+	case rerr != nil:
+		return fmt.Errorf("cm: read peer %s: %w", what, rerr)
+	}
+	return nil
 }

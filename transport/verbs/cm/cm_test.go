@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -30,7 +31,7 @@ func TestParseEndpointRejects(t *testing.T) {
 	}{
 		{"short", "need 32", good[:31]},
 		{"magic", "magic", append([]byte("HTTP"), good[4:]...)},
-		{"version", "version 2", append(append([]byte{}, good[:4]...), append([]byte{2, 0}, good[6:]...)...)},
+		{"version", "version 1", append(append([]byte{}, good[:4]...), append([]byte{1, 0}, good[6:]...)...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := ParseEndpoint(tc.b)
@@ -55,10 +56,26 @@ func FuzzParseEndpoint(f *testing.F) {
 	})
 }
 
-// newQP returns a fresh RC QP on a soft TCP-fabric device, released at cleanup.
+// newQP returns a fresh RC QP on a soft TCP-fabric device (a stream QP), released at
+// cleanup.
 func newQP(t *testing.T) verbs.QP {
 	t.Helper()
 	dev, _ := soft.OpenTCP("cm")
+	return newQPOn(t, dev)
+}
+
+// newFabricQPs returns two fresh RC QPs on two devices of an in-process fabric (not
+// stream QPs: the ready markers are exchanged), released at cleanup.
+func newFabricQPs(t *testing.T) (verbs.QP, verbs.QP) {
+	t.Helper()
+	f := soft.NewFabric()
+	da, _ := f.Open("cm-a")
+	db, _ := f.Open("cm-b")
+	return newQPOn(t, da), newQPOn(t, db)
+}
+
+func newQPOn(t *testing.T, dev verbs.Device) verbs.QP {
+	t.Helper()
 	pd, err := dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +132,93 @@ func TestConnectBadPeer(t *testing.T) {
 			}
 			if st := qp.State(); st == verbs.QPStateRTR || st == verbs.QPStateRTS {
 				t.Fatalf("QP reached %v after a failed handshake", st)
+			}
+		})
+	}
+}
+
+// fakePeer answers Connect on the other end of c as a version-2 peer with peer's endpoint
+// would, up to the endpoint; what comes after is the case's.
+func fakePeer(t *testing.T, c net.Conn, peer verbs.QP) {
+	buf := make([]byte, msgLen)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Errorf("fake peer: read endpoint: %v", err)
+		return
+	}
+	if _, err := c.Write(AppendEndpoint(nil, peer.Endpoint())); err != nil {
+		t.Errorf("fake peer: write endpoint: %v", err)
+	}
+}
+
+// TestConnectWaitsForPeerRTR: a QP that is not a stream QP announces RTR with a marker and
+// reaches RTS only after the peer's marker, so it never sends to a QP that would drop it.
+func TestConnectWaitsForPeerRTR(t *testing.T) {
+	qp, peer := newFabricQPs(t)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	states := make(chan verbs.QPState, 2)
+	go func() {
+		fakePeer(t, b, peer)
+		m := []byte{0}
+		if _, err := io.ReadFull(b, m); err != nil || m[0] != readyMarker {
+			t.Errorf("fake peer: ready marker %x, %v; want %q", m, err, readyMarker)
+		}
+		states <- qp.State() // its marker came once it was in RTR
+		time.Sleep(50 * time.Millisecond)
+		states <- qp.State() // and it waits for ours
+		b.Write([]byte{readyMarker})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := Connect(ctx, a, qp, DefaultParams())
+	s1, s2 := <-states, <-states
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s1 != verbs.QPStateRTR || s2 != verbs.QPStateRTR {
+		t.Fatalf("QP was in %v when its marker arrived and %v before the peer's: want RTR both times", s1, s2)
+	}
+	if st := qp.State(); st != verbs.QPStateRTS {
+		t.Fatalf("QP in %v after Connect, want RTS", st)
+	}
+}
+
+// TestConnectBadReadyMarker: a wrong marker, or a peer that hangs up or falls silent before
+// sending it, fails Connect with an error saying so, and the QP does not reach RTS.
+func TestConnectBadReadyMarker(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		peer func(c net.Conn)
+		want string
+		is   error
+	}{
+		{"wrong", func(c net.Conn) { c.Write([]byte{'X'}) }, "ready marker is 0x58", ErrHandshake},
+		{"hangup", func(c net.Conn) { c.Close() }, "read peer ready marker", nil},
+		{"silent", func(c net.Conn) {}, "ready marker exchange", context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			qp, peer := newFabricQPs(t)
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				fakePeer(t, b, peer)
+				io.ReadFull(b, make([]byte, 1)) // our marker
+				tc.peer(b)
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err := Connect(ctx, a, qp, DefaultParams())
+			a.Close()
+			<-done
+			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
+				t.Fatalf("Connect = %v; want an error mentioning %q (is %v)", err, tc.want, tc.is)
+			}
+			if st := qp.State(); st == verbs.QPStateRTS {
+				t.Fatal("QP reached RTS without the peer's ready marker")
 			}
 		})
 	}
