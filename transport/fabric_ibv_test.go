@@ -60,7 +60,7 @@ func init() {
 var ibvKnown = map[string]string{
 	// Empty since session 3: TestDeadPeer/ibv failed when its first SENDs reached a server
 	// QP still in INIT and rxe's retransmission re-executed the BIND_MWs queued behind them
-	// (cm now waits for the peer's RTR; docs/verbs.md, R7).
+	// (cm now waits for the peer's RTR; docs/verbs.md, "What rxe ... does differently").
 }
 
 // ibvMissing is why the ibv fabric is left out; TestIBVFabric reports it.

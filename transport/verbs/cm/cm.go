@@ -101,7 +101,7 @@ func DefaultParams() Params {
 // not dropped and retransmitted. That matters beyond the delay: Linux's rxe (6.1) runs a
 // retransmission from the oldest unacknowledged request again, and re-executes the
 // BIND_MW and LOCAL_INV requests queued behind it, which fail (MW_BIND_ERR) or act twice
-// (docs/verbs.md, divergence R7).
+// (docs/verbs.md, "What rxe ... does differently").
 func Connect(ctx context.Context, conn net.Conn, qp verbs.QP, p Params) (verbs.Endpoint, error) {
 	var remote verbs.Endpoint
 	if qp.State() == verbs.QPStateReset {
