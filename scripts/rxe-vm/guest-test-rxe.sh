@@ -42,6 +42,11 @@ prc=0
 rounds=${RXE_LAT_ROUNDS:-5} # medians of 5: in the emulated guest single rounds swing by tens of percent
 r=1
 while [ "$r" -le "$rounds" ]; do
+  # Let the guest settle first, as perftest's client does (it starts a second or more after
+  # its server): right after processes tear down QPs and MRs, the kernel's deferred cleanup
+  # competes with the measurement (a READ round trip measured at once took 60 us, the same
+  # seconds later 36 us).
+  sleep 3
   echo "==> latency round $r of $rounds: ibv ($iters iterations)"
   "$bin" -test.run '^$' -test.bench '^BenchmarkLatency$' -test.benchtime "${iters}x" -test.benchmem -test.timeout 5m || brc=1
   for t in ib_read_lat ib_send_lat; do
