@@ -551,8 +551,8 @@ func (c *Conn) fail(cause error) {
 	err := c.err
 	c.mu.Unlock()
 	if cause != errClosed && c.ready.Load() {
-		// A server's connection has nobody else to tell why it ended; a peer that closed
-		// its side is the normal end of one.
+		// Nobody else may hear why it ended (a server's side never has a caller to tell,
+		// an idle client's neither); a peer that closed its side is the normal end.
 		level := slog.LevelWarn
 		if errors.Is(cause, errPeerClosed) {
 			level = slog.LevelDebug

@@ -97,8 +97,8 @@ func DefaultParams() Params {
 // provider carries traffic over a stream, conn becomes the QP's wire and belongs to it;
 // otherwise conn stays the caller's.
 //
-// Otherwise a QP reaches RTS only after the peer's has reached RTR, so the first SENDs are
-// not dropped and retransmitted. That matters beyond the delay: Linux's rxe (6.1) runs a
+// A QP without a stream reaches RTS only after the peer's has reached RTR, so the first
+// SENDs are not dropped and retransmitted. That matters beyond the delay: Linux's rxe (6.1) runs a
 // retransmission from the oldest unacknowledged request again, and re-executes the
 // BIND_MW and LOCAL_INV requests queued behind it, which fail (MW_BIND_ERR) or act twice
 // (docs/verbs.md, "What rxe ... does differently").
