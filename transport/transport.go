@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
+	"github.com/mwrpc/mwrpc/transport/verbs/cm"
 )
 
 // Transport is one side's view of a device: its protection domain, registered buffer pool,
@@ -291,18 +291,9 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn) (*Conn, error) {
 
 // exchangeHello sends ours and reads the peer's hello, bounded by ctx.
 func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) error {
-	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(aLongTimeAgo) })
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { _, err := nc.Write(wire.AppendHello(nil, ours)); errc <- err }()
 	in := make([]byte, wire.HelloLen)
-	_, rerr := io.ReadFull(nc, in)
-	werr := <-errc
-	if ctx.Err() != nil {
-		return fmt.Errorf("transport: hello: %w: %w", ErrHandshake, ctx.Err())
-	}
-	if rerr != nil || werr != nil {
-		return fmt.Errorf("transport: hello: %w: %w", ErrHandshake, errors.Join(rerr, werr))
+	if err := cm.Exchange(ctx, nc, "hello", wire.AppendHello(nil, ours), in); err != nil {
+		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
 	}
 	if _, err := wire.ParseHello(in, peer); err != nil {
 		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
@@ -396,6 +387,3 @@ func (t *Transport) Stats() Stats {
 	return Stats{Calls: c.calls.Load(), Served: c.served.Load(), WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
 		RevokedPeer: c.revoked.Load(), Reclaimed: c.reclaimed.Load(), Pool: t.pool.Stats()}
 }
-
-// aLongTimeAgo is a deadline in the past: setting it unblocks a stream's reads and writes.
-var aLongTimeAgo = time.Unix(1, 0)

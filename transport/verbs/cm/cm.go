@@ -110,8 +110,8 @@ func Connect(ctx context.Context, conn net.Conn, qp verbs.QP, p Params) (verbs.E
 		}
 	}
 	in := make([]byte, msgLen)
-	if err := exchange(ctx, conn, AppendEndpoint(make([]byte, 0, msgLen), qp.Endpoint()), in, "endpoint"); err != nil {
-		return remote, err
+	if err := Exchange(ctx, conn, "endpoint", AppendEndpoint(make([]byte, 0, msgLen), qp.Endpoint()), in); err != nil {
+		return remote, fmt.Errorf("cm: %w", err)
 	}
 	remote, _, err := ParseEndpoint(in)
 	if err != nil {
@@ -131,8 +131,8 @@ func Connect(ctx context.Context, conn net.Conn, qp verbs.QP, p Params) (verbs.E
 	}
 	if !stream {
 		ready := []byte{0}
-		if err := exchange(ctx, conn, []byte{readyMarker}, ready, "ready marker"); err != nil {
-			return remote, err
+		if err := Exchange(ctx, conn, "ready marker", []byte{readyMarker}, ready); err != nil {
+			return remote, fmt.Errorf("cm: %w", err)
 		}
 		if ready[0] != readyMarker {
 			return remote, fmt.Errorf("%w: peer's ready marker is 0x%02x, want 0x%02x", ErrHandshake, ready[0], readyMarker)
@@ -146,9 +146,11 @@ func Connect(ctx context.Context, conn net.Conn, qp verbs.QP, p Params) (verbs.E
 	return remote, nil
 }
 
-// exchange writes out and reads len(in) bytes at once, bounded by ctx alone: when it is
-// done, a past deadline unblocks both directions, and the error reported is the context's.
-func exchange(ctx context.Context, conn net.Conn, out, in []byte, what string) error {
+// Exchange writes out to conn and reads len(in) bytes from it at once, both bounded by
+// ctx alone: when it is done, a past deadline unblocks both directions, and the error is
+// the context's. what names the message in errors. Connect exchanges its messages so, and
+// so does a protocol that speaks on the same stream before it (the transport's hello).
+func Exchange(ctx context.Context, conn net.Conn, what string, out, in []byte) error {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	errc := make(chan error, 1)
 	go func() { _, err := conn.Write(out); errc <- err }()
@@ -158,11 +160,11 @@ func exchange(ctx context.Context, conn net.Conn, out, in []byte, what string) e
 	_ = conn.SetDeadline(time.Time{})
 	switch {
 	case !stopped || ctx.Err() != nil:
-		return fmt.Errorf("cm: %s exchange: %w", what, ctx.Err())
+		return fmt.Errorf("%s exchange: %w", what, ctx.Err())
 	case werr != nil:
-		return fmt.Errorf("cm: send %s: %w", what, werr)
+		return fmt.Errorf("send %s: %w", what, werr)
 	case rerr != nil:
-		return fmt.Errorf("cm: read peer %s: %w", what, rerr)
+		return fmt.Errorf("read peer %s: %w", what, rerr)
 	}
 	return nil
 }
