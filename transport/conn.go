@@ -552,9 +552,10 @@ func (c *Conn) fail(cause error) {
 	c.mu.Unlock()
 	if cause != errClosed && c.ready.Load() {
 		// Nobody else may hear why it ended (a server's side never has a caller to tell,
-		// an idle client's neither); a peer that closed its side is the normal end.
+		// an idle client's neither); a peer that closed its side is the normal end, and
+		// so is a flush that its going caused.
 		level := slog.LevelWarn
-		if errors.Is(cause, errPeerClosed) {
+		if errors.Is(cause, errPeerClosed) || errors.Is(cause, errFlushed) {
 			level = slog.LevelDebug
 		}
 		c.t.cfg.Logger.Log(context.Background(), level, "mwrpc: connection failed", "qp", c.qp.Num(), "err", err)
@@ -671,6 +672,10 @@ func keepAlive(nc net.Conn, timeout time.Duration) error {
 
 // errPeerClosed ends a connection whose peer closed the bootstrap stream.
 var errPeerClosed = errors.New("the peer closed the bootstrap connection (its side of the connection is gone)")
+
+// errFlushed ends a connection whose queue pair went to the error state with work still
+// posted: the provider saw the peer's queue pair go (the soft NIC's link went down).
+var errFlushed = errors.New("queue pair flushed (the peer is gone)")
 
 // watchPeer reads the bootstrap stream, on which the peer never writes after setup: its
 // end (the peer closed the connection, its process exited, keepalive gave up) fails the

@@ -380,3 +380,33 @@ func TestCQCapacity(t *testing.T) {
 		})
 	}
 }
+
+// TestPeerCloseIsQuiet: a peer closing its side is a connection's normal end, not worth a
+// warning: the side left behind logs it at debug level only, whichever signal (the
+// bootstrap stream's end, or the flush of its queue pair) gets there first.
+func TestPeerCloseIsQuiet(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			var logged strings.Builder
+			var mu sync.Mutex
+			logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			e := newEnv(t, fb, echo, Config{Logger: logger})
+			if err := e.conn.Ping(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			sc := e.serverConn(t)
+			e.conn.Close()
+			select {
+			case <-sc.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the server's side did not notice its peer closed")
+			}
+			mu.Lock()
+			out := logged.String()
+			mu.Unlock()
+			if !strings.Contains(out, "level=DEBUG msg=\"mwrpc: connection failed\"") || strings.Contains(out, "level=WARN") {
+				t.Fatalf("logged %q; want the end at debug level, and no warning", out)
+			}
+		})
+	}
+}

@@ -301,7 +301,7 @@ func (p *poller) dispatch(wc *verbs.WorkCompletion) {
 	}
 	if wc.Status != verbs.WCSuccess {
 		if wc.Status == verbs.WCWRFlushErr {
-			c.fail(fmt.Errorf("queue pair flushed (the peer is gone)"))
+			c.fail(errFlushed)
 		} else {
 			c.fail(fmt.Errorf("%v completed with %v", wrKindName(kind), wc.Status))
 		}
