@@ -129,6 +129,15 @@ func (q *QP) step(l link, inline bool) stepResult {
 	return stepMore
 }
 
+// engineHasWork reports whether step may find something to do: the receive path wakes the
+// engine only then. A wake-up per received frame would cost a goroutine hand-off (and a
+// futex call to start a thread for it) per message, for an ACK that waits for a frame of
+// ours to carry it anyway. It errs on the side of yes. q.mu is held.
+func (q *QP) engineHasWork() bool {
+	return q.outHead < len(q.outq) || q.ackPending && q.ackDue ||
+		q.state == verbs.QPStateRTS && !q.halted && !q.rnrWait && q.sqNext != q.sqTail
+}
+
 func sgeBytes(sges []verbs.SGE) (n uint64) {
 	for _, s := range sges {
 		n += uint64(s.Length)

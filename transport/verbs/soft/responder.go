@@ -51,8 +51,7 @@ func (q *QP) deliver(h *header, src payloadSource) error {
 	case opAck:
 		q.ackUpTo(h.psn, true)
 		q.completeSQ()
-		q.mu.Unlock()
-		q.kick()
+		q.unlockAndKick()
 		return nil
 	case opNak:
 		q.onNak(h)
@@ -192,8 +191,7 @@ func (q *QP) onReadResponse(h *header, src payloadSource) error {
 		q.rdOut--
 		q.completeSQ()
 	}
-	q.mu.Unlock()
-	q.kick()
+	q.unlockAndKick()
 	return nil
 }
 
@@ -329,9 +327,17 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 	}
 	q.rcq.push(wc)
 	q.acknowledge(h.psn)
-	q.mu.Unlock()
-	q.kick()
+	q.unlockAndKick() // work the ACK it carried let go; the ACK of its own waits
 	return nil
+}
+
+// unlockAndKick releases q.mu and wakes the engine if it has something to do.
+func (q *QP) unlockAndKick() {
+	kick := q.engineHasWork()
+	q.mu.Unlock()
+	if kick {
+		q.kick()
+	}
 }
 
 // refuse completes the consumed receive with st, NAKs the message and moves the QP to ERR.
