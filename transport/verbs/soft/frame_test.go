@@ -3,7 +3,9 @@ package soft
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"testing"
 )
 
@@ -37,14 +39,73 @@ func frameStream() ([]testFrame, []byte) {
 		frames = append(frames, testFrame{header{op: opSend, psn: uint32(i), len: uint32(n)}, p})
 		frames = append(frames, testFrame{header{op: opAck, psn: uint32(i)}, nil})
 	}
-	var stream []byte
-	var hdr [headerLen]byte
+	w := &writeRecorder{}
+	l := &tcpLink{q: &QP{dev: &Device{}}, conn: w}
 	for _, f := range frames {
-		for _, seg := range appendFrame(nil, hdr[:], &f.h, [][]byte{f.payload}) {
-			stream = append(stream, seg...)
+		if err := l.send(&f.h, [][]byte{f.payload}); err != nil {
+			panic(err)
 		}
 	}
-	return frames, stream
+	return frames, bytes.Join(w.writes, nil)
+}
+
+// writeRecorder is a stream that keeps each write apart (or, with discard, drops them).
+type writeRecorder struct {
+	net.Conn // nil: only Write is used
+	writes   [][]byte
+	discard  bool
+}
+
+func (w *writeRecorder) Write(p []byte) (int, error) {
+	if !w.discard {
+		w.writes = append(w.writes, bytes.Clone(p))
+	}
+	return len(p), nil
+}
+
+// TestLinkWrites: a frame of at most smallMax payload bytes leaves in one write, header and
+// payload together, without allocating (the payload counts as copied); a larger one is
+// written from its segments (one writev on a socket: header, padding, payload), without
+// a copy.
+func TestLinkWrites(t *testing.T) {
+	for _, n := range []int{0, 1, 64, smallMax - 1, smallMax, smallMax + 1, 4096} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			w := &writeRecorder{}
+			l := &tcpLink{q: &QP{dev: &Device{}}, conn: w}
+			h := header{op: opSend, psn: 7, len: uint32(n)}
+			payload := [][]byte{bytes.Repeat([]byte{1}, n/2), bytes.Repeat([]byte{2}, n-n/2)}
+			if err := l.send(&h, payload); err != nil {
+				t.Fatal(err)
+			}
+			want := 1
+			if n > smallMax {
+				want = 4 // header, padding and the two segments, a write each on this stream
+			}
+			if len(w.writes) != want {
+				t.Fatalf("%d writes, want %d", len(w.writes), want)
+			}
+			b := bytes.Join(w.writes, nil)
+			var got header
+			if _, err := parseHeader(b[:headerLen], &got); err != nil || got != h {
+				t.Fatalf("header %+v (%v), want %+v", got, err, h)
+			}
+			if n > smallMax {
+				b = b[smallMax:]
+			}
+			if !bytes.Equal(b[headerLen:], bytes.Join(payload, nil)) {
+				t.Fatal("payload differs")
+			}
+			st := l.q.dev.Stats()
+			if small := n <= smallMax; small && (st.CopyBytes != uint64(n) || st.SocketTxBytes != 0) ||
+				!small && (st.CopyBytes != 0 || st.SocketTxBytes != uint64(n)) {
+				t.Fatalf("stats %+v after a frame of %d bytes", st, n)
+			}
+			w.discard = true
+			if allocs := testing.AllocsPerRun(100, func() { _ = l.send(&h, payload) }); allocs != 0 {
+				t.Fatalf("%.0f allocations per frame", allocs)
+			}
+		})
+	}
 }
 
 // TestFrameReader: frames of every size class come back whole whatever the read sizes, a

@@ -28,6 +28,8 @@ import (
 // registered memory, a frame with more than smallMax payload bytes carries smallMax bytes
 // of zero padding between its header and its payload. The reader copies small payloads out
 // of its buffer (counted in Stats.CopyBytes, as inline data is), and no byte of a larger one.
+// The sender mirrors it: a small frame is copied behind its header and leaves in one write
+// (counted in Stats.CopyBytes too), a larger one in one writev from registered memory.
 const (
 	headerLen = 36
 	smallMax  = 128
