@@ -19,6 +19,7 @@ func (q *QP) engine(l link, stop <-chan struct{}) {
 		q.txMu.Lock()
 		for q.step(l, false) == stepMore {
 		}
+		q.flushTx(l)
 		q.txMu.Unlock()
 	}
 }
@@ -280,6 +281,13 @@ func (q *QP) transmit(l link, h *header, payload [][]byte) {
 		err = l.send(h, payload)
 	}
 	if err != nil {
+		q.linkDown()
+	}
+}
+
+// flushTx writes what the link gathered; every transmitting loop ends with it. txMu is held.
+func (q *QP) flushTx(l link) {
+	if err := l.flush(); err != nil {
 		q.linkDown()
 	}
 }

@@ -3,9 +3,9 @@ package soft
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net"
+	"slices"
 	"testing"
 )
 
@@ -31,7 +31,8 @@ type testFrame struct {
 	payload []byte
 }
 
-// frameStream encodes frames with payloads of around smallMax bytes as the sender does.
+// frameStream encodes frames with payloads of around smallMax bytes as the sender does,
+// with one flush at the end: the small frames between two large ones go as a BATCH.
 func frameStream() ([]testFrame, []byte) {
 	var frames []testFrame
 	for i, n := range []int{0, 1, 64, smallMax - 1, smallMax, smallMax + 1, 4096, 0, 3} {
@@ -45,6 +46,9 @@ func frameStream() ([]testFrame, []byte) {
 		if err := l.send(&f.h, [][]byte{f.payload}); err != nil {
 			panic(err)
 		}
+	}
+	if err := l.flush(); err != nil {
+		panic(err)
 	}
 	return frames, bytes.Join(w.writes, nil)
 }
@@ -63,85 +67,118 @@ func (w *writeRecorder) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestLinkWrites: a frame of at most smallMax payload bytes leaves in one write, header and
-// payload together, without allocating (the payload counts as copied); a larger one is
-// written from its segments (one writev on a socket: header, padding, payload), without
-// a copy.
+// TestLinkWrites: small frames wait for flush and leave in one write, as they are when
+// alone and as a BATCH when more (a full batch leaves at once), without allocating; their
+// payloads count as copied. A large frame first flushes what waits, then is written from
+// its segments (one writev on a socket: header, padding, payload) without a copy.
 func TestLinkWrites(t *testing.T) {
-	for _, n := range []int{0, 1, 64, smallMax - 1, smallMax, smallMax + 1, 4096} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
+	const batchFull = batchMax/(headerLen+smallMax) + 1 // small frames that overflow a batch
+	for _, tc := range []struct {
+		name   string
+		sizes  []int
+		writes []int // each write's length
+	}{
+		{"one small frame", []int{64}, []int{headerLen + 64}},
+		{"an empty frame", []int{0}, []int{headerLen}},
+		{"small frames together", []int{0, 64, smallMax}, []int{headerLen + 3*headerLen + 64 + smallMax}},
+		{"large frame", []int{smallMax + 1}, []int{headerLen, smallMax, smallMax / 2, smallMax/2 + 1}},
+		{"small, then large", []int{1, 2, 4096}, []int{3*headerLen + 3, headerLen, smallMax, 2048, 2048}},
+		{"large, then small", []int{4096, 1}, []int{headerLen, smallMax, 2048, 2048, headerLen + 1}},
+		{"a full batch", repeat(smallMax, batchFull), []int{headerLen + (batchFull-1)*(headerLen+smallMax), headerLen + smallMax}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			w := &writeRecorder{}
 			l := &tcpLink{q: &QP{dev: &Device{}}, conn: w}
-			h := header{op: opSend, psn: 7, len: uint32(n)}
-			payload := [][]byte{bytes.Repeat([]byte{1}, n/2), bytes.Repeat([]byte{2}, n-n/2)}
-			if err := l.send(&h, payload); err != nil {
+			var frames []testFrame
+			var small, large uint64
+			for i, n := range tc.sizes {
+				f := testFrame{header{op: opSend, psn: uint32(i), len: uint32(n)}, bytes.Repeat([]byte{byte(i)}, n)}
+				frames = append(frames, f)
+				if err := l.send(&f.h, [][]byte{f.payload[:n/2], f.payload[n/2:]}); err != nil {
+					t.Fatal(err)
+				}
+				if n <= smallMax {
+					small += uint64(n)
+				} else {
+					large += uint64(n)
+				}
+			}
+			if err := l.flush(); err != nil {
 				t.Fatal(err)
 			}
-			want := 1
-			if n > smallMax {
-				want = 4 // header, padding and the two segments, a write each on this stream
+			var got []int
+			for _, b := range w.writes {
+				got = append(got, len(b))
 			}
-			if len(w.writes) != want {
-				t.Fatalf("%d writes, want %d", len(w.writes), want)
+			if !slices.Equal(got, tc.writes) {
+				t.Fatalf("writes of %v bytes, want %v", got, tc.writes)
 			}
-			b := bytes.Join(w.writes, nil)
-			var got header
-			if _, err := parseHeader(b[:headerLen], &got); err != nil || got != h {
-				t.Fatalf("header %+v (%v), want %+v", got, err, h)
-			}
-			if n > smallMax {
-				b = b[smallMax:]
-			}
-			if !bytes.Equal(b[headerLen:], bytes.Join(payload, nil)) {
-				t.Fatal("payload differs")
-			}
-			st := l.q.dev.Stats()
-			if small := n <= smallMax; small && (st.CopyBytes != uint64(n) || st.SocketTxBytes != 0) ||
-				!small && (st.CopyBytes != 0 || st.SocketTxBytes != uint64(n)) {
-				t.Fatalf("stats %+v after a frame of %d bytes", st, n)
+			readFrames(t, bytes.Join(w.writes, nil), headerLen+smallMax, frames)
+			if st := l.q.dev.Stats(); st.CopyBytes != small || st.SocketTxBytes != large {
+				t.Fatalf("stats %+v, want %d bytes copied and %d written from registered memory", st, small, large)
 			}
 			w.discard = true
-			if allocs := testing.AllocsPerRun(100, func() { _ = l.send(&h, payload) }); allocs != 0 {
-				t.Fatalf("%.0f allocations per frame", allocs)
+			f := frames[0]
+			if allocs := testing.AllocsPerRun(100, func() {
+				_ = l.send(&f.h, [][]byte{f.payload})
+				_ = l.send(&f.h, [][]byte{f.payload})
+				_ = l.flush()
+			}); allocs != 0 {
+				t.Fatalf("%.0f allocations per two frames", allocs)
 			}
 		})
 	}
 }
 
+func repeat(n, times int) []int {
+	s := make([]int, times)
+	for i := range s {
+		s[i] = n
+	}
+	return s
+}
+
+// readFrames parses stream in reads of at most chunk bytes and checks that it holds want.
+func readFrames(t *testing.T, stream []byte, chunk int, want []testFrame) {
+	t.Helper()
+	r := &chunkReader{b: stream, n: chunk}
+	fr := frameReader{r: r}
+	for i, want := range want {
+		var h header
+		small, err := fr.next(&h)
+		if err != nil {
+			t.Fatalf("chunks of %d, frame %d: %v", chunk, i, err)
+		}
+		if h != want.h {
+			t.Fatalf("chunks of %d, frame %d: header %+v, want %+v", chunk, i, h, want.h)
+		}
+		got := small
+		if h.len > smallMax {
+			if small != nil {
+				t.Fatalf("chunks of %d, frame %d: a large frame returned %d bytes with its header", chunk, i, len(small))
+			}
+			got = make([]byte, h.len)
+			if _, err := io.ReadFull(r, got); err != nil {
+				t.Fatalf("chunks of %d, frame %d: payload: %v", chunk, i, err)
+			}
+		}
+		if !bytes.Equal(got, want.payload) {
+			t.Fatalf("chunks of %d, frame %d: payload differs", chunk, i)
+		}
+	}
+	var h header
+	if _, err := fr.next(&h); err != io.EOF {
+		t.Fatalf("chunks of %d: after the last frame: %v, want EOF", chunk, err)
+	}
+}
+
 // TestFrameReader: frames of every size class come back whole whatever the read sizes, a
-// small one with its header, and no byte of a larger payload is read with a header.
+// small one with its header (or its BATCH), and no byte of a larger payload is read with a
+// header.
 func TestFrameReader(t *testing.T) {
 	frames, stream := frameStream()
 	for _, chunk := range []int{1, 7, headerLen, headerLen + 1, headerLen + smallMax, 1 << 20} {
-		r := &chunkReader{b: stream, n: chunk}
-		fr := frameReader{r: r}
-		for i, want := range frames {
-			var h header
-			small, err := fr.next(&h)
-			if err != nil {
-				t.Fatalf("chunks of %d, frame %d: %v", chunk, i, err)
-			}
-			if h != want.h {
-				t.Fatalf("chunks of %d, frame %d: header %+v, want %+v", chunk, i, h, want.h)
-			}
-			got := small
-			if h.len > smallMax {
-				if small != nil {
-					t.Fatalf("chunks of %d, frame %d: a large frame returned %d bytes with its header", chunk, i, len(small))
-				}
-				got = make([]byte, h.len)
-				if _, err := io.ReadFull(r, got); err != nil {
-					t.Fatalf("chunks of %d, frame %d: payload: %v", chunk, i, err)
-				}
-			}
-			if !bytes.Equal(got, want.payload) {
-				t.Fatalf("chunks of %d, frame %d: payload differs", chunk, i)
-			}
-		}
-		var h header
-		if _, err := fr.next(&h); err != io.EOF {
-			t.Fatalf("chunks of %d: after the last frame: %v, want EOF", chunk, err)
-		}
+		readFrames(t, stream, chunk, frames)
 	}
 }
 
@@ -156,6 +193,12 @@ func TestFrameReaderRejects(t *testing.T) {
 		{"cut in a header", stream[:headerLen-1], io.ErrUnexpectedEOF},
 		{"cut in a small payload", stream[:3*headerLen], io.ErrUnexpectedEOF},
 		{"bad opcode", append([]byte{0}, stream[1:]...), errFrame},
+		{"cut in a BATCH", batch(enc(opAck, 0), enc(opAck, 0))[:headerLen+50], io.ErrUnexpectedEOF},
+		{"BATCH inside a BATCH", batch(batch(enc(opAck, 0), enc(opAck, 0))), errFrame},
+		{"BATCH carrying a large frame", batch(enc(opSend, smallMax+1), enc(opAck, 0)), errFrame},
+		{"frame overrunning its BATCH", batch(enc(opAck, 0), enc(opSend, 5)[:headerLen]), errFrame},
+		{"BATCH of one header", batch(enc(opAck, 0)), errFrame},
+		{"BATCH over batchMax", appendHeader(nil, &header{op: opBatch, len: batchMax + 1}), errFrame},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fr := frameReader{r: &chunkReader{b: tc.b, n: 5}}
@@ -171,13 +214,27 @@ func TestFrameReaderRejects(t *testing.T) {
 	}
 }
 
+// enc encodes a frame with n payload bytes (zeros).
+func enc(op opcode, n int) []byte {
+	return append(appendHeader(nil, &header{op: op, len: uint32(n)}), make([]byte, n)...)
+}
+
+// batch wraps frames in a BATCH as they are, valid or not.
+func batch(frames ...[]byte) []byte {
+	b := bytes.Join(frames, nil)
+	h := appendHeader(nil, &header{op: opBatch, len: uint32(len(b))})
+	return append(append(h, b...), make([]byte, headerLen)...) // and some bytes after it
+}
+
 // FuzzFrameReader feeds the frame reader arbitrary streams in arbitrary read sizes: it must
-// not panic or loop, a small frame's payload is exactly its length, and a large frame's
-// header never brings payload bytes with it.
+// not panic or loop, a small frame's payload is exactly its length, a BATCH is never
+// returned (only its frames), and a large frame's header never brings payload bytes with it
+// (nor does a BATCH before it).
 func FuzzFrameReader(f *testing.F) {
 	_, stream := frameStream()
 	f.Add(stream, uint8(7))
 	f.Add(stream[:100], uint8(0))
+	f.Add(batch(enc(opAck, 0), enc(opSend, 3), enc(opSend, smallMax+1)), uint8(40))
 	f.Fuzz(func(t *testing.T, b []byte, chunk uint8) {
 		r := &chunkReader{b: b, n: int(chunk)%(headerLen+smallMax+3) + 1}
 		fr := frameReader{r: r}
@@ -187,6 +244,9 @@ func FuzzFrameReader(f *testing.F) {
 			small, err := fr.next(&h)
 			if err != nil {
 				return // each frame takes at least headerLen bytes: this ends
+			}
+			if h.op == opBatch {
+				t.Fatal("a BATCH came out of the reader")
 			}
 			if h.len <= smallMax {
 				if len(small) != int(h.len) {

@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"time"
@@ -14,6 +15,8 @@ type link interface {
 	send(h *header, payload [][]byte) error
 	// close tears the link down; the peer sees it go down.
 	close()
+	// flush transmits what send left pending (small frames gathered into one write).
+	flush() error
 	// setDeadline bounds the sends that follow (used while flushing before close).
 	setDeadline(t time.Time)
 }
@@ -30,6 +33,8 @@ func (l *inprocLink) send(h *header, payload [][]byte) error {
 	l.src = sliceSource{segs: payload}
 	return l.peer.deliver(h, &l.src)
 }
+
+func (l *inprocLink) flush() error { return nil }
 
 func (l *inprocLink) setDeadline(time.Time) {}
 
@@ -71,12 +76,15 @@ func (s *sliceSource) fill(q *QP, dst []byte) error {
 
 // tcpLink carries frames over a stream: payloads of more than smallMax bytes are written
 // from registered memory with writev and read straight into registered memory; smaller
-// ones travel with their header, in one write and one read (see wire.go).
+// ones travel with their header, gathered into one write until flush, and come in with
+// one read (see wire.go).
 type tcpLink struct {
-	q    *QP
-	conn net.Conn
-	hdr  [headerLen + smallMax]byte
-	vec  net.Buffers
+	q     *QP
+	conn  net.Conn
+	hdr   [headerLen]byte
+	pend  []byte // headerLen bytes kept for a BATCH header, then the small frames to write
+	pendN int    // frames in pend
+	vec   net.Buffers
 	bufs net.Buffers // what WriteTo consumes; a field so that it does not escape per call
 	src  connSource
 	fr   frameReader
@@ -95,23 +103,50 @@ func appendFrame(vec [][]byte, hdr []byte, h *header, payload [][]byte) [][]byte
 
 func (l *tcpLink) send(h *header, payload [][]byte) error {
 	if h.len <= smallMax {
-		// A small frame is copied behind its header and written with write(2), as a NIC
-		// copies inline data into the work request: a writev of a few short segments costs
-		// more than the copy (about half a microsecond a message on the development VM).
-		b := appendHeader(l.hdr[:0], h)
-		for _, p := range payload {
-			b = append(b, p...)
+		// A small frame is copied behind its header, as a NIC copies inline data into the
+		// work request: one write(2) of it costs less than a writev of short segments
+		// (about half a microsecond a message on the development VM), and the frames
+		// ready together share it.
+		if len(l.pend)+headerLen+int(h.len) > headerLen+batchMax {
+			if err := l.flush(); err != nil {
+				return err
+			}
 		}
+		if l.pend == nil {
+			l.pend = make([]byte, headerLen, headerLen+batchMax)
+		}
+		l.pend = appendHeader(l.pend, h)
+		for _, p := range payload {
+			l.pend = append(l.pend, p...)
+		}
+		l.pendN++
 		l.q.dev.stats.copied.Add(uint64(h.len))
-		_, err := l.conn.Write(b)
+		return nil
+	}
+	if err := l.flush(); err != nil { // what came first leaves first
 		return err
 	}
-	l.vec = appendFrame(l.vec[:0], l.hdr[:headerLen], h, payload)
+	l.vec = appendFrame(l.vec[:0], l.hdr[:], h, payload)
 	l.bufs = l.vec
 	// Counted before the write: the peer may have the bytes before writev returns here.
 	l.q.dev.stats.socketTx.Add(uint64(h.len))
 	_, err := l.bufs.WriteTo(l.conn)
 	clear(l.vec) // drop references to registered memory
+	return err
+}
+
+// flush writes the pending small frames: one alone as it is, more as one BATCH.
+func (l *tcpLink) flush() error {
+	if l.pendN == 0 {
+		return nil
+	}
+	b := l.pend[headerLen:]
+	if l.pendN > 1 {
+		appendHeader(l.pend[:0], &header{op: opBatch, len: uint32(len(b))})
+		b = l.pend
+	}
+	l.pend, l.pendN = l.pend[:headerLen], 0
+	_, err := l.conn.Write(b)
 	return err
 }
 
@@ -161,18 +196,24 @@ func (l *tcpLink) readLoop() {
 
 // frameReader splits a stream into frames (wire.go). It reads a frame's header and up to
 // smallMax more bytes at once, never more than headerLen+smallMax bytes past a frame's
-// start: so a small frame costs one read, and no byte of a larger payload is read here.
+// start (but a BATCH's, whose length it knows): so a small frame costs one read, and no
+// byte of a larger payload is read here.
 type frameReader struct {
-	r    io.Reader
-	rb   [headerLen + smallMax]byte
-	have int // rb[:have] are the stream's next bytes, from the current frame's start
-	used int // bytes of rb the current frame takes
+	r     io.Reader
+	rb    [headerLen + batchMax]byte
+	have  int    // rb[:have] are the stream's next bytes, from the current frame's start
+	used  int    // bytes of rb the current frame takes
+	batch []byte // the frames of the current BATCH not returned yet (in rb)
 }
 
 // next reads the next frame's header into h. A small frame's payload (h.len <= smallMax)
 // is returned, valid until the next call; a larger payload's h.len bytes come next on r,
-// and the caller must take them from r before calling next again.
+// and the caller must take them from r before calling next again. The frames of a BATCH
+// are returned one by one; the BATCH itself never is.
 func (f *frameReader) next(h *header) (small []byte, err error) {
+	if len(f.batch) > 0 {
+		return f.nextInBatch(h)
+	}
 	f.have = copy(f.rb[:], f.rb[f.used:f.have]) // the previous frame's leftover: this one's start
 	f.used = 0
 	if err := f.fill(headerLen); err != nil {
@@ -180,6 +221,14 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 	}
 	if _, err := parseHeader(f.rb[:headerLen], h); err != nil {
 		return nil, err
+	}
+	if h.op == opBatch {
+		f.used = headerLen + int(h.len)
+		if err := f.fill(f.used); err != nil {
+			return nil, err
+		}
+		f.batch = f.rb[headerLen:f.used]
+		return f.nextInBatch(h)
 	}
 	if h.len <= smallMax {
 		f.used = headerLen + int(h.len)
@@ -195,10 +244,26 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 	return f.rb[headerLen:f.used], nil
 }
 
-// fill reads until rb holds n bytes of the current frame.
+// nextInBatch parses the current BATCH's next frame, which must be a whole small one.
+func (f *frameReader) nextInBatch(h *header) ([]byte, error) {
+	rest, err := parseHeader(f.batch, h)
+	switch {
+	case err != nil:
+		return nil, err
+	case h.op == opBatch || h.len > smallMax:
+		return nil, fmt.Errorf("%w: a BATCH carries a %v of %d payload bytes (only small frames may be batched)", errFrame, h.op, h.len)
+	case int(h.len) > len(rest):
+		return nil, fmt.Errorf("%w: a %v of %d payload bytes overruns its BATCH (%d left)", errFrame, h.op, h.len, len(rest))
+	}
+	f.batch = rest[h.len:]
+	return rest[:h.len], nil
+}
+
+// fill reads until rb holds n bytes of the current frame, reading no further than
+// max(n, headerLen+smallMax) bytes past its start.
 func (f *frameReader) fill(n int) error {
 	for f.have < n {
-		m, err := f.r.Read(f.rb[f.have:])
+		m, err := f.r.Read(f.rb[f.have:max(n, headerLen+smallMax)])
 		f.have += m
 		if err != nil && f.have < n {
 			if err == io.EOF && f.have > 0 {

@@ -381,6 +381,7 @@ func (q *QP) shutdownLocked() {
 	l.setDeadline(time.Now().Add(100 * time.Millisecond))
 	for q.step(l, false) == stepMore {
 	}
+	q.flushTx(l)
 	q.mu.Lock()
 	q.link = nil
 	q.mu.Unlock()
@@ -479,6 +480,7 @@ func (q *QP) transmitInline(l link) {
 	for st == stepMore {
 		st = q.step(l, true)
 	}
+	q.flushTx(l)
 	q.txMu.Unlock()
 	if st == stepDefer {
 		q.kick()

@@ -8,7 +8,7 @@ import (
 
 // The TCP fabric's frame: a fixed 36-byte little-endian header, then Len payload bytes.
 //
-//	0  op u8        what the frame is (opSend ... opNak)
+//	0  op u8        what the frame is (opSend ... opBatch)
 //	1  syndrome u8  NAK reason (opNak only)
 //	2  flags u16    flagAck: the ack field is valid; other bits zero
 //	4  psn u32      packet sequence number (24 bits used): one per message
@@ -30,9 +30,17 @@ import (
 // of its buffer (counted in Stats.CopyBytes, as inline data is), and no byte of a larger one.
 // The sender mirrors it: a small frame is copied behind its header and leaves in one write
 // (counted in Stats.CopyBytes too), a larger one in one writev from registered memory.
+//
+// Small frames that are ready together (a busy connection's requests, responses and ACKs)
+// leave together: a BATCH frame, whose payload is two or more whole small frames (at most
+// batchMax bytes, never a larger frame, never a BATCH), and no padding. Its reader takes the
+// whole batch in at most two reads, and its frames are then parsed from memory: a write and
+// a read per batch rather than per message. A batch is what it carries: it has no PSN and
+// is never acknowledged itself.
 const (
 	headerLen = 36
 	smallMax  = 128
+	batchMax  = 16 << 10
 )
 
 // zeroPad is the padding of frames with more than smallMax payload bytes.
@@ -53,10 +61,11 @@ const (
 	opReadResp
 	opAck
 	opNak
+	opBatch
 	opMax
 )
 
-var opNames = [...]string{"", "SEND", "SEND_IMM", "SEND_INV", "WRITE", "WRITE_IMM", "READ_REQ", "READ_RESP", "ACK", "NAK"}
+var opNames = [...]string{"", "SEND", "SEND_IMM", "SEND_INV", "WRITE", "WRITE_IMM", "READ_REQ", "READ_RESP", "ACK", "NAK", "BATCH"}
 
 func (o opcode) String() string {
 	if o > 0 && o < opMax {
@@ -144,6 +153,10 @@ func parseHeader(b []byte, h *header) ([]byte, error) {
 		return b, fmt.Errorf("%w: %v with syndrome %d", errFrame, h.op, h.syn)
 	case h.op == opReadReq && h.rlen > MaxMessage:
 		return b, fmt.Errorf("%w: READ of %d bytes exceeds %d", errFrame, h.rlen, MaxMessage)
+	case h.op == opBatch && (h.len < 2*headerLen || h.len > batchMax):
+		return b, fmt.Errorf("%w: BATCH of %d bytes, want %d to %d", errFrame, h.len, 2*headerLen, batchMax)
+	case h.op == opBatch && (h.flags != 0 || h.psn|h.imm|h.rkey|h.rlen != 0 || h.raddr != 0):
+		return b, fmt.Errorf("%w: BATCH with fields other than its length set", errFrame)
 	}
 	return b[headerLen:], nil
 }
