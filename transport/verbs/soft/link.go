@@ -85,10 +85,10 @@ type tcpLink struct {
 	pend  []byte // headerLen bytes kept for a BATCH header, then the small frames to write
 	pendN int    // frames in pend
 	vec   net.Buffers
-	bufs net.Buffers // what WriteTo consumes; a field so that it does not escape per call
-	src  connSource
-	fr   frameReader
-	buf  bufSource
+	bufs  net.Buffers // what WriteTo consumes; a field so that it does not escape per call
+	src   connSource
+	fr    frameReader
+	buf   bufSource
 }
 
 // appendFrame appends the segments of one frame to vec: the header (encoded into hdr), the
