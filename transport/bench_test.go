@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,6 +58,7 @@ func (l *latencies) report(b *testing.B) {
 	}
 	slices.Sort(d)
 	b.ReportMetric(float64(d[len(d)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(d[len(d)*99/100].Nanoseconds()), "p99-ns")
 }
 
 func benchTransport(b *testing.B, fb fabric, size, conc int) {
@@ -226,5 +228,56 @@ func BenchmarkCrossover(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkSmallBesideLarge times 64 B calls on a connection that two other callers keep
+// busy with 16 MiB calls: how long a small call waits behind large transfers on the same
+// queue pair (the soft NIC sends long READ responses in segments that other frames pass).
+//
+//	go test -run '^$' -bench SmallBesideLarge -benchtime 300x ./transport/
+func BenchmarkSmallBesideLarge(b *testing.B) {
+	for _, fb := range fabrics {
+		b.Run(fb.name, func(b *testing.B) {
+			e := newEnv(b, fb, echo, Config{})
+			big, small := payload(16<<20, 1), payload(64, 2)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := 0; i < 2; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						r, err := e.conn.Call(context.Background(), big)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						r.Release()
+					}
+				}()
+			}
+			time.Sleep(50 * time.Millisecond) // let the large calls get going
+			lat := newLatencies(b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				r, err := e.conn.Call(context.Background(), small)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r.Release()
+				lat.add(time.Since(t0))
+			}
+			b.StopTimer()
+			close(stop)
+			wg.Wait()
+			lat.report(b)
+		})
 	}
 }

@@ -75,9 +75,11 @@ type QP struct {
 	rdOut   int  // READs transmitted and not answered
 	halted  bool // a work request failed: transmit nothing more until it completes in order
 	rnrWait bool
-	rnrT    *time.Timer
-	ackT    *time.Timer
-	ackOn   bool
+	// txPreferSQ: a READ response segment just left, so the send queue goes first next.
+	txPreferSQ bool
+	rnrT       *time.Timer
+	ackT       *time.Timer
+	ackOn      bool
 
 	// Receive queue.
 	rq     []rwqe
@@ -116,6 +118,7 @@ type swqe struct {
 	status  verbs.WCStatus
 	byteLen uint32
 	rnrLeft int
+	rdGot   uint32 // READ: response bytes placed so far (segments come in order)
 }
 
 type rwqe struct {

@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -146,7 +147,7 @@ func (q *QP) goBack(w *swqe) {
 		if x.done || !x.sent {
 			continue
 		}
-		x.sent = false
+		x.sent, x.rdGot = false, 0
 		if x.wr.Opcode == verbs.WRRDMARead {
 			q.rdOut--
 		}
@@ -161,8 +162,9 @@ func (q *QP) rnrExpired() {
 	q.kick()
 }
 
-// onReadResponse places READ response data into the requester's target memory. q.mu is
-// held on entry and released.
+// onReadResponse places READ response data, one segment (readSegMax) at a time, into the
+// requester's target memory; the READ completes with its last byte. q.mu is held on entry
+// and released.
 func (q *QP) onReadResponse(h *header, src payloadSource) error {
 	q.ackUpTo(h.psn, false)
 	w := q.find(h.psn)
@@ -171,6 +173,12 @@ func (q *QP) onReadResponse(h *header, src payloadSource) error {
 		q.mu.Unlock()
 		return nil
 	}
+	total := sgeBytes(w.sges)
+	if h.raddr != uint64(w.rdGot) || h.raddr+uint64(h.len) > total {
+		q.mu.Unlock() // the responder broke the protocol: the link goes down
+		return fmt.Errorf("%w: READ response of %d bytes at offset %d; expected offset %d of %d", errFrame, h.len, h.raddr, w.rdGot, total)
+	}
+	last := h.raddr+uint64(h.len) == total
 	segs, ok := q.resolveRecvSGEs(w.sges)
 	if !ok { // the target region went away after the READ was posted
 		q.fail(w, verbs.WCLocProtErr)
@@ -180,19 +188,35 @@ func (q *QP) onReadResponse(h *header, src payloadSource) error {
 		return nil
 	}
 	q.mu.Unlock()
-	err := scatter(q, src, segs, h.len)
+	err := scatter(q, src, skipBytes(segs, int(h.raddr)), h.len)
 	q.releaseRx()
 	if err != nil {
 		return err
 	}
 	q.mu.Lock()
 	if w.sent && !w.done && w.hasPSN && w.psn == h.psn { // not flushed meanwhile
-		w.done, w.byteLen = true, h.len
-		q.rdOut--
-		q.completeSQ()
+		w.rdGot += h.len
+		if last {
+			w.done, w.byteLen = true, w.rdGot
+			q.rdOut--
+			q.completeSQ()
+		}
 	}
 	q.unlockAndKick()
 	return nil
+}
+
+// skipBytes drops the first n bytes of segs, in place.
+func skipBytes(segs [][]byte, n int) [][]byte {
+	for n > 0 && len(segs) > 0 {
+		if n < len(segs[0]) {
+			segs[0] = segs[0][n:]
+			return segs
+		}
+		n -= len(segs[0])
+		segs = segs[1:]
+	}
+	return segs
 }
 
 // resolveRecvSGEs resolves SGEs the NIC writes (a receive, a READ target) into rxSegs,

@@ -76,6 +76,12 @@ func (h *host) poll(t testing.TB) verbs.WorkCompletion {
 // connect joins a.qp and b.qp with cm.Connect over a loopback TCP connection.
 func connect(t testing.TB, a, b *host) {
 	t.Helper()
+	connectVia(t, a, b, nil)
+}
+
+// connectVia is connect with b's stream passed through wrap (when not nil).
+func connectVia(t testing.TB, a, b *host, wrap func(net.Conn) net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +92,9 @@ func connect(t testing.TB, a, b *host) {
 	errc := make(chan error, 1)
 	go func() {
 		c, err := ln.Accept()
+		if err == nil && wrap != nil {
+			c = wrap(c)
+		}
 		if err == nil {
 			_, err = cm.Connect(ctx, c, b.qp, cm.DefaultParams())
 			if !b.qp.(*QP).NeedsStream() {

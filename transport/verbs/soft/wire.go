@@ -15,7 +15,7 @@ import (
 //	8  len u32      payload bytes that follow the header
 //	12 imm u32      immediate data (opSendImm, opWriteImm) or the rkey to invalidate (opSendInv)
 //	16 rkey u32     remote key (opWrite*, opReadReq)
-//	20 raddr u64    remote address (opWrite*, opReadReq)
+//	20 raddr u64    remote address (opWrite*, opReadReq); opReadResp: the segment's offset
 //	28 rlen u32     bytes to read (opReadReq)
 //	32 ack u32      with flagAck: every message up to this psn was executed (a piggybacked ACK)
 //
