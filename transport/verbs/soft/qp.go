@@ -242,8 +242,18 @@ func (q *QP) AttachStream(conn net.Conn) error {
 		return fmt.Errorf("soft: attach stream to QP %d: a stream is already attached: %w", q.qpn, verbs.ErrInvalid)
 	}
 	q.stream = conn
+	if tc, ok := conn.(interface{ SetWriteBuffer(int) error }); ok {
+		_ = tc.SetWriteBuffer(streamSendBuffer) // best effort: a default buffer only costs speed
+	}
 	return nil
 }
+
+// streamSendBuffer is the send buffer (SO_SNDBUF) of a TCP fabric stream. Left to Linux's
+// autotuning, a stream queues megabytes: a small frame waits behind all of it, and the
+// reader copies out data long gone from the cache. Measured on loopback (2 cores, A/B
+// rounds): 1 MiB calls 1.45x -> 0.86x raw TCP at c1 and 1.41x -> 1.26x at 32 callers; a
+// 64 B call beside two 16 MiB callers 2.5 -> 0.67 ms p50; 64 B and 64 KiB calls unchanged.
+const streamSendBuffer = 256 << 10
 
 // Modify moves the QP to a.State.
 func (q *QP) Modify(a verbs.QPAttr) error {
