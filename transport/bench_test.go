@@ -210,21 +210,8 @@ func BenchmarkCrossover(b *testing.B) {
 						cfg.EagerThreshold = 1
 					}
 					e := newEnv(b, fb, echo, cfg)
-					req := payload(n, 1)
-					lat := newLatencies(b.N)
 					b.SetBytes(int64(2 * n))
-					b.ResetTimer()
-					for i := 0; i < b.N; i++ {
-						t0 := time.Now()
-						r, err := e.conn.Call(context.Background(), req)
-						if err != nil {
-							b.Fatal(err)
-						}
-						r.Release()
-						lat.add(time.Since(t0))
-					}
-					b.StopTimer()
-					lat.report(b)
+					timeCalls(b, e.conn, payload(n, 1)).report(b)
 				})
 			}
 		}
@@ -263,21 +250,28 @@ func BenchmarkSmallBesideLarge(b *testing.B) {
 				}()
 			}
 			time.Sleep(50 * time.Millisecond) // let the large calls get going
-			lat := newLatencies(b.N)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				t0 := time.Now()
-				r, err := e.conn.Call(context.Background(), small)
-				if err != nil {
-					b.Fatal(err)
-				}
-				r.Release()
-				lat.add(time.Since(t0))
-			}
-			b.StopTimer()
+			lat := timeCalls(b, e.conn, small)
 			close(stop)
 			wg.Wait()
 			lat.report(b)
 		})
 	}
+}
+
+// timeCalls makes b.N calls of req on c, one at a time, and times each; the timer runs only
+// around them.
+func timeCalls(b *testing.B, c *Conn, req []byte) *latencies {
+	lat := newLatencies(b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		r, err := c.Call(context.Background(), req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Release()
+		lat.add(time.Since(t0))
+	}
+	b.StopTimer()
+	return lat
 }

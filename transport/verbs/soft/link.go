@@ -91,16 +91,6 @@ type tcpLink struct {
 	buf   bufSource
 }
 
-// appendFrame appends the segments of one frame to vec: the header (encoded into hdr), the
-// padding of a large payload (wire.go), the payload.
-func appendFrame(vec [][]byte, hdr []byte, h *header, payload [][]byte) [][]byte {
-	vec = append(vec, appendHeader(hdr[:0], h))
-	if h.len > smallMax {
-		vec = append(vec, zeroPad[:])
-	}
-	return append(vec, payload...)
-}
-
 func (l *tcpLink) send(h *header, payload [][]byte) error {
 	if h.len <= smallMax {
 		// A small frame is copied behind its header, as a NIC copies inline data into the
@@ -126,7 +116,9 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 	if err := l.flush(); err != nil { // what came first leaves first
 		return err
 	}
-	l.vec = appendFrame(l.vec[:0], l.hdr[:], h, payload)
+	// A large frame: its header, the padding (wire.go), the payload from registered memory.
+	l.vec = append(l.vec[:0], appendHeader(l.hdr[:0], h), zeroPad[:])
+	l.vec = append(l.vec, payload...)
 	l.bufs = l.vec
 	// Counted before the write: the peer may have the bytes before writev returns here.
 	l.q.dev.stats.socketTx.Add(uint64(h.len))
