@@ -23,6 +23,7 @@ import (
 type Client struct {
 	opts    dialOptions
 	invoker UnaryInvoker
+	tel     *telemetry // nil: off
 	tr      *transport.Transport
 	ownDev  verbs.Device
 	eps     []*endpoint
@@ -46,7 +47,7 @@ type endpoint struct {
 func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, error) {
 	c := &Client{closed: make(chan struct{}), up: make(chan struct{})}
 	for _, o := range opts {
-		o(&c.opts)
+		o.applyDial(&c.opts)
 	}
 	o := &c.opts
 	if o.codec == nil {
@@ -86,6 +87,10 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 	}
 	c.tr = tr
 	c.invoker = chainClient(o.interceptors, c.invoke)
+	if c.tel = newTelemetry(o.telemetry, false); c.tel != nil {
+		c.tel.setPeer(target)
+		c.tel.observeTransport(tr)
+	}
 	// First connections, all endpoints at once.
 	errs := make([]error, len(c.eps))
 	var wg sync.WaitGroup
@@ -122,6 +127,9 @@ func (c *Client) Close() error {
 	}
 	close(c.closed)
 	c.wg.Wait()
+	if c.tel != nil {
+		c.tel.stopObserving()
+	}
 	err := c.tr.Close()
 	if c.ownDev != nil {
 		err = errors.Join(err, c.ownDev.Close())
@@ -221,7 +229,14 @@ func (c *Client) pick() *endpoint {
 
 // Invoke calls method with req and decodes the response into reply. See Invoker.
 func (c *Client) Invoke(ctx context.Context, method string, req, reply any, opts ...CallOption) error {
-	return c.invoker(ctx, method, req, reply, opts...)
+	if c.tel == nil {
+		return c.invoker(ctx, method, req, reply, opts...)
+	}
+	var cs callSpan
+	ctx = c.tel.startClient(ctx, method, &cs) // interceptors see the span
+	err := c.invoker(ctx, method, req, reply, opts...)
+	c.tel.endErr(ctx, &cs, err)
+	return err
 }
 
 // errSizeEstimate: a codec's Size was smaller than its encoding.
@@ -255,11 +270,22 @@ func (c *Client) invoke(ctx context.Context, method string, req, reply any, opts
 func (c *Client) InvokeBytes(ctx context.Context, method string, req []byte) ([]byte, error) {
 	if len(c.opts.interceptors) > 0 { // interceptors see the usual Invoke
 		var out []byte
-		if err := c.invoker(ctx, method, req, &out); err != nil {
+		if err := c.Invoke(ctx, method, req, &out); err != nil {
 			return nil, err
 		}
 		return out, nil
 	}
+	if c.tel != nil {
+		var cs callSpan
+		ctx = c.tel.startClient(ctx, method, &cs)
+		out, err := c.invokeBytes(ctx, method, req)
+		c.tel.endErr(ctx, &cs, err)
+		return out, err
+	}
+	return c.invokeBytes(ctx, method, req)
+}
+
+func (c *Client) invokeBytes(ctx context.Context, method string, req []byte) ([]byte, error) {
 	var ci callInfo
 	resp, body, err := c.roundTrip(ctx, method, codec.Raw{}, nil, req, &ci)
 	if err != nil {
@@ -304,12 +330,18 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 	{
 		sp := scratchPool.Get().(*[]byte)
 		b := appendRequest((*sp)[:0], method, deadline, md)
+		if c.tel != nil {
+			b = c.tel.inject(ctx, b, md)
+		}
 		if req == nil {
 			b = append(b, raw...)
 		} else if b, err = cod.Append(b, req); err != nil {
 			scratchPool.Put(sp)
 			ep.outstanding.Add(-1)
 			return nil, nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
+		}
+		if c.tel != nil {
+			recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
 		}
 		resp, err = conn.Call(ctx, b)
 		if cap(b) <= 64<<10 {
@@ -335,6 +367,9 @@ done:
 	if ci.trailer != nil {
 		*ci.trailer = decodeMD(r.md, r.nmd)
 	}
+	if c.tel != nil {
+		recordTransfer(ctx, AttrResponseSize, AttrResponseTransfer, len(resp.Bytes()), resp.Windowed())
+	}
 	if code != OK {
 		defer resp.Release()
 		st := &Status{Code: code, Message: string(r.msg)}
@@ -355,6 +390,9 @@ done:
 func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte, n int) (*transport.Response, error) {
 	sp := scratchPool.Get().(*[]byte)
 	env := appendRequest((*sp)[:0], method, deadline, md)
+	if c.tel != nil {
+		env = c.tel.inject(ctx, env, md)
+	}
 	defer func() { *sp = env[:0]; scratchPool.Put(sp) }()
 	buf, err := c.tr.Pool().Get(ctx, len(env)+n)
 	if err != nil {
@@ -375,6 +413,9 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 		return nil, errSizeEstimate
 	}
 	buf.SetLen(len(b))
+	if c.tel != nil {
+		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
+	}
 	return conn.CallBuf(ctx, buf)
 }
 

@@ -52,18 +52,44 @@ type common struct {
 	device    verbs.Device
 	transport transport.Config
 	logger    *slog.Logger
+	telemetry telemetryConfig
 }
 
 // ServerOption configures a Server.
-type ServerOption func(*serverOptions)
+type ServerOption interface {
+	applyServer(*serverOptions)
+}
+
+// DialOption configures a Client.
+type DialOption interface {
+	applyDial(*dialOptions)
+}
+
+// Option configures a Server or a Client alike (telemetry, for one): it is both a
+// ServerOption and a DialOption.
+type Option interface {
+	ServerOption
+	DialOption
+}
+
+type serverOption func(*serverOptions)
+
+func (f serverOption) applyServer(o *serverOptions) { f(o) }
+
+type dialOption func(*dialOptions)
+
+func (f dialOption) applyDial(o *dialOptions) { f(o) }
+
+// commonOption applies to what servers and clients share.
+type commonOption func(*common)
+
+func (f commonOption) applyServer(o *serverOptions) { f(&o.common) }
+func (f commonOption) applyDial(o *dialOptions)     { f(&o.common) }
 
 type serverOptions struct {
 	common
 	interceptors []UnaryServerInterceptor
 }
-
-// DialOption configures a Client.
-type DialOption func(*dialOptions)
 
 type dialOptions struct {
 	common
@@ -87,57 +113,63 @@ const (
 
 // WithCodec sets the codec of methods that do not name one (msgpack by default).
 func WithCodec(c codec.Codec) ServerOption {
-	return func(o *serverOptions) { o.codec = c }
+	return serverOption(func(o *serverOptions) { o.codec = c })
 }
 
 // WithClientCodec sets a client's codec (msgpack by default); it must match the server's.
 func WithClientCodec(c codec.Codec) DialOption {
-	return func(o *dialOptions) { o.codec = c }
+	return dialOption(func(o *dialOptions) { o.codec = c })
 }
 
 // WithDevice serves on an RDMA device instead of a soft TCP-fabric device of the server's
 // own. The device stays the caller's.
-func WithDevice(d verbs.Device) ServerOption { return func(o *serverOptions) { o.device = d } }
+func WithDevice(d verbs.Device) ServerOption {
+	return serverOption(func(o *serverOptions) { o.device = d })
+}
 
 // WithClientDevice dials from an RDMA device instead of a soft TCP-fabric device of the
 // client's own. The device stays the caller's.
-func WithClientDevice(d verbs.Device) DialOption { return func(o *dialOptions) { o.device = d } }
+func WithClientDevice(d verbs.Device) DialOption {
+	return dialOption(func(o *dialOptions) { o.device = d })
+}
 
 // WithTransport tunes the server's transport (slot sizes, credits, pollers, handler pool
 // size: Config.Handlers bounds concurrent handlers; beyond it calls get ResourceExhausted).
 func WithTransport(c transport.Config) ServerOption {
-	return func(o *serverOptions) { o.transport = c }
+	return serverOption(func(o *serverOptions) { o.transport = c })
 }
 
 // WithClientTransport tunes the client's transport.
 func WithClientTransport(c transport.Config) DialOption {
-	return func(o *dialOptions) { o.transport = c }
+	return dialOption(func(o *dialOptions) { o.transport = c })
 }
 
 // WithUnaryInterceptor adds a server interceptor; several run in the order given.
 func WithUnaryInterceptor(i UnaryServerInterceptor) ServerOption {
-	return func(o *serverOptions) { o.interceptors = append(o.interceptors, i) }
+	return serverOption(func(o *serverOptions) { o.interceptors = append(o.interceptors, i) })
 }
 
 // WithClientInterceptor adds a client interceptor; several run in the order given.
 func WithClientInterceptor(i UnaryClientInterceptor) DialOption {
-	return func(o *dialOptions) { o.interceptors = append(o.interceptors, i) }
+	return dialOption(func(o *dialOptions) { o.interceptors = append(o.interceptors, i) })
 }
 
 // WithLogger sets where a server logs what it cannot return to a caller.
-func WithLogger(l *slog.Logger) ServerOption { return func(o *serverOptions) { o.logger = l } }
+func WithLogger(l *slog.Logger) ServerOption {
+	return serverOption(func(o *serverOptions) { o.logger = l })
+}
 
 // WithBalancer chooses how calls spread over a client's endpoints.
-func WithBalancer(b Balancer) DialOption { return func(o *dialOptions) { o.balancer = b } }
+func WithBalancer(b Balancer) DialOption { return dialOption(func(o *dialOptions) { o.balancer = b }) }
 
 // WithKeepalive pings an idle connection every interval and drops it (to reconnect) when a
 // ping gets no answer within timeout. Zero disables; the default is 30s and 10s.
 func WithKeepalive(interval, timeout time.Duration) DialOption {
-	return func(o *dialOptions) { o.keepaliveTime, o.keepaliveTimeout, o.keepaliveSet = interval, timeout, true }
+	return dialOption(func(o *dialOptions) { o.keepaliveTime, o.keepaliveTimeout, o.keepaliveSet = interval, timeout, true })
 }
 
 // WithBackoff sets the reconnection backoff: it starts at base and doubles up to max, with
 // jitter. The default is 50ms to 2s.
 func WithBackoff(base, max time.Duration) DialOption {
-	return func(o *dialOptions) { o.backoffBase, o.backoffMax = base, max }
+	return dialOption(func(o *dialOptions) { o.backoffBase, o.backoffMax = base, max })
 }

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/mwrpc/mwrpc/codec"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -21,6 +23,7 @@ import (
 type Server struct {
 	opts        serverOptions
 	interceptor UnaryServerInterceptor
+	tel         *telemetry // nil: off
 
 	mu        sync.Mutex
 	methods   map[string]*method
@@ -42,7 +45,7 @@ type method struct {
 func NewServer(opts ...ServerOption) *Server {
 	s := &Server{methods: make(map[string]*method), listeners: make(map[net.Listener]struct{})}
 	for _, o := range opts {
-		o(&s.opts)
+		o.applyServer(&s.opts)
 	}
 	if s.opts.codec == nil {
 		s.opts.codec = codec.Msgpack{}
@@ -51,6 +54,7 @@ func NewServer(opts ...ServerOption) *Server {
 		s.opts.logger = slog.Default()
 	}
 	s.interceptor = chainServer(s.opts.interceptors)
+	s.tel = newTelemetry(s.opts.telemetry, true)
 	return s
 }
 
@@ -100,6 +104,9 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		_ = ln.Close()
 		return nil
+	}
+	if len(s.listeners) == 0 && s.tel != nil {
+		s.tel.setPeer(ln.Addr().String())
 	}
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
@@ -153,6 +160,9 @@ func (s *Server) transport() (*transport.Transport, error) {
 		return nil, err
 	}
 	s.tr = tr
+	if s.tel != nil {
+		s.tel.observeTransport(tr)
+	}
 	return tr, nil
 }
 
@@ -192,6 +202,9 @@ func (s *Server) stop(drain func(*transport.Transport)) {
 	if drain != nil {
 		drain(tr)
 	}
+	if s.tel != nil {
+		s.tel.stopObserving()
+	}
 	if err := tr.Close(); err != nil {
 		s.opts.logger.Warn("mwrpc: server close", "err", err)
 	}
@@ -207,6 +220,7 @@ type streamKey struct{}
 // until the handler returns.
 type serverStream struct {
 	inner   context.Context
+	values  context.Context // inner with the telemetry's span, or nil
 	method  *method
 	body    []byte
 	md      []byte
@@ -215,6 +229,11 @@ type serverStream struct {
 	trailer MD
 	dec     func(any) error // bound once to decode
 	scratch []byte
+	code    Code   // the status written
+	errMsg  string // and its message, for a failure
+	respLen int    // the response payload's length
+	tel     callSpan
+	carrier mdExtractor
 	derived atomic.Bool // AfterFunc was called: a derived context may use it after the call
 }
 
@@ -236,10 +255,14 @@ func (st *serverStream) Deadline() (time.Time, bool) { return st.inner.Deadline(
 func (st *serverStream) Done() <-chan struct{}       { return st.inner.Done() }
 func (st *serverStream) Err() error                  { return st.inner.Err() }
 
-// Value returns the stream for streamKey, else the parent's values.
+// Value returns the stream for streamKey, else the telemetry's (the span, the caller's
+// baggage), else the parent's values.
 func (st *serverStream) Value(k any) any {
 	if k == (streamKey{}) {
 		return st
+	}
+	if st.values != nil {
+		return st.values.Value(k)
 	}
 	return st.inner.Value(k)
 }
@@ -266,7 +289,19 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 	}
 	m := s.methods[string(r.method)]
 	if m == nil {
-		s.writeError(w, nil, Unimplemented, "unknown method "+string(r.method))
+		msg := "unknown method " + string(r.method)
+		if s.tel != nil {
+			var cs callSpan
+			var x mdExtractor
+			tctx := s.tel.startServer(ctx, "_OTHER", r.md, r.nmd, &cs, &x)
+			if cs.span != nil && cs.span.IsRecording() { // the convention's name for a method not known
+				cs.span.SetAttributes(attribute.String("rpc.method_original", spanName(string(r.method))))
+			}
+			s.writeError(w, nil, Unimplemented, msg)
+			s.tel.end(tctx, &cs, Unimplemented, msg)
+			return
+		}
+		s.writeError(w, nil, Unimplemented, msg)
 		return
 	}
 	st := streamPool.Get().(*serverStream)
@@ -275,6 +310,15 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		dctx, cancel := context.WithDeadline(ctx, time.Unix(0, r.deadline))
 		defer cancel()
 		st.inner = dctx
+	}
+	if s.tel != nil {
+		if v := s.tel.startServer(st.inner, m.full, r.md, r.nmd, &st.tel, &st.carrier); v != st.inner {
+			st.values = v
+		}
+		if st.tel.span != nil && st.tel.span.IsRecording() {
+			kv := transferAttrs(AttrRequestSize, AttrRequestTransfer, len(req), w.RequestWindowed())
+			st.tel.span.SetAttributes(kv[:]...)
+		}
 	}
 	if bh := m.desc.BytesHandler; bh != nil && s.interceptor == nil {
 		out, err := s.invokeBytes(st, m, bh)
@@ -290,11 +334,28 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 	} else {
 		s.writeResponse(w, st, m, resp)
 	}
+	if s.tel != nil {
+		s.endServerSpan(st, w)
+	}
 	if st.derived.Load() {
 		return // a derived context may still call into it: not reused
 	}
-	st.inner, st.method, st.body, st.md, st.inMD, st.trailer = nil, nil, nil, nil, nil, nil
+	st.inner, st.values, st.method, st.body, st.md, st.inMD, st.trailer = nil, nil, nil, nil, nil, nil, nil
+	st.tel, st.carrier, st.errMsg = callSpan{}, mdExtractor{}, ""
 	streamPool.Put(st)
+}
+
+// endServerSpan finishes the call's span and duration metric with what was written.
+func (s *Server) endServerSpan(st *serverStream, w *transport.ResponseWriter) {
+	if sp := st.tel.span; sp != nil && sp.IsRecording() {
+		kv := transferAttrs(AttrResponseSize, AttrResponseTransfer, st.respLen, st.respLen > w.EagerLimit())
+		sp.SetAttributes(kv[:]...)
+	}
+	msg := ""
+	if st.code != OK {
+		msg = st.errMsg
+	}
+	s.tel.end(st, &st.tel, st.code, msg)
 }
 
 // invoke runs the method; a panic becomes Internal.
@@ -324,6 +385,7 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 	if len(body) <= 16<<10 {
 		out := append(env, body...)
 		st.scratch = out[:0]
+		st.code, st.respLen = OK, len(out)
 		_ = w.Write(uint16(OK), out)
 		return
 	}
@@ -335,6 +397,7 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 	}
 	n := copy(buf, env)
 	copy(buf[n:], body)
+	st.code, st.respLen = OK, len(buf)
 	_ = w.Write(uint16(OK), buf)
 }
 
@@ -364,6 +427,7 @@ func (s *Server) writeResponse(w *transport.ResponseWriter, st *serverStream, m 
 	if fromScratch && cap(out) <= 64<<10 {
 		st.scratch = out[:0] // keep a grown scratch buffer for the next call
 	}
+	st.code, st.respLen = OK, len(out)
 	if err := w.Write(uint16(OK), out); err != nil {
 		s.opts.logger.Debug("mwrpc: response not sent", "method", m.full, "err", err)
 	}
@@ -375,7 +439,11 @@ func (s *Server) writeError(w *transport.ResponseWriter, st *serverStream, c Cod
 	if st != nil {
 		trailer, buf = st.trailer, st.scratch[:0]
 	}
-	_ = w.Write(uint16(c), appendResponse(buf, trailer, msg))
+	out := appendResponse(buf, trailer, msg)
+	if st != nil {
+		st.code, st.errMsg, st.respLen = c, msg, len(out)
+	}
+	_ = w.Write(uint16(c), out)
 }
 
 // chainServer folds interceptors into one, the first outermost.

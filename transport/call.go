@@ -40,6 +40,10 @@ type Response struct {
 // Bytes returns the response payload, valid until Release.
 func (r *Response) Bytes() []byte { return r.data }
 
+// Windowed reports whether the response came through a window (fetched by RDMA READ)
+// rather than inside the SEND.
+func (r *Response) Windowed() bool { return r.buf != nil }
+
 // Status returns the handler's status code (StatusOK on success).
 func (r *Response) Status() uint16 { return r.status }
 

@@ -367,6 +367,9 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 	b := s.buf.Bytes()[:cap(s.buf.Bytes())]
 	wire.PutHeader(b, h)
 	n := copy(b[wire.HeaderLen:], payload)
+	if n > 0 {
+		c.t.counters.eagerBytes.Add(uint64(n))
+	}
 	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(wire.HeaderLen + n), LKey: s.buf.LKey()}
 	wr := &s.wrs[1]
 	*wr = verbs.SendWR{WRID: wrid(wrSend, c.id, i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: s.sge[:]}
@@ -600,6 +603,10 @@ func (c *Conn) GoingAway() <-chan struct{} { return c.awayCh }
 
 // Done is closed when the connection has failed or been closed and torn down.
 func (c *Conn) Done() <-chan struct{} { return c.tornCh }
+
+// EagerLimit returns the largest payload this side sends inside a SEND; larger ones go
+// through a window.
+func (c *Conn) EagerLimit() int { return c.eager }
 
 // Err returns why the connection failed, or nil while it works.
 func (c *Conn) Err() error { return c.failure() }

@@ -480,6 +480,7 @@ func (c *Conn) onRead(i int) {
 	c.t.counters.reads.Add(1)
 	r := &c.reads[i]
 	buf, h, at := r.buf, r.h, r.at
+	c.t.counters.readBytes.Add(uint64(buf.Len()))
 	r.buf, r.live = nil, false
 	c.mu.Lock()
 	c.freeReads = append(c.freeReads, i)

@@ -92,6 +92,14 @@ type ResponseWriter struct {
 	sent bool
 }
 
+// EagerLimit returns the largest response payload sent inside the SEND; larger ones go
+// through a window.
+func (w *ResponseWriter) EagerLimit() int { return w.sc.c.eager }
+
+// RequestWindowed reports whether the request came through a window (fetched by RDMA
+// READ) rather than inside the SEND.
+func (w *ResponseWriter) RequestWindowed() bool { return w.sc.buf != nil }
+
 // Buffer returns n bytes of registered memory to build the response in; a response written
 // from it (a prefix of it) goes to the caller without a copy. A second call replaces the
 // first buffer. The memory is valid until Write or the handler's return.
