@@ -5,7 +5,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/mwrpc/mwrpc/rpc"
 	"github.com/mwrpc/mwrpc/rpc/internal/benchsvc"
@@ -81,5 +87,72 @@ func BenchmarkStubs(b *testing.B) {
 				})
 			})
 		}
+	}
+}
+
+// BenchmarkTelemetry prices the instrumentation on the 64 B call (generated stubs, soft
+// TCP fabric, concurrency 1): off (WithoutTelemetry), on with the default global providers
+// and no SDK (what every user gets), and on with the SDK, a sampler that drops every span,
+// metrics into a manual reader and the W3C propagators (trace context still travels).
+// allocs/op counts client and server together.
+//
+//	go test -run '^$' -bench Telemetry -benchmem -count 6 ./rpc/
+func BenchmarkTelemetry(b *testing.B) {
+	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	sdk := func() []rpc.Option {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+		return []rpc.Option{rpc.WithTracerProvider(tp), rpc.WithMeterProvider(mp), rpc.WithPropagators(prop)}
+	}
+	for _, mode := range []struct {
+		name string
+		opts func() []rpc.Option
+	}{
+		{"off", func() []rpc.Option { return []rpc.Option{rpc.WithoutTelemetry()} }},
+		{"global-noop", func() []rpc.Option { return nil }},
+		{"sdk-drop-all", sdk},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			opts := mode.opts()
+			var sopts []rpc.ServerOption
+			var copts []rpc.DialOption
+			for _, o := range opts {
+				sopts, copts = append(sopts, o), append(copts, o)
+			}
+			srv := rpc.NewServer(sopts...)
+			benchsvc.RegisterBench(srv, benchsvc.Echo{})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			go srv.Serve(ln)
+			defer srv.Stop()
+			client, err := rpc.Dial(context.Background(), ln.Addr().String(), copts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer client.Close()
+			svc := benchsvc.NewBenchClient(client)
+			payload := bytes.Repeat([]byte{1}, 64)
+			ctx := context.Background()
+			for i := 0; i < 100; i++ {
+				if _, err := svc.Bytes(ctx, payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			lat := make([]time.Duration, 0, b.N)
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if _, err := svc.Bytes(ctx, payload); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+		})
 	}
 }

@@ -4,6 +4,8 @@
 //	go run ./examples/kv                        # server and client in one process
 //	go run ./examples/kv -serve 127.0.0.1:7000  # a server
 //	go run ./examples/kv -connect 127.0.0.1:7000  # a client of it
+//	go run ./examples/kv -telemetry=stdout      # any of the above, printing OpenTelemetry
+//	                                            # spans as they end and metrics at exit
 //
 // The client stores small values and a large one (which travels through memory windows:
 // the server exposes it, the client READs it and revokes the window), reads them back,
@@ -32,8 +34,12 @@ func main() {
 	serve := flag.String("serve", "", "only serve on this address")
 	connect := flag.String("connect", "", "only run the client against this address")
 	calls := flag.Int("calls", 2000, "Gets in the latency measurement")
+	telemetry := flag.String("telemetry", "off", "stdout: install the OpenTelemetry SDK and print spans and metrics as JSON")
 	flag.Parse()
-	var err error
+	shutdown, err := setupTelemetry(*telemetry, os.Stdout)
+	if err != nil {
+		log.Fatal(err)
+	}
 	switch {
 	case *serve != "":
 		err = runServer(*serve)
@@ -42,6 +48,7 @@ func main() {
 	default:
 		err = runBoth(os.Stdout, *calls)
 	}
+	err = errors.Join(err, shutdown(context.Background())) // flushes the metrics
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -114,9 +121,13 @@ func runServer(addr string) error {
 	kvservice.RegisterKV(srv, kvservice.NewStore())
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt)
-	go func() { <-stop; srv.GracefulStop() }()
-	log.Printf("serving kvservice.KV on %s (%s); ^C stops", addr, fabric())
-	return srv.ListenAndServe(addr)
+	go func() { <-stop; flushMetrics(); srv.GracefulStop() }()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	log.Printf("serving kvservice.KV on %s (%s); ^C stops", ln.Addr(), fabric())
+	return srv.Serve(ln)
 }
 
 func runClient(ctx context.Context, out io.Writer, addr string, calls int) error {
@@ -130,10 +141,11 @@ func runClient(ctx context.Context, out io.Writer, addr string, calls int) error
 		return err
 	}
 	defer client.Close()
+	defer flushMetrics() // before Close: the transport's instruments go with it
 	kv := kvservice.NewKVClient(client)
 
 	for i := 0; i < 100; i++ {
-		if _, err := kv.Put(ctx, &kvservice.PutRequest{Key: fmt.Sprintf("key-%d", i), Value: []byte(fmt.Sprintf("value-%d", i))}); err != nil {
+		if _, err := kv.Put(quiet(ctx), &kvservice.PutRequest{Key: fmt.Sprintf("key-%d", i), Value: []byte(fmt.Sprintf("value-%d", i))}); err != nil {
 			return fmt.Errorf("put: %w", err)
 		}
 	}
@@ -159,7 +171,7 @@ func runClient(ctx context.Context, out io.Writer, addr string, calls int) error
 	start := time.Now()
 	for i := range lat {
 		t0 := time.Now()
-		if _, err := kv.Get(ctx, &kvservice.GetRequest{Key: fmt.Sprintf("key-%d", 10+i%80)}); err != nil {
+		if _, err := kv.Get(quiet(ctx), &kvservice.GetRequest{Key: fmt.Sprintf("key-%d", 10+i%80)}); err != nil {
 			return fmt.Errorf("get: %w", err)
 		}
 		lat[i] = time.Since(t0)
