@@ -26,7 +26,7 @@ import (
 // manual metric reader, and a server interceptor that records what handlers see.
 type telemetryEnv struct {
 	*env
-	clientSpans, serverSpans   *tracetest.SpanRecorder
+	clientSpans, serverSpans     *tracetest.SpanRecorder
 	clientMetrics, serverMetrics *sdkmetric.ManualReader
 
 	mu      sync.Mutex
@@ -288,7 +288,6 @@ func TestTelemetryOff(t *testing.T) {
 	}
 }
 
-
 func statusCodeName(err error) string {
 	names := map[rpc.Code]string{rpc.OK: "OK", rpc.NotFound: "NOT_FOUND", rpc.DeadlineExceeded: "DEADLINE_EXCEEDED",
 		rpc.Unimplemented: "UNIMPLEMENTED", rpc.Unavailable: "UNAVAILABLE"}
@@ -342,4 +341,3 @@ func sumValue(a metricdata.Aggregation) int64 {
 	}
 	return v
 }
-
