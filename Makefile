@@ -46,7 +46,7 @@ BENCH_PATTERNS := $(strip $(foreach d,$(BENCH_DIRS),$(if $(wildcard $(d)/.),./$(
 
 # The steps of `make test`, in order. A step that cannot run on this machine (test-rxe: not
 # root, not Debian) reports a skip with $(call skip,...), which CI=true turns into a failure.
-TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace test-benchmarks fuzz-smoke test-rxe
+TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace test-benchmarks test-otlp fuzz-smoke test-rxe
 
 # $(call header,title) prints a step header, with the time of day so that CI logs show
 # how long each step took.
@@ -118,6 +118,12 @@ test-norace:
 test-benchmarks:
 	@$(call header,benchmarks module: go vet and go test)
 	cd benchmarks && $(GO) vet ./... && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# examples/otlp is a module of its own too (the OTLP exporters require gRPC's modules): its
+# test exports over OTLP/HTTP to a receiver inside the test.
+test-otlp:
+	@$(call header,examples/otlp module: go vet, staticcheck and go test)
+	cd examples/otlp && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # fuzz-smoke and fuzz find every `func FuzzX(` in the module's test files and run each
 # target on its own (go test -fuzz takes one target per invocation).

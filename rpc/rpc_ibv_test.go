@@ -53,6 +53,8 @@ func TestIBV(t *testing.T) {
 		{"PanicIsInternal", TestPanicIsInternal},
 		{"MetadataAndInterceptors", TestMetadataAndInterceptors},
 		{"ServerRestart", TestServerRestart},
+		{"Telemetry", TestTelemetry},
+		{"TelemetryDroppedConnection", TestTelemetryDroppedConnection},
 	} {
 		t.Run(tc.name, tc.f)
 	}

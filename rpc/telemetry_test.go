@@ -82,7 +82,7 @@ func waitSpans(t *testing.T, r *tracetest.SpanRecorder, n int) []sdktrace.ReadOn
 func attrsOf(kvs []attribute.KeyValue) map[attribute.Key]string {
 	m := make(map[attribute.Key]string, len(kvs))
 	for _, kv := range kvs {
-		m[kv.Key] = kv.Value.Emit()
+		m[kv.Key] = kv.Value.String()
 	}
 	return m
 }
