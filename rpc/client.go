@@ -78,7 +78,11 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		}
 		dev, c.ownDev = d, d
 	}
-	tr, err := transport.New(dev, nil, o.transport)
+	tcfg := o.transport
+	if o.creds != nil {
+		tcfg.Credentials = o.creds
+	}
+	tr, err := transport.New(dev, nil, tcfg)
 	if err != nil {
 		if c.ownDev != nil {
 			_ = c.ownDev.Close()

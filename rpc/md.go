@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"strings"
+
+	"github.com/mwrpc/mwrpc/transport"
 )
 
 // MD is call metadata: lowercase keys, each with one or more values, as in gRPC. A client's
@@ -76,4 +78,18 @@ func Method(ctx context.Context) (string, bool) {
 		return "", false
 	}
 	return st.method.full, true
+}
+
+// Peer is the caller of a call a handler serves: its address and, with transport
+// credentials, what the handshake established (credentials.TLSInfo: the verified client
+// certificate chain under mutual TLS).
+type Peer = transport.Peer
+
+// PeerFromContext returns the caller, in a handler's (or server interceptor's) context.
+func PeerFromContext(ctx context.Context) (Peer, bool) {
+	st, ok := ctx.Value(streamKey{}).(*serverStream)
+	if !ok || st.w == nil {
+		return Peer{}, false
+	}
+	return st.w.Peer(), true
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mwrpc/mwrpc/codec"
 	"github.com/mwrpc/mwrpc/transport"
+	"github.com/mwrpc/mwrpc/transport/credentials"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
@@ -53,6 +54,7 @@ type common struct {
 	transport transport.Config
 	logger    *slog.Logger
 	telemetry telemetryConfig
+	creds     credentials.TransportCredentials
 }
 
 // ServerOption configures a Server.
@@ -110,6 +112,14 @@ const (
 	RoundRobin       Balancer = iota // endpoints in turn
 	LeastOutstanding                 // the endpoint with the fewest calls in flight
 )
+
+// WithTransportCredentials secures every connection of a server or client with creds
+// (credentials.NewTLS: TLS 1.3, optionally mutual) before anything else crosses it;
+// both sides must use them. Handlers see what the handshake established about the caller
+// with PeerFromContext. It overrides the Credentials of WithTransport/WithClientTransport.
+func WithTransportCredentials(creds credentials.TransportCredentials) Option {
+	return commonOption(func(c *common) { c.creds = creds })
+}
 
 // WithCodec sets the codec of methods that do not name one (msgpack by default).
 func WithCodec(c codec.Codec) ServerOption {

@@ -55,6 +55,7 @@ func TestIBV(t *testing.T) {
 		{"ServerRestart", TestServerRestart},
 		{"Telemetry", TestTelemetry},
 		{"TelemetryDroppedConnection", TestTelemetryDroppedConnection},
+		{"TLS", TestTLS},
 	} {
 		t.Run(tc.name, tc.f)
 	}

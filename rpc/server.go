@@ -148,6 +148,9 @@ func (s *Server) transport() (*transport.Transport, error) {
 		dev, s.ownDev = d, d
 	}
 	cfg := s.opts.transport
+	if s.opts.creds != nil {
+		cfg.Credentials = s.opts.creds
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = s.opts.logger
 	}
@@ -221,6 +224,7 @@ type streamKey struct{}
 type serverStream struct {
 	inner   context.Context
 	values  context.Context // inner with the telemetry's span, or nil
+	w       *transport.ResponseWriter
 	method  *method
 	body    []byte
 	md      []byte
@@ -305,7 +309,7 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		return
 	}
 	st := streamPool.Get().(*serverStream)
-	st.inner, st.method, st.body, st.md, st.nmd = ctx, m, r.body, r.md, r.nmd
+	st.inner, st.method, st.body, st.md, st.nmd, st.w = ctx, m, r.body, r.md, r.nmd, w
 	if r.deadline != 0 {
 		dctx, cancel := context.WithDeadline(ctx, time.Unix(0, r.deadline))
 		defer cancel()
@@ -323,13 +327,13 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 	if bh := m.desc.BytesHandler; bh != nil && s.interceptor == nil {
 		out, err := s.invokeBytes(st, m, bh)
 		if err != nil {
-			status := StatusOf(err)
+			status := handlerStatus(err, r.deadline)
 			s.writeError(w, st, status.Code, status.Message)
 		} else {
 			s.writeBytes(w, st, out)
 		}
 	} else if resp, err := s.invoke(st, m); err != nil {
-		status := StatusOf(err)
+		status := handlerStatus(err, r.deadline)
 		s.writeError(w, st, status.Code, status.Message)
 	} else {
 		s.writeResponse(w, st, m, resp)
@@ -340,7 +344,7 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 	if st.derived.Load() {
 		return // a derived context may still call into it: not reused
 	}
-	st.inner, st.values, st.method, st.body, st.md, st.inMD, st.trailer = nil, nil, nil, nil, nil, nil, nil
+	st.inner, st.values, st.method, st.body, st.md, st.inMD, st.trailer, st.w = nil, nil, nil, nil, nil, nil, nil, nil
 	st.tel, st.carrier, st.errMsg = callSpan{}, mdExtractor{}, ""
 	streamPool.Put(st)
 }
@@ -356,6 +360,18 @@ func (s *Server) endServerSpan(st *serverStream, w *transport.ResponseWriter) {
 		msg = st.errMsg
 	}
 	s.tel.end(st, &st.tel, st.code, msg)
+}
+
+// handlerStatus is the status of a handler's error. A handler whose context was canceled
+// by the caller at or after the call's deadline answers DeadlineExceeded: the caller
+// canceled because its deadline passed, which may reach the handler before the
+// handler's own timer fires; both sides then report the same event.
+func handlerStatus(err error, deadline int64) *Status {
+	st := StatusOf(err)
+	if st.Code == Canceled && deadline != 0 && time.Now().UnixNano() >= deadline {
+		return &Status{Code: DeadlineExceeded, Message: "deadline exceeded (the caller canceled at its deadline)", cause: err}
+	}
+	return st
 }
 
 // invoke runs the method; a panic becomes Internal.

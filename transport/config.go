@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/credentials"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
 )
@@ -119,6 +120,11 @@ type Config struct {
 	// Serve use); over another stream given to NewConn only its end is noticed. Zero
 	// means DefaultPeerTimeout.
 	PeerTimeout time.Duration
+	// Credentials, if set, secure the bootstrap connection of every connection Dial makes
+	// and Serve accepts (TLS: credentials.NewTLS) before anything else crosses it: the
+	// hello, the queue-pair endpoints, and on the soft TCP fabric every message after
+	// them. Both sides must use them. NewConn takes its stream as it is.
+	Credentials credentials.TransportCredentials
 	// Logger receives what has no caller to return to: connections Serve could not set
 	// up, and why an established connection failed other than by Close (Warn; Debug
 	// when the peer closed its side). Nil means slog.Default().

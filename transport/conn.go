@@ -54,6 +54,7 @@ type Conn struct {
 	maxSend int    // largest payload sent at all
 	maxRecv uint32 // largest payload accepted
 	credits int    // the peer's receive slots for counted messages
+	peer    Peer   // set before the connection is published
 
 	recv  []recvSlot
 	sends []sendSlot
@@ -604,6 +605,10 @@ func (c *Conn) GoingAway() <-chan struct{} { return c.awayCh }
 // Done is closed when the connection has failed or been closed and torn down.
 func (c *Conn) Done() <-chan struct{} { return c.tornCh }
 
+// Peer returns the other side's address and, with credentials, what the handshake
+// established about it.
+func (c *Conn) Peer() Peer { return c.peer }
+
 // EagerLimit returns the largest payload this side sends inside a SEND; larger ones go
 // through a window.
 func (c *Conn) EagerLimit() int { return c.eager }
@@ -668,6 +673,9 @@ func (c *Conn) releaseAll() {
 func keepAlive(nc net.Conn, timeout time.Duration) error {
 	if err := nc.SetDeadline(time.Time{}); err != nil {
 		return err
+	}
+	if u, ok := nc.(interface{ NetConn() net.Conn }); ok { // TLS: the TCP connection under it
+		nc = u.NetConn()
 	}
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {

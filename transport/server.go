@@ -96,6 +96,10 @@ type ResponseWriter struct {
 // through a window.
 func (w *ResponseWriter) EagerLimit() int { return w.sc.c.eager }
 
+// Peer returns the caller's address and, with credentials, what the handshake established
+// about it.
+func (w *ResponseWriter) Peer() Peer { return w.sc.c.peer }
+
 // RequestWindowed reports whether the request came through a window (fetched by RDMA
 // READ) rather than inside the SEND.
 func (w *ResponseWriter) RequestWindowed() bool { return w.sc.buf != nil }

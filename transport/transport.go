@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/panjf2000/ants/v2"
 
 	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/credentials"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
@@ -161,11 +163,7 @@ func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial %s: %w: %w", address, ErrUnavailable, err)
 	}
-	c, err := t.NewConn(ctx, nc)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return t.setupConn(ctx, nc, address, roleClient)
 }
 
 // Serve accepts connections on ln until ln is closed or the transport is, setting each up
@@ -182,7 +180,7 @@ func (t *Transport) Serve(ln net.Listener) error {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), t.cfg.HandshakeTimeout)
 			defer cancel()
-			if _, err := t.NewConn(ctx, nc); err != nil { // nc is closed: the peer sees it
+			if _, err := t.setupConn(ctx, nc, "", roleServer); err != nil { // nc is closed: the peer sees it
 				t.cfg.Logger.Warn("mwrpc: connection setup failed", "peer", nc.RemoteAddr().String(), "err", err)
 			}
 		}()
@@ -199,6 +197,21 @@ func (t *Transport) isClosed() bool {
 // sides must): the hello exchange, a queue pair connected with cm, receive slots posted.
 // The stream belongs to the connection (or is closed) afterwards.
 func (t *Transport) NewConn(ctx context.Context, nc net.Conn) (*Conn, error) {
+	return t.setupConn(ctx, nc, "", roleNone)
+}
+
+// handshakeRole says which side of the credentials' handshake setupConn runs.
+type handshakeRole uint8
+
+const (
+	roleNone   handshakeRole = iota // the stream is taken as it is (NewConn)
+	roleClient                      // Dial: authenticate the server at the dialed address
+	roleServer                      // Serve
+)
+
+// setupConn sets a connection up over nc, after the credentials' handshake when the
+// transport has credentials and role asks for one.
+func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string, role handshakeRole) (*Conn, error) {
 	// Close aborts setups in progress (by closing their streams) and waits for them, so
 	// that no connection outlives the pollers it was assigned to.
 	t.mu.Lock()
@@ -216,17 +229,38 @@ func (t *Transport) NewConn(ctx context.Context, nc net.Conn) (*Conn, error) {
 		t.mu.Unlock()
 		t.setupWG.Done()
 	}()
-	c, err := t.newConn(ctx, nc)
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.HandshakeTimeout)
+	defer cancel()
+	peer := Peer{Addr: nc.RemoteAddr()}
+	stream := nc
+	if creds := t.cfg.Credentials; creds != nil && role != roleNone {
+		var err error
+		if role == roleClient {
+			stream, peer.AuthInfo, err = creds.ClientHandshake(ctx, authority, nc)
+		} else {
+			stream, peer.AuthInfo, err = creds.ServerHandshake(ctx, nc)
+		}
+		if err != nil {
+			_ = nc.Close()
+			return nil, fmt.Errorf("transport: %w: %w", ErrHandshake, err)
+		}
+	}
+	c, err := t.newConn(ctx, stream, peer)
 	if err != nil {
-		_ = nc.Close()
+		_ = stream.Close()
 		return nil, err
 	}
 	return c, nil
 }
 
-func (t *Transport) newConn(ctx context.Context, nc net.Conn) (*Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.cfg.HandshakeTimeout)
-	defer cancel()
+// Peer is the other side of a connection: its address and what the credentials'
+// handshake established about it (nil without credentials).
+type Peer struct {
+	Addr     net.Addr
+	AuthInfo credentials.AuthInfo
+}
+
+func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer) (*Conn, error) {
 	cfg := &t.cfg
 	hello := wire.Hello{Version: wire.Version, SlotSize: uint32(cfg.SlotSize), Credits: uint32(cfg.Credits),
 		Inline: uint32(cfg.EagerThreshold), MaxMessage: uint32(cfg.MaxMessage)}
@@ -258,6 +292,9 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn) (*Conn, error) {
 	p.committed += need
 	t.mu.Unlock()
 	c, err := newConn(t, p, peer)
+	if err == nil {
+		c.peer = peerInfo
+	}
 	if err != nil {
 		t.mu.Lock()
 		p.committed -= need
@@ -296,6 +333,12 @@ func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) err
 		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
 	}
 	if _, err := wire.ParseHello(in, peer); err != nil {
+		switch {
+		case bytes.HasPrefix(in, credentials.PlaintextRefusal[:6]):
+			err = fmt.Errorf("%w: the server requires TLS: configure transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
+		case in[0] == 0x16 && in[1] == 0x03: // a TLS record: handshake
+			err = fmt.Errorf("%w: the peer speaks TLS and this side has no transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
+		}
 		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
 	}
 	return nil

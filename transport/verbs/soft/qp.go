@@ -242,7 +242,11 @@ func (q *QP) AttachStream(conn net.Conn) error {
 		return fmt.Errorf("soft: attach stream to QP %d: a stream is already attached: %w", q.qpn, verbs.ErrInvalid)
 	}
 	q.stream = conn
-	if tc, ok := conn.(interface{ SetWriteBuffer(int) error }); ok {
+	sock := conn
+	if u, ok := conn.(interface{ NetConn() net.Conn }); ok { // TLS: the socket under it
+		sock = u.NetConn()
+	}
+	if tc, ok := sock.(interface{ SetWriteBuffer(int) error }); ok {
 		_ = tc.SetWriteBuffer(streamSendBuffer) // best effort: a default buffer only costs speed
 	}
 	return nil
