@@ -4,6 +4,9 @@
 //	go run ./examples/kv                        # server and client in one process
 //	go run ./examples/kv -serve 127.0.0.1:7000  # a server
 //	go run ./examples/kv -connect 127.0.0.1:7000  # a client of it
+//	go run ./examples/kv -serve 127.0.0.1:7000 -tls-cert server.pem -tls-key server.key -tls-ca ca.pem
+//	go run ./examples/kv -connect 127.0.0.1:7000 -tls-cert client.pem -tls-key client.key -tls-ca ca.pem
+//	                                            # mutual TLS (README: "TLS and mutual TLS")
 //	go run ./examples/kv -telemetry=stdout      # any of the above, printing OpenTelemetry
 //	                                            # spans as they end and metrics at exit
 //
@@ -41,6 +44,8 @@ func main() {
 		log.Fatal(err)
 	}
 	switch {
+	case tlsRequested() && *serve == "" && *connect == "":
+		err = errors.New("the -tls flags go with -serve or -connect")
 	case *serve != "":
 		err = runServer(*serve)
 	case *connect != "":
@@ -117,6 +122,11 @@ func runServer(addr string) error {
 		return err
 	}
 	defer done()
+	if o, err := serverTLS(); err != nil {
+		return err
+	} else if o != nil {
+		sopts = append(sopts, o)
+	}
 	srv := rpc.NewServer(sopts...)
 	kvservice.RegisterKV(srv, kvservice.NewStore())
 	stop := make(chan os.Signal, 1)
@@ -136,6 +146,11 @@ func runClient(ctx context.Context, out io.Writer, addr string, calls int) error
 		return err
 	}
 	defer done()
+	if o, err := clientTLS(); err != nil {
+		return err
+	} else if o != nil {
+		copts = append(copts, o)
+	}
 	client, err := rpc.Dial(ctx, addr, copts...)
 	if err != nil {
 		return err

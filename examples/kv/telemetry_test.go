@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"os"
 	"os/exec"
 	"regexp"
@@ -21,7 +20,6 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("KV_EXAMPLE_MAIN") == "1" {
 		os.Args = append(os.Args[:1], strings.Fields(os.Getenv("KV_EXAMPLE_ARGS"))...)
-		flag.CommandLine = flag.NewFlagSet(os.Args[0], flag.ExitOnError)
 		main()
 		os.Exit(0)
 	}
