@@ -115,46 +115,12 @@ func BenchmarkTelemetry(b *testing.B) {
 		{"sdk-drop-all", sdk},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
-			opts := mode.opts()
 			var sopts []rpc.ServerOption
 			var copts []rpc.DialOption
-			for _, o := range opts {
+			for _, o := range mode.opts() {
 				sopts, copts = append(sopts, o), append(copts, o)
 			}
-			srv := rpc.NewServer(sopts...)
-			benchsvc.RegisterBench(srv, benchsvc.Echo{})
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			go srv.Serve(ln)
-			defer srv.Stop()
-			client, err := rpc.Dial(context.Background(), ln.Addr().String(), copts...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer client.Close()
-			svc := benchsvc.NewBenchClient(client)
-			payload := bytes.Repeat([]byte{1}, 64)
-			ctx := context.Background()
-			for i := 0; i < 100; i++ {
-				if _, err := svc.Bytes(ctx, payload); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			lat := make([]time.Duration, 0, b.N)
-			for i := 0; i < b.N; i++ {
-				t0 := time.Now()
-				if _, err := svc.Bytes(ctx, payload); err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(t0))
-			}
-			b.StopTimer()
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+			timeEcho(b, benchClient(b, sopts, copts), 64)
 		})
 	}
 }
@@ -178,42 +144,54 @@ func BenchmarkTLS(b *testing.B) {
 				if mode == "tls" {
 					sopts, copts = append(sopts, rpc.WithTransportCredentials(serverCreds)), append(copts, rpc.WithTransportCredentials(clientCreds))
 				}
-				srv := rpc.NewServer(sopts...)
-				benchsvc.RegisterBench(srv, benchsvc.Echo{})
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					b.Fatal(err)
-				}
-				go srv.Serve(ln)
-				defer srv.Stop()
-				client, err := rpc.Dial(context.Background(), ln.Addr().String(), copts...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer client.Close()
-				svc := benchsvc.NewBenchClient(client)
-				payload := bytes.Repeat([]byte{1}, n)
-				ctx := context.Background()
-				for i := 0; i < 20; i++ {
-					if _, err := svc.Bytes(ctx, payload); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportAllocs()
 				b.SetBytes(int64(2 * n))
-				b.ResetTimer()
-				lat := make([]time.Duration, 0, b.N)
-				for i := 0; i < b.N; i++ {
-					t0 := time.Now()
-					if _, err := svc.Bytes(ctx, payload); err != nil {
-						b.Fatal(err)
-					}
-					lat = append(lat, time.Since(t0))
-				}
-				b.StopTimer()
-				slices.Sort(lat)
-				b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+				timeEcho(b, benchClient(b, sopts, copts), n)
 			})
 		}
 	}
+}
+
+// benchClient serves benchsvc on a loopback port with sopts and returns a client of it
+// dialed with copts; both stop at the benchmark's cleanup.
+func benchClient(b *testing.B, sopts []rpc.ServerOption, copts []rpc.DialOption) *benchsvc.BenchClient {
+	b.Helper()
+	srv := rpc.NewServer(sopts...)
+	benchsvc.RegisterBench(srv, benchsvc.Echo{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(ln)
+	b.Cleanup(srv.Stop)
+	client, err := rpc.Dial(context.Background(), ln.Addr().String(), copts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { client.Close() })
+	return benchsvc.NewBenchClient(client)
+}
+
+// timeEcho echoes n bytes b.N times, one call at a time, after a warm-up, and reports
+// allocations and the median latency (p50-ns).
+func timeEcho(b *testing.B, svc *benchsvc.BenchClient, n int) {
+	payload := bytes.Repeat([]byte{1}, n)
+	ctx := context.Background()
+	for i := 0; i < 100; i++ {
+		if _, err := svc.Bytes(ctx, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	lat := make([]time.Duration, 0, b.N)
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := svc.Bytes(ctx, payload); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
 }

@@ -223,18 +223,27 @@ func spanName(full string) string { return strings.TrimPrefix(full, "/") }
 
 // startClient begins a client call: the span (a child of ctx's) and the clock.
 func (t *telemetry) startClient(ctx context.Context, full string, cs *callSpan) context.Context {
-	cs.method = spanName(full)
+	return t.start(ctx, spanName(full), cs, nil)
+}
+
+// start begins a call on either side: the clock, then, after extract (if any) has put the
+// caller's trace context in ctx, the span.
+func (t *telemetry) start(ctx context.Context, method string, cs *callSpan, extract func(context.Context) context.Context) context.Context {
+	cs.method = method
 	if t.hist.Enabled(ctx) {
 		cs.start = time.Now()
+	}
+	if extract != nil {
+		ctx = extract(ctx)
 	}
 	tracer, on := t.tracer()
 	if !on {
 		return ctx
 	}
-	ctx, cs.span = tracer.Start(ctx, cs.method, t.kindOpts...)
+	ctx, cs.span = tracer.Start(ctx, method, t.kindOpts...)
 	if cs.span.IsRecording() {
 		cs.span.SetAttributes(attribute.String("rpc.system.name", string(systemName)),
-			attribute.String("rpc.method", cs.method))
+			attribute.String("rpc.method", method))
 		cs.span.SetAttributes(t.peerAttrs()...)
 	}
 	return ctx
@@ -418,28 +427,13 @@ func (x *mdExtractor) Set(string, string) {}
 // request's metadata, the server span, the clock. It returns the context the handler's
 // values come from (trace.SpanFromContext on the handler's context finds the span).
 func (t *telemetry) startServer(base context.Context, full string, md []byte, nmd int, cs *callSpan, x *mdExtractor) context.Context {
-	cs.method = full
-	if strings.HasPrefix(full, "/") {
-		cs.method = full[1:]
+	if nmd == 0 {
+		return t.start(base, spanName(full), cs, nil)
 	}
-	if t.hist.Enabled(base) {
-		cs.start = time.Now()
-	}
-	tracer, on := t.tracer()
-	if nmd > 0 {
-		*x = mdExtractor{b: md, n: nmd}
-		base = t.propagator().Extract(base, x)
-	}
-	if !on {
-		return base
-	}
-	base, cs.span = tracer.Start(base, cs.method, t.kindOpts...)
-	if cs.span.IsRecording() {
-		cs.span.SetAttributes(attribute.String("rpc.system.name", string(systemName)),
-			attribute.String("rpc.method", cs.method))
-		cs.span.SetAttributes(t.peerAttrs()...)
-	}
-	return base
+	*x = mdExtractor{b: md, n: nmd}
+	return t.start(base, spanName(full), cs, func(ctx context.Context) context.Context {
+		return t.propagator().Extract(ctx, x)
+	})
 }
 
 // observeTransport registers the transport's counters as observable instruments, read at

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +36,51 @@ func example(t *testing.T, ctx context.Context, args string) *exec.Cmd {
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
+
+// serveExample starts the example with -serve on a free loopback port and the further
+// args, waits for the address it logs, and collects the rest of its log (stderr) in logs;
+// its stdout goes to stdout. The process is killed at the test's end if still running.
+func serveExample(t *testing.T, ctx context.Context, args string, stdout io.Writer) (cmd *exec.Cmd, addr string, logs *syncWriter) {
+	t.Helper()
+	cmd = example(t, ctx, "-serve 127.0.0.1:0 "+args)
+	cmd.Stdout = stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	logs = new(syncWriter)
+	sc := bufio.NewScanner(stderr)
+	for addr == "" && sc.Scan() {
+		logs.WriteLine(sc.Text())
+		if m := regexp.MustCompile(`serving kvservice.KV on (\S+)`).FindStringSubmatch(sc.Text()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("the server never said where it serves:\n%s", logs.String())
+	}
+	go func() {
+		for sc.Scan() {
+			logs.WriteLine(sc.Text())
+		}
+	}()
+	return cmd, addr, logs
+}
+
+// syncWriter collects lines from one goroutine for another.
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// WriteLine appends s and a newline.
+func (w *syncWriter) WriteLine(s string) { w.mu.Lock(); defer w.mu.Unlock(); w.b.WriteString(s + "\n") }
+
+func (w *syncWriter) String() string { w.mu.Lock(); defer w.mu.Unlock(); return w.b.String() }
 
 // span is what the stdout exporter prints of a span (the fields the test reads).
 type span struct {
@@ -165,28 +212,8 @@ func TestTelemetryStdout(t *testing.T) {
 func TestTelemetryTwoProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv := example(t, ctx, "-serve 127.0.0.1:0 -telemetry=stdout")
 	var srvOut bytes.Buffer
-	srv.Stdout = &srvOut
-	stderr, err := srv.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Process.Kill()
-	addr := ""
-	sc := bufio.NewScanner(stderr)
-	for addr == "" && sc.Scan() {
-		if m := regexp.MustCompile(`serving kvservice.KV on (\S+)`).FindStringSubmatch(sc.Text()); m != nil {
-			addr = m[1]
-		}
-	}
-	if addr == "" {
-		t.Fatal("the server never said where it serves")
-	}
-	go func() { _, _ = bufio.NewReader(stderr).WriteTo(&bytes.Buffer{}) }()
+	srv, addr, logs := serveExample(t, ctx, "-telemetry=stdout", &srvOut)
 	cliOut, err := example(t, ctx, "-connect "+addr+" -telemetry=stdout -calls 20").CombinedOutput()
 	if err != nil {
 		t.Fatalf("client: %v\n%s", err, cliOut)
@@ -195,7 +222,7 @@ func TestTelemetryTwoProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := srv.Wait(); err != nil {
-		t.Fatalf("server: %v\n%s", err, srvOut.String())
+		t.Fatalf("server: %v\n%s%s", err, srvOut.String(), logs.String())
 	}
 	client, cm := parseOutput(t, cliOut)
 	server, sm := parseOutput(t, srvOut.Bytes())

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,31 +27,7 @@ func TestTLSFlags(t *testing.T) {
 	f := func(d, name string) string { return filepath.Join(d, name) }
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv := example(t, ctx, "-serve 127.0.0.1:0 -tls-cert "+f(dir, "server.pem")+" -tls-key "+f(dir, "server.key")+" -tls-ca "+f(dir, "ca.pem"))
-	var logs syncWriter
-	stderr, err := srv.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Process.Kill()
-	sc := bufio.NewScanner(stderr)
-	addr := ""
-	for addr == "" && sc.Scan() {
-		if m := regexp.MustCompile(`serving kvservice.KV on (\S+)`).FindStringSubmatch(sc.Text()); m != nil {
-			addr = m[1]
-		}
-	}
-	if addr == "" {
-		t.Fatal("the server never said where it serves")
-	}
-	go func() {
-		for sc.Scan() {
-			logs.WriteLine(sc.Text())
-		}
-	}()
+	srv, addr, logs := serveExample(t, ctx, "-tls-cert "+f(dir, "server.pem")+" -tls-key "+f(dir, "server.key")+" -tls-ca "+f(dir, "ca.pem"), nil)
 	cases := []struct {
 		name, flags, clientSays, serverSays string
 	}{
@@ -90,13 +62,3 @@ func TestTLSFlags(t *testing.T) {
 		t.Fatalf("server: %v\n%s", err, logs.String())
 	}
 }
-
-// syncWriter collects lines from one goroutine for another.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) WriteLine(s string) { w.mu.Lock(); defer w.mu.Unlock(); w.b.WriteString(s + "\n") }
-
-func (w *syncWriter) String() string { w.mu.Lock(); defer w.mu.Unlock(); return w.b.String() }
