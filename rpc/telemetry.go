@@ -466,6 +466,7 @@ func (t *telemetry) observeTransport(tr *transport.Transport) {
 	running := gauge("mwrpc.handlers.running", "{handler}", "Handlers running now.")
 	idle := gauge("mwrpc.handlers.idle", "{handler}", "Handlers the pool can still start before calls get RESOURCE_EXHAUSTED.")
 	conns := gauge("mwrpc.connections.open", "{connection}", "Connections set up and not yet closed.")
+	exposed := gauge("mwrpc.windows.exposed", "{window}", "Windows bound now: memory a peer may still READ.")
 	if err := errors.Join(errs...); err != nil {
 		otel.Handle(err)
 	}
@@ -485,8 +486,9 @@ func (t *telemetry) observeTransport(tr *transport.Transport) {
 		o.ObserveInt64(running, int64(st.Handlers), attrs)
 		o.ObserveInt64(idle, int64(st.HandlersCap-st.Handlers), attrs)
 		o.ObserveInt64(conns, int64(st.Conns), attrs)
+		o.ObserveInt64(exposed, int64(st.WindowsExposed), attrs)
 		return nil
-	}, bound, revoked, reclaimed, eager, read, poolUsed, poolCap, running, idle, conns)
+	}, bound, revoked, reclaimed, eager, read, poolUsed, poolCap, running, idle, conns, exposed)
 	if err != nil {
 		otel.Handle(err)
 		return

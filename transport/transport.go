@@ -420,6 +420,9 @@ type Stats struct {
 	EagerBytes   uint64 // payload bytes sent inside SENDs
 	ReadBytes    uint64 // payload bytes fetched with RDMA READ
 	Conns        int    // connections set up and not yet closed
+	// WindowsExposed are the windows of live connections bound now (or being revoked):
+	// memory a peer may still READ. It returns to 0 when no call is in flight.
+	WindowsExposed int
 	Handlers     int    // handlers running now
 	HandlersCap  int    // the handler pool's size (Config.Handlers)
 	Pool         pool.Stats
@@ -435,10 +438,14 @@ type counters struct {
 func (t *Transport) Stats() Stats {
 	c := &t.counters
 	t.mu.Lock()
-	conns := len(t.conns)
+	conns, exposed := len(t.conns), 0
+	for c := range t.conns {
+		ws := c.ws.Stats()
+		exposed += ws.Bound + ws.Invalidating
+	}
 	t.mu.Unlock()
 	return Stats{Calls: c.calls.Load(), Served: c.served.Load(), WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
 		RevokedPeer: c.revoked.Load(), Reclaimed: c.reclaimed.Load(),
-		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns,
+		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
 		Handlers: t.workers.Running(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }
