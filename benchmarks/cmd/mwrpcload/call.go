@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mwrpc/mwrpc/benchmarks/internal/load"
+	"github.com/mwrpc/mwrpc/rpc"
+)
+
+// Summary is what call prints: how every call ended, and what the client holds after.
+type Summary struct {
+	Calls      int64            `json:"calls"`
+	OK         int64            `json:"ok"`
+	Failed     map[string]int64 `json:"failed"`     // by status code name
+	Mismatched int64            `json:"mismatched"` // responses that were not their call's echo
+	// Hung counts calls still running HangBound after their deadline: they are abandoned
+	// (the process exits with them).
+	Hung       int64   `json:"hung"`
+	MaxCallMs  float64 `json:"max_call_ms"` // the longest call, against
+	DeadlineMs float64 `json:"deadline_ms"` // the calls' deadline
+	// RecoverMs is the time from the heal signal (SIGUSR1) to the first call that
+	// succeeded after it; -1 when no heal was signalled, or none succeeded.
+	RecoverMs float64 `json:"recover_ms"`
+	// What the client holds once the calls have ended and it has closed: windows still
+	// exposed just before Close, and goroutines above the count before Dial.
+	WindowsExposedAfter int `json:"windows_exposed_after"`
+	GoroutinesLeaked    int `json:"goroutines_leaked"`
+}
+
+// HangBound is how long past its deadline a call may take before it counts as hung: a
+// call ends when its context does, give or take scheduling and the transport's cancel.
+const HangBound = 2 * time.Second
+
+// call runs -callers callers against -target for -duration, each call with -deadline,
+// cycling through -sizes, and prints a Summary.
+func call(args []string) error {
+	fs := flag.NewFlagSet("call", flag.ExitOnError)
+	target := fs.String("target", "127.0.0.1:7000", "server address")
+	dev := fs.String("device", "", "RDMA device (ibv provider); empty: the soft TCP fabric")
+	duration := fs.Duration("duration", 10*time.Second, "how long to keep calling (bounded: calls stop by themselves)")
+	maxCalls := fs.Int64("max-calls", 0, "stop after this many calls (0: only -duration bounds them)")
+	deadline := fs.Duration("deadline", 2*time.Second, "each call's deadline")
+	sizeList := fs.String("sizes", "64,64KiB,1MiB", "request sizes, in turn")
+	callers := fs.Int("callers", 4, "concurrent callers")
+	delay := fs.Duration("delay", 0, "how long the server holds each call (calls are mid-flight when a fault strikes)")
+	backoff := fs.Duration("backoff-max", time.Second, "the reconnection backoff's ceiling")
+	_ = fs.Parse(args)
+	sizes, err := load.ParseSizes(*sizeList)
+	if err != nil {
+		return err
+	}
+	d, done, err := withDevice(*dev)
+	if err != nil {
+		return err
+	}
+	defer done()
+
+	healed := make(chan os.Signal, 1)
+	signal.Notify(healed, syscall.SIGUSR1)
+	base := runtime.NumGoroutine()
+	ctx, cancel := context.WithTimeout(context.Background(), *duration+*deadline)
+	defer cancel()
+	client, err := rpc.Dial(ctx, *target, dialOptions(d, rpc.WithBackoff(50*time.Millisecond, *backoff),
+		rpc.WithKeepalive(time.Second, *deadline))...)
+	if err != nil {
+		return err
+	}
+	svc := load.NewLoadClient(client)
+
+	var (
+		sum       = Summary{Failed: map[string]int64{}, DeadlineMs: ms(*deadline), RecoverMs: -1}
+		mu        sync.Mutex
+		maxCall   time.Duration
+		healAt    atomic.Int64 // unix nanos of the heal signal, 0 before
+		recovered atomic.Int64 // unix nanos of the first success after it
+		nextID    atomic.Uint64
+		inCall    atomic.Int64 // callers inside a call now
+		running   sync.WaitGroup
+	)
+	go func() {
+		if _, ok := <-healed; ok {
+			healAt.Store(time.Now().UnixNano())
+		}
+	}()
+	end := time.Now().Add(*duration)
+	for c := 0; c < *callers; c++ {
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			for i := c; time.Now().Before(end) && (*maxCalls == 0 || nextID.Load() < uint64(*maxCalls)); i++ {
+				req := make([]byte, sizes[i%len(sizes)])
+				if len(req) < load.RequestHeader {
+					req = make([]byte, load.RequestHeader)
+				}
+				load.Request(req, nextID.Add(1), *delay)
+				cctx, ccancel := context.WithTimeout(context.Background(), *deadline)
+				t0 := time.Now()
+				inCall.Add(1)
+				resp, err := svc.Echo(cctx, req)
+				inCall.Add(-1)
+				took := time.Since(t0)
+				ccancel()
+				if err == nil {
+					err = load.Check(req, resp)
+				}
+				mu.Lock()
+				sum.Calls++
+				maxCall = max(maxCall, took)
+				switch {
+				case err == nil:
+					sum.OK++
+					if h := healAt.Load(); h != 0 && t0.UnixNano() >= h {
+						recovered.CompareAndSwap(0, time.Now().UnixNano())
+					}
+				case errors.Is(err, load.ErrMismatch):
+					sum.Mismatched++
+				default:
+					sum.Failed[rpc.CodeOf(err).String()]++
+				}
+				mu.Unlock()
+				if err != nil && took < 10*time.Millisecond {
+					time.Sleep(10 * time.Millisecond) // a fast failure (no connection): do not spin
+				}
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { running.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(time.Until(end) + *deadline + HangBound):
+		// Calls that outlived their deadline by HangBound are hung (each caller has at
+		// most one call out).
+		mu.Lock()
+		sum.Hung = inCall.Load()
+		mu.Unlock()
+	}
+	mu.Lock()
+	sum.MaxCallMs = ms(maxCall)
+	mu.Unlock()
+	if h, r := healAt.Load(), recovered.Load(); h != 0 && r != 0 {
+		sum.RecoverMs = ms(time.Duration(r - h))
+	}
+	if sum.Hung == 0 {
+		// The client's own windows (large requests) are revoked by the responses, or
+		// released when a connection fails: wait for that, boundedly.
+		for wait := time.Now().Add(5 * time.Second); client.Stats().WindowsExposed > 0 && time.Now().Before(wait); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		sum.WindowsExposedAfter = client.Stats().WindowsExposed
+		_ = client.Close()
+		signal.Stop(healed)
+		close(healed)
+		for wait := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > base && time.Now().Before(wait); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		sum.GoroutinesLeaked = max(0, runtime.NumGoroutine()-base)
+	}
+	enc := json.NewEncoder(os.Stdout)
+	return enc.Encode(sum)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

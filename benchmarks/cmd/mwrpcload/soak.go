@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/mwrpc/mwrpc/benchmarks/internal/load"
+)
+
+// Sample is the server's state at one moment of the soak.
+type Sample struct {
+	Seconds float64 `json:"seconds"`
+	load.Stats
+}
+
+// SoakResult is what the soak writes to soak.json.
+type SoakResult struct {
+	Calls           uint64   `json:"calls"` // served by the server
+	Seconds         float64  `json:"seconds"`
+	Kills           int      `json:"client_kills"`
+	RSSStart        int64    `json:"rss_start"`
+	RSSWarm         int64    `json:"rss_after_warmup"`
+	RSSEnd          int64    `json:"rss_end"`
+	GoroutinesStart int      `json:"goroutines_start"`
+	GoroutinesEnd   int      `json:"goroutines_end"`
+	WindowsEnd      int      `json:"windows_exposed_end"`
+	PoolInUseStart  int      `json:"pool_in_use_start"` // the stats connection's own slots
+	PoolInUseEnd    int      `json:"pool_in_use_end"`
+	Reclaimed       uint64   `json:"windows_reclaimed"`
+	Problems        []string `json:"problems"` // what failed the soak's checks; empty: passed
+	Samples         []Sample `json:"samples"`
+}
+
+// soak runs a server and -clients callers as processes of this program until the server
+// has served -calls calls (or -max-time passes), SIGKILLs a random caller every
+// -kill-every and starts a new one, samples the server each second, and checks at the end
+// that nothing leaked. It writes soak.json, soak.csv and soak.png into -out and fails when
+// a check does.
+func soak(args []string) error {
+	fs := flag.NewFlagSet("soak", flag.ExitOnError)
+	calls := fs.Uint64("calls", 1_000_000, "calls to serve in all")
+	clients := fs.Int("clients", 8, "caller processes")
+	killEvery := fs.Duration("kill-every", 3*time.Second, "SIGKILL one caller and start another this often")
+	maxTime := fs.Duration("max-time", 15*time.Minute, "stop by then whatever the count")
+	warmup := fs.Duration("warmup", 10*time.Second, "RSS after this long is the reference for the end")
+	sizes := fs.String("sizes", "64,64,64,4KiB,4KiB,64KiB,1MiB", "request sizes, in turn")
+	out := fs.String("out", "results/soak", "output directory")
+	_ = fs.Parse(args)
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	srv := exec.Command(self, "serve", "-listen", "127.0.0.1:0")
+	srv.Stderr = os.Stderr
+	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := srv.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		return fmt.Errorf("the server did not say where it listens: %q %v", line, err)
+	}
+
+	startCaller := func() *exec.Cmd {
+		c := exec.Command(self, "call", "-target", addr, "-duration", maxTime.String(), "-deadline", "5s",
+			"-callers", "2", "-sizes", *sizes)
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := c.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "mwrpcload soak: starting a caller:", err)
+			return nil
+		}
+		return c
+	}
+	callers := make([]*exec.Cmd, *clients)
+	for i := range callers {
+		callers[i] = startCaller()
+	}
+	stopCallers := func() {
+		for _, c := range callers {
+			if c != nil {
+				_ = c.Process.Kill()
+				_ = c.Wait()
+			}
+		}
+	}
+	defer stopCallers()
+
+	ctx := context.Background()
+	sample := func() (*load.Stats, error) {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return serverStats(sctx, addr, nil)
+	}
+	var res SoakResult
+	begin := time.Now()
+	first, err := sample()
+	if err != nil {
+		return err
+	}
+	res.RSSStart, res.GoroutinesStart = first.RSSBytes, first.Goroutines
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	kill := time.NewTicker(*killEvery)
+	defer kill.Stop()
+	deadline := time.After(*maxTime)
+	var last *load.Stats
+loop:
+	for {
+		select {
+		case <-tick.C:
+			st, err := sample()
+			if err != nil {
+				return fmt.Errorf("sampling the server: %w", err)
+			}
+			last = st
+			res.Samples = append(res.Samples, Sample{Seconds: time.Since(begin).Seconds(), Stats: *st})
+			if res.RSSWarm == 0 && time.Since(begin) >= *warmup {
+				res.RSSWarm = st.RSSBytes
+			}
+			fmt.Fprintf(os.Stderr, "soak: %5.0fs %9d calls, RSS %6.1f MiB, %4d goroutines, %2d windows, %d conns\n",
+				time.Since(begin).Seconds(), st.Served, float64(st.RSSBytes)/(1<<20), st.Goroutines, st.WindowsExposed, st.Conns)
+			if st.Served >= *calls {
+				break loop
+			}
+		case <-kill.C:
+			i := rand.N(len(callers))
+			if c := callers[i]; c != nil {
+				_ = c.Process.Kill() // mid-call: SIGKILL, no goodbye
+				_ = c.Wait()
+			}
+			callers[i] = startCaller()
+			res.Kills++
+		case <-deadline:
+			res.Problems = append(res.Problems, fmt.Sprintf("only %d of %d calls in %v", last.Served, *calls, *maxTime))
+			break loop
+		}
+	}
+	stopCallers()
+	callers = nil
+	// Every caller is gone: the server's connections close, and what they held returns.
+	var end *load.Stats
+	for wait := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if end, err = sample(); err != nil {
+			return err
+		}
+		if end.Conns <= 1 && end.WindowsExposed == 0 && end.PoolInUse <= first.PoolInUse && end.Goroutines <= first.Goroutines+2 || time.Now().After(wait) {
+			break
+		}
+	}
+	res.Calls, res.Seconds = end.Served, time.Since(begin).Seconds()
+	res.RSSEnd, res.GoroutinesEnd, res.WindowsEnd = end.RSSBytes, end.Goroutines, end.WindowsExposed
+	res.PoolInUseStart, res.PoolInUseEnd, res.Reclaimed = first.PoolInUse, end.PoolInUse, end.Reclaimed
+	res.Samples = append(res.Samples, Sample{Seconds: res.Seconds, Stats: *end})
+	if end.WindowsExposed != 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("%d windows still bound", end.WindowsExposed))
+	}
+	if end.PoolInUse > first.PoolInUse {
+		res.Problems = append(res.Problems, fmt.Sprintf("%d pooled buffers held, %d at the start", end.PoolInUse, first.PoolInUse))
+	}
+	if end.Goroutines > first.Goroutines+2 {
+		res.Problems = append(res.Problems, fmt.Sprintf("%d goroutines, %d at the start", end.Goroutines, first.Goroutines))
+	}
+	if res.RSSWarm > 0 && float64(end.RSSBytes) > 1.1*float64(res.RSSWarm) {
+		res.Problems = append(res.Problems, fmt.Sprintf("RSS %d bytes, more than 10%% over %d after warm-up", end.RSSBytes, res.RSSWarm))
+	}
+	if err := writeSoak(*out, &res); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "soak: %d calls in %.0f s, %d callers killed; RSS %.1f MiB at start, %.1f after warm-up, %.1f at the end; goroutines %d -> %d; windows bound at the end %d; pooled buffers %d -> %d\n",
+		res.Calls, res.Seconds, res.Kills, mib(res.RSSStart), mib(res.RSSWarm), mib(res.RSSEnd), res.GoroutinesStart, res.GoroutinesEnd, res.WindowsEnd, res.PoolInUseStart, res.PoolInUseEnd)
+	if len(res.Problems) > 0 {
+		return fmt.Errorf("soak failed: %s", strings.Join(res.Problems, "; "))
+	}
+	fmt.Fprintf(os.Stderr, "soak: passed; %s\n", filepath.Join(*out, "soak.png"))
+	return nil
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// writeSoak writes soak.json, soak.csv and soak.png (RSS and goroutines over time).
+func writeSoak(dir string, res *SoakResult) error {
+	j, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "soak.json"), j, 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "soak.csv"))
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"seconds", "served", "rss_bytes", "goroutines", "conns", "windows_exposed", "pool_in_use"})
+	for _, s := range res.Samples {
+		_ = w.Write([]string{strconv.FormatFloat(s.Seconds, 'f', 1, 64), strconv.FormatUint(s.Served, 10),
+			strconv.FormatInt(s.RSSBytes, 10), strconv.Itoa(s.Goroutines), strconv.Itoa(s.Conns),
+			strconv.Itoa(s.WindowsExposed), strconv.Itoa(s.PoolInUse)})
+	}
+	w.Flush()
+	if err := errors.Join(w.Error(), f.Close()); err != nil {
+		return err
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("mwrpc soak: %d calls, %d callers killed (server process)", res.Calls, res.Kills)
+	p.X.Label.Text = "seconds"
+	p.Y.Label.Text = "RSS (MiB) / goroutines"
+	p.Add(plotter.NewGrid())
+	rss, gor := make(plotter.XYs, len(res.Samples)), make(plotter.XYs, len(res.Samples))
+	for i, s := range res.Samples {
+		rss[i] = plotter.XY{X: s.Seconds, Y: mib(s.RSSBytes)}
+		gor[i] = plotter.XY{X: s.Seconds, Y: float64(s.Goroutines)}
+	}
+	for _, l := range []struct {
+		name string
+		xys  plotter.XYs
+		dash bool
+	}{{"RSS (MiB)", rss, false}, {"goroutines", gor, true}} {
+		line, err := plotter.NewLine(l.xys)
+		if err != nil {
+			return err
+		}
+		line.Width = vg.Points(1.5)
+		if l.dash {
+			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(line)
+		p.Legend.Add(l.name, line)
+	}
+	p.Legend.Top = true
+	p.Y.Min = 0
+	return p.Save(8*vg.Inch, 4*vg.Inch, filepath.Join(dir, "soak.png"))
+}
