@@ -38,7 +38,7 @@ type endpoint struct {
 	addr        string
 	conn        atomic.Pointer[transport.Conn]
 	outstanding atomic.Int64
-	lastUse     atomic.Int64 // unix nanos
+	lastHeard   atomic.Int64 // unix nanos of the last response: keepalive pings a connection silent since
 }
 
 // Dial connects to target, one address ("host:port") or several separated by commas. It
@@ -188,7 +188,9 @@ func (c *Client) maintain(ep *endpoint) {
 				_ = conn.Close()
 			}()
 		case <-tick:
-			if time.Since(time.Unix(0, ep.lastUse.Load())) < c.opts.keepaliveTime {
+			// Only a response proves the connection works: calls that all time out (a
+			// wedged path) must not keep the ping away.
+			if time.Since(time.Unix(0, ep.lastHeard.Load())) < c.opts.keepaliveTime {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), c.opts.keepaliveTimeout)
@@ -317,7 +319,6 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 		ep.outstanding.Add(-1)
 		return nil, nil, &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
 	}
-	ep.lastUse.Store(time.Now().UnixNano())
 	var resp *transport.Response
 	if req == nil && len(raw) > 16<<10 {
 		resp, err = c.callRegistered(ctx, conn, method, deadline, md, nil, nil, raw, len(raw))
@@ -358,6 +359,7 @@ done:
 	if err != nil {
 		return nil, nil, StatusOf(err)
 	}
+	ep.lastHeard.Store(time.Now().UnixNano())
 	var r response
 	perr := parseResponse(resp.Bytes(), &r)
 	code := Code(resp.Status())

@@ -121,3 +121,36 @@ func TestKeepaliveDetectsHungPeer(t *testing.T) {
 		t.Fatalf("after reconnecting: %v", err)
 	}
 }
+
+// TestKeepaliveWithCallsTimingOut: calls that keep being made on a hung connection, each
+// timing out, do not keep the ping away (only a response counts as the connection
+// working): the ping fails, the connection is dropped, and calls get Unavailable.
+func TestKeepaliveWithCallsTimingOut(t *testing.T) {
+	e := start(t, nil)
+	px := newProxy(t, e.addr)
+	c, err := rpc.Dial(context.Background(), px.ln.Addr().String(),
+		rpc.WithKeepalive(50*time.Millisecond, 100*time.Millisecond), rpc.WithBackoff(time.Second, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	svc := svcClient{c}
+	if _, err := svc.Echo(context.Background(), &Msg{Text: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	px.freeze()
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := svc.Echo(ctx, &Msg{Text: "hangs"})
+		cancel()
+		if errors.Is(err, rpc.ErrUnavailable) {
+			return // the keepalive dropped the hung connection
+		}
+		if !errors.Is(err, rpc.ErrDeadlineExceeded) {
+			t.Fatalf("call on a hung connection: %v, want DeadlineExceeded until the ping drops it", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("calls that time out kept the keepalive ping away: the hung connection was never dropped")
+		}
+	}
+}
