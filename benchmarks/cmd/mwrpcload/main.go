@@ -8,6 +8,7 @@
 //	mwrpcload call -target 127.0.0.1:7000 -duration 10s -deadline 2s -sizes 64,64KiB,1MiB -callers 4
 //	mwrpcload stats -target 127.0.0.1:7000
 //	mwrpcload soak -calls 1000000 -clients 8 -out results/soak
+//	mwrpcload faults -fabric soft   # as root, inside the rxe VM only (make test-faults)
 //
 // call stops by itself after -duration (every call then ends within its deadline, or is
 // counted as hung), prints one JSON summary on stdout and exits 0; SIGUSR1 tells it the
@@ -21,7 +22,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: mwrpcload serve|call|stats|soak [flags] (-h for each)")
+		fmt.Fprintln(os.Stderr, "usage: mwrpcload serve|call|stats|soak|faults [flags] (-h for each)")
 		os.Exit(2)
 	}
 	var err error
@@ -35,8 +36,10 @@ func main() {
 		err = stats(args)
 	case "soak":
 		err = soak(args)
+	case "faults":
+		err = faultsCmd(args)
 	default:
-		err = fmt.Errorf("unknown command %q: want serve, call, stats or soak", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want serve, call, stats, soak or faults", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mwrpcload:", err)
