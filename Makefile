@@ -3,6 +3,8 @@
 #   make test          everything CI runs (.ci/run calls exactly this)
 #   make fuzz          every native Fuzz target for FUZZTIME each (default 60s)
 #   make bench-verbs   verbs and pool micro-benchmarks, 5 runs each (for benchstat)
+#   make test-faults   the fault suite (netem, kill) in the rxe VM, soft TCP and ibv
+#   make soak          a long run on loopback: 1,000,000 calls, callers killed, leaks checked
 #   make test-rxe      the ibv provider (cgo, libibverbs) on Soft-RoCE in a throw-away VM:
 #                      conformance suite, the transport's, rpc's and the KV example's tests
 #                      over it, latency against perftest (root and Debian; the last step
@@ -46,7 +48,7 @@ BENCH_PATTERNS := $(strip $(foreach d,$(BENCH_DIRS),$(if $(wildcard $(d)/.),./$(
 
 # The steps of `make test`, in order. A step that cannot run on this machine (test-rxe: not
 # root, not Debian) reports a skip with $(call skip,...), which CI=true turns into a failure.
-TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace test-benchmarks test-otlp fuzz-smoke test-rxe
+TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace test-benchmarks test-otlp fuzz-smoke test-rxe test-faults
 
 # $(call header,title) prints a step header, with the time of day so that CI logs show
 # how long each step took.
@@ -165,20 +167,26 @@ RXE_TESTDIR  := /var/tmp/mwrpc-ibv
 # (the soft fabrics are tested by `make test`).
 RXE_RUN_TRANSPORT := ^(TestIBVFabric|TestEchoSizes|TestConcurrentCalls|TestRevocation|TestDeadPeer|TestLeaseReclaim|TestBootstrapLiveness|TestReleasesWaitForReposts)$$/^ibv$$
 
-test-rxe:
-	@$(call header,test-rxe: the ibv provider on Soft-RoCE in a VM)
-	@if [ "$$(id -u)" -ne 0 ]; then \
-	   $(call skip,test-rxe,needs root (apt-get; qemu reads /boot)); exit 0; \
+# $(call rxe-prereqs,step): skip (or fail in CI) unless root on Debian, then install the
+# VM's packages when missing. The rest of the recipe line follows it.
+define rxe-prereqs
+	if [ "$$(id -u)" -ne 0 ]; then \
+	   $(call skip,$(1),needs root (apt-get; qemu reads /boot)); exit 0; \
 	 fi; \
 	 if ! command -v apt-get >/dev/null || ! command -v dpkg-query >/dev/null; then \
-	   $(call skip,test-rxe,needs Debian (apt-get installs qemu and the kernel with rdma_rxe)); exit 0; \
+	   $(call skip,$(1),needs Debian (apt-get installs qemu and the kernel with rdma_rxe)); exit 0; \
 	 fi; \
 	 missing=$$(for p in $(RXE_PACKAGES); do \
 	   [ "$$(dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null)" = "install ok installed" ] || echo "$$p"; done); \
 	 if [ -n "$$missing" ]; then \
 	   echo "installing" $$missing; \
 	   export DEBIAN_FRONTEND=noninteractive; apt-get update; apt-get install -y $$missing; \
-	 fi; \
+	 fi
+endef
+
+test-rxe:
+	@$(call header,test-rxe: the ibv provider on Soft-RoCE in a VM)
+	@$(call rxe-prereqs,test-rxe); \
 	 $(GO) vet -tags ibverbs ./transport/... ./rpc/... ./examples/kv/...; \
 	 $(GO) test -c -tags ibverbs -o $(RXE_TESTBIN) ./transport/verbs/ibv/; \
 	 $(GO) test -c -tags ibverbs -o $(RXE_TESTDIR)-transport.test ./transport/; \
@@ -187,6 +195,31 @@ test-rxe:
 	 SUITE_RUN_transport='$(RXE_RUN_TRANSPORT)' SUITE_RUN_rpc='^TestIBV$$' SUITE_RUN_kv='^TestRunBothIBV$$' \
 	   scripts/rxe-vm/test-rxe.sh $(RXE_TESTBIN) transport=$(RXE_TESTDIR)-transport.test \
 	     rpc=$(RXE_TESTDIR)-rpc.test kv=$(RXE_TESTDIR)-kv.test
+
+# test-faults runs the fault suite (benchmarks/cmd/mwrpcload faults) inside the rxe VM,
+# whose kernel has netem (this machine's has not): a veth pair, 10% loss, 200±50 ms delay,
+# reordering, a 10 s partition, SIGKILL of the server and of a client, for soft TCP and ibv
+# over rxe; it prints a table per fabric and fails on a hung call, a response to the wrong
+# call, a window or buffer left behind, or a slow recovery. The VM has no network device to
+# the outside (-nic none): every address is on the veth pair. About 5 minutes.
+FAULTS_BIN := /var/tmp/mwrpcload-ibv
+
+test-faults:
+	@$(call header,test-faults: loss, delay, reordering, partition and kill in the rxe VM)
+	@$(call rxe-prereqs,test-faults); \
+	 (cd benchmarks && $(GO) build -tags ibverbs -o $(FAULTS_BIN) ./cmd/mwrpcload); \
+	 RXE_VM_TIMEOUT=1500 scripts/rxe-vm/run-in-vm.sh scripts/faults/guest-faults.sh $(FAULTS_BIN) \
+	   2> >(grep -v -e ' WARN mwrpc: connection' -e ' WARN mwrpc: connection setup failed' >&2)
+
+# soak: 1,000,000 calls of mixed sizes from 8 caller processes on loopback, one SIGKILLed
+# and replaced every 3 s; samples the server's RSS and goroutines each second and checks
+# at the end that no window stays bound, no pooled buffer is held and RSS is within 10% of
+# where it was after warm-up. Writes benchmarks/results/soak/ (JSON, CSV, soak.png). Not
+# part of `make test`; bounded by -max-time (15 min).
+.PHONY: soak
+soak:
+	@$(call header,soak: benchmarks/cmd/mwrpcload soak)
+	cd benchmarks && $(GO) run ./cmd/mwrpcload soak -out results/soak
 
 clean:
 	rm -rf "$(BIN)"

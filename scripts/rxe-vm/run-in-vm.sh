@@ -12,7 +12,9 @@
 # qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibverbs-providers
 # ibverbs-utils (libibverbs-dev to build cgo code; perftest for its benchmarks). No KVM is
 # needed: qemu emulates (TCG), and boot takes 5-40 s depending on the machine's load.
-# Nothing on this machine is changed; the VM's scratch files live under /var/tmp.
+# Nothing on this machine is changed; the VM's scratch files live under /var/tmp. The VM
+# has no network device to the outside (-nic none): its only interfaces are the ones the
+# guest creates (d0 for rxe0; the fault suite's veth pair).
 #
 # Environment:
 #   RXE_VM_MEM      guest memory in MiB (2048)
@@ -99,7 +101,7 @@ chmod +x "$work/ir/init" "$work/guest.sh"
 log="$work/console.log"
 set +e
 timeout "${RXE_VM_TIMEOUT:-900}" qemu-system-x86_64 -accel tcg -cpu max -m "${RXE_VM_MEM:-2048}" -smp "${RXE_VM_CPUS:-2}" \
-  -nographic -no-reboot -kernel "$kernel" -initrd "$work/initramfs.gz" \
+  -nic none -nographic -no-reboot -kernel "$kernel" -initrd "$work/initramfs.gz" \
   -append "console=ttyS0 quiet panic=-1 rxevm=$work/guest.sh" \
   -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap </dev/null \
   | tee "$log" | tr -d '\r' | sed -u -e 's/\x1b\[[0-9;?]*[a-zA-Z]//g' -e 's/\x1bc//g' \

@@ -54,6 +54,7 @@ func call(args []string) error {
 	callers := fs.Int("callers", 4, "concurrent callers")
 	delay := fs.Duration("delay", 0, "how long the server holds each call (calls are mid-flight when a fault strikes)")
 	backoff := fs.Duration("backoff-max", time.Second, "the reconnection backoff's ceiling")
+	keepalive := fs.Duration("keepalive-timeout", 3*time.Second, "drop a connection whose ping (every second without a response) gets no answer in this")
 	_ = fs.Parse(args)
 	sizes, err := load.ParseSizes(*sizeList)
 	if err != nil {
@@ -71,7 +72,7 @@ func call(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), *duration+*deadline)
 	defer cancel()
 	client, err := rpc.Dial(ctx, *target, dialOptions(d, rpc.WithBackoff(50*time.Millisecond, *backoff),
-		rpc.WithKeepalive(time.Second, *deadline))...)
+		rpc.WithKeepalive(time.Second, *keepalive))...)
 	if err != nil {
 		return err
 	}

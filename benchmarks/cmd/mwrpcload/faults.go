@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -124,6 +125,8 @@ func faultsCmd(args []string) error {
 	deadline := fs.Duration("deadline", 2*time.Second, "each call's deadline")
 	recoverBound := fs.Duration("recover-bound", 5*time.Second, "service must resume within this after a heal: the backoff ceiling (1s) plus TCP's SYN retransmission")
 	only := fs.String("only", "", "run only the faults whose name contains this")
+	sizes := fs.String("sizes", "64,4KiB,64KiB,1MiB", "request sizes, in turn")
+	callers := fs.Int("callers", 4, "concurrent callers")
 	_ = fs.Parse(args)
 	if os.Geteuid() != 0 {
 		return errors.New("faults: needs root inside the rxe VM (make test-faults)")
@@ -148,7 +151,7 @@ func faultsCmd(args []string) error {
 		if *only != "" && !strings.Contains(f.name, *only) {
 			continue
 		}
-		r := runFault(n, f, *deadline, *recoverBound)
+		r := runFault(n, f, workload{*deadline, *sizes, *callers}, *recoverBound)
 		if len(r.Problems) > 0 {
 			failed = true
 		}
@@ -220,13 +223,13 @@ func startServer(n *fabricNet) (*exec.Cmd, error) {
 }
 
 // caller starts a caller on the client side for d; its summary lands in out.
-func caller(n *fabricNet, d, deadline time.Duration, out *bytes.Buffer) (*exec.Cmd, error) {
+func caller(n *fabricNet, d time.Duration, l workload, out *bytes.Buffer) (*exec.Cmd, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	args := append(append([]string{}, n.cliPrefix...), self, "call", "-target", srvAddr+":"+port,
-		"-duration", d.String(), "-deadline", deadline.String(), "-callers", "4", "-sizes", "64,4KiB,64KiB,1MiB",
+		"-duration", d.String(), "-deadline", l.deadline.String(), "-callers", strconv.Itoa(l.callers), "-sizes", l.sizes,
 		"-delay", "50ms", "-backoff-max", "1s")
 	if n.cliDevice != "" {
 		args = append(args, "-device", n.cliDevice)
@@ -257,7 +260,14 @@ func statsFromClientSide(n *fabricNet) (*load.Stats, error) {
 	return &st, json.Unmarshal(out, &st)
 }
 
-func runFault(n *fabricNet, f fault, deadline, recoverBound time.Duration) (r Row) {
+// workload is what each caller of a row runs.
+type workload struct {
+	deadline time.Duration
+	sizes    string
+	callers  int
+}
+
+func runFault(n *fabricNet, f fault, l workload, recoverBound time.Duration) (r Row) {
 	r = Row{Fabric: n.name, Fault: f.name}
 	problem := func(format string, a ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, a...)) }
 	srv, err := startServer(n)
@@ -281,10 +291,10 @@ func runFault(n *fabricNet, f fault, deadline, recoverBound time.Duration) (r Ro
 		problem("before: %v", err)
 		return r
 	}
-	const lead, tail = 3 * time.Second, 5 * time.Second
+	const lead, tail = 3 * time.Second, 8 * time.Second
 	total := lead + f.length + tail
 	var out bytes.Buffer
-	cl, err := caller(n, total, deadline, &out)
+	cl, err := caller(n, total, l, &out)
 	if err != nil {
 		problem("%v", err)
 		return r
@@ -318,7 +328,7 @@ func runFault(n *fabricNet, f fault, deadline, recoverBound time.Duration) (r Ro
 		_ = cl.Process.Kill() // mid-call: every caller has a call out (the server holds each 50 ms)
 		_ = cl.Wait()
 		out.Reset()
-		if cl, err = caller(n, tail, deadline, &out); err != nil { // service goes on for a new client
+		if cl, err = caller(n, tail, l, &out); err != nil { // service goes on for a new client
 			problem("%v", err)
 			return r
 		}
