@@ -93,23 +93,12 @@ func (p *proxy) freeze() {
 // the keepalive ping, which fails the call in flight with Unavailable long before the
 // transport's own timeout, and the client reconnects.
 func TestKeepaliveDetectsHungPeer(t *testing.T) {
-	e := start(t, nil)
-	px := newProxy(t, e.addr)
-	c, err := rpc.Dial(context.Background(), px.ln.Addr().String(),
-		rpc.WithKeepalive(50*time.Millisecond, 100*time.Millisecond), rpc.WithBackoff(10*time.Millisecond, 50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := frozenClient(t, 10*time.Millisecond)
 	svc := svcClient{c}
-	if _, err := svc.Echo(context.Background(), &Msg{Text: "before"}); err != nil {
-		t.Fatal(err)
-	}
-	px.freeze()
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = svc.Echo(ctx, &Msg{Text: "hangs"})
+	_, err := svc.Echo(ctx, &Msg{Text: "hangs"})
 	if !errors.Is(err, rpc.ErrUnavailable) || time.Since(t0) > 2*time.Second {
 		t.Fatalf("call on a hung connection: %v after %v; want Unavailable within about keepalive interval + timeout", err, time.Since(t0))
 	}
@@ -126,19 +115,7 @@ func TestKeepaliveDetectsHungPeer(t *testing.T) {
 // timing out, do not keep the ping away (only a response counts as the connection
 // working): the ping fails, the connection is dropped, and calls get Unavailable.
 func TestKeepaliveWithCallsTimingOut(t *testing.T) {
-	e := start(t, nil)
-	px := newProxy(t, e.addr)
-	c, err := rpc.Dial(context.Background(), px.ln.Addr().String(),
-		rpc.WithKeepalive(50*time.Millisecond, 100*time.Millisecond), rpc.WithBackoff(time.Second, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	svc := svcClient{c}
-	if _, err := svc.Echo(context.Background(), &Msg{Text: "before"}); err != nil {
-		t.Fatal(err)
-	}
-	px.freeze()
+	svc := svcClient{frozenClient(t, time.Second)}
 	for deadline := time.Now().Add(3 * time.Second); ; {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		_, err := svc.Echo(ctx, &Msg{Text: "hangs"})
@@ -153,4 +130,24 @@ func TestKeepaliveWithCallsTimingOut(t *testing.T) {
 			t.Fatal("calls that time out kept the keepalive ping away: the hung connection was never dropped")
 		}
 	}
+}
+
+// frozenClient returns a client (keepalive every 50 ms, 100 ms to answer; reconnection
+// backoff from backoff) whose connection made one call and then hung: a proxy between it
+// and the server stopped moving bytes without closing anything.
+func frozenClient(t *testing.T, backoff time.Duration) *rpc.Client {
+	t.Helper()
+	e := start(t, nil)
+	px := newProxy(t, e.addr)
+	c, err := rpc.Dial(context.Background(), px.ln.Addr().String(),
+		rpc.WithKeepalive(50*time.Millisecond, 100*time.Millisecond), rpc.WithBackoff(backoff, 5*backoff))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := (svcClient{c}).Echo(context.Background(), &Msg{Text: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	px.freeze()
+	return c
 }
