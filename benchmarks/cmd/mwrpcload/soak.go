@@ -59,7 +59,7 @@ func soak(args []string) error {
 	clients := fs.Int("clients", 8, "caller processes")
 	killEvery := fs.Duration("kill-every", 3*time.Second, "SIGKILL one caller and start another this often")
 	maxTime := fs.Duration("max-time", 15*time.Minute, "stop by then whatever the count")
-	warmup := fs.Duration("warmup", 10*time.Second, "RSS after this long is the reference for the end")
+	warmup := fs.Float64("warmup", 0.3, "the fraction of -calls after which RSS has settled: the reference for the end (the pool grows to the peak of large messages in flight, the heap to its GC target)")
 	sizes := fs.String("sizes", "64,64,64,4KiB,4KiB,64KiB,1MiB", "request sizes, in turn")
 	out := fs.String("out", "results/soak", "output directory")
 	_ = fs.Parse(args)
@@ -97,6 +97,20 @@ func soak(args []string) error {
 		}
 		return c
 	}
+	ctx := context.Background()
+	sample := func() (*load.Stats, error) {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return serverStats(sctx, addr, nil)
+	}
+	var res SoakResult
+	begin := time.Now()
+	first, err := sample() // before any caller: the sampling connection's own slots
+	if err != nil {
+		return err
+	}
+	res.RSSStart, res.GoroutinesStart = first.RSSBytes, first.Goroutines
+	res.Samples = append(res.Samples, Sample{Stats: *first})
 	callers := make([]*exec.Cmd, *clients)
 	for i := range callers {
 		callers[i] = startCaller()
@@ -110,20 +124,6 @@ func soak(args []string) error {
 		}
 	}
 	defer stopCallers()
-
-	ctx := context.Background()
-	sample := func() (*load.Stats, error) {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		return serverStats(sctx, addr, nil)
-	}
-	var res SoakResult
-	begin := time.Now()
-	first, err := sample()
-	if err != nil {
-		return err
-	}
-	res.RSSStart, res.GoroutinesStart = first.RSSBytes, first.Goroutines
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	kill := time.NewTicker(*killEvery)
@@ -140,7 +140,7 @@ loop:
 			}
 			last = st
 			res.Samples = append(res.Samples, Sample{Seconds: time.Since(begin).Seconds(), Stats: *st})
-			if res.RSSWarm == 0 && time.Since(begin) >= *warmup {
+			if res.RSSWarm == 0 && float64(st.Served) >= *warmup*float64(*calls) {
 				res.RSSWarm = st.RSSBytes
 			}
 			fmt.Fprintf(os.Stderr, "soak: %5.0fs %9d calls, RSS %6.1f MiB, %4d goroutines, %2d windows, %d conns\n",
