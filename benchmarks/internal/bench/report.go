@@ -21,9 +21,16 @@ type Report struct {
 
 // Setup is how the run was made.
 type Setup struct {
-	Command          string       `json:"command"`
-	Source           string       `json:"source,omitempty"` // the mwrpc tree measured: commit, and whether it had uncommitted changes
-	InProcess        string       `json:"in_process"`
+	Command string `json:"command"`
+	Source  string `json:"source,omitempty"` // the mwrpc tree measured: commit, and whether it had uncommitted changes
+	// Mode is where the servers ran: "two-process" (each system's server in a process of
+	// its own) or "inproc" (client and server in one process).
+	Mode Mode `json:"mode"`
+	// Sides says what allocs/op, CPU/op and copied B/op cover in the mode.
+	Sides string `json:"sides"`
+	// LeftOut names the systems asked for that the mode cannot run (mwrpc-inproc in
+	// two-process mode).
+	LeftOut          []string     `json:"left_out,omitempty"`
 	Systems          []SystemInfo `json:"systems"`
 	Payloads         []int        `json:"payloads"`
 	Concurrency      []int        `json:"concurrency"`
@@ -45,9 +52,6 @@ type SystemInfo struct {
 	Desc string `json:"desc"`
 }
 
-// InProcessNote says what allocs/op and CPU/op cover; it is in every report.
-const InProcessNote = "client and server run in the same process for every system: allocs/op and CPU/op are both sides together"
-
 // WriteJSON writes the report as indented JSON to path.
 func (r *Report) WriteJSON(path string) error {
 	b, err := json.MarshalIndent(r, "", "  ")
@@ -62,7 +66,7 @@ func (r *Report) WriteJSON(path string) error {
 func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 	ew := &errWriter{w: w}
 	m := r.Machine
-	ew.printf("# mwrpcbench results\n\n")
+	ew.printf("# mwrpcbench results (%s)\n\n", r.Setup.Mode)
 	ew.printf("- Machine: %s, %d CPUs, GOMAXPROCS %d, %s %s/%s", m.CPUModel, m.NumCPU, m.GOMAXPROCS, m.GoVersion, m.OS, m.Arch)
 	if m.Kernel != "" {
 		ew.printf(", Linux %s", m.Kernel)
@@ -77,8 +81,11 @@ func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 	ew.printf("- 1-minute load average %.2f at the start, %.2f at the end (this run alone keeps it near 1-2).\n", s.LoadAvg[0], s.LoadAvg[1])
 	ew.printf("- Per cell: every system set up, warmed up for %v, then measured %d round(s) of %v each, systems interleaved (order rotated every round); figures are medians across rounds.\n",
 		time.Duration(s.WarmupNs), s.Rounds, time.Duration(s.DurationNs))
-	ew.printf("- %s%s.\n", strings.ToUpper(InProcessNote[:1]), InProcessNote[1:])
-	ew.printf("- MB/s counts request and response payloads (2 × payload per call, 10^6 bytes); copied B/op is what the soft provider counts (socket tx + rx + in-process copies, both devices), empty for systems without such counters.\n")
+	ew.printf("- Mode: **%s**. %s%s.\n", s.Mode, strings.ToUpper(s.Sides[:1]), s.Sides[1:])
+	if len(s.LeftOut) > 0 {
+		ew.printf("- Not run in this mode (in-process only): %s.\n", strings.Join(s.LeftOut, ", "))
+	}
+	ew.printf("- MB/s counts request and response payloads (2 × payload per call, 10^6 bytes); copied B/op is what the soft provider counts (socket tx + rx + in-process copies, of the devices in this process), empty for systems without such counters.\n")
 	for _, n := range s.Notes {
 		ew.printf("- %s\n", n)
 	}

@@ -23,14 +23,17 @@ type Result struct {
 	// payload per call), in units of 10^6 bytes.
 	MBPerSec float64 `json:"mb_per_sec"`
 	// AllocsPerOp and AllocBytesPerOp are runtime.MemStats Mallocs and TotalAlloc deltas
-	// over the round divided by its calls: client and server together (same process).
+	// over the round divided by its calls, in the harness's process: client and server
+	// together in inproc mode, the client alone in two-process mode.
 	AllocsPerOp     float64 `json:"allocs_per_op"`
 	AllocBytesPerOp float64 `json:"alloc_bytes_per_op"`
 	// CPUNsPerOp is getrusage(RUSAGE_SELF) user+system time over the round divided by its
-	// calls: client and server together, on all cores.
+	// calls, on all cores: client and server together in inproc mode, the client alone in
+	// two-process mode.
 	CPUNsPerOp float64 `json:"cpu_ns_per_op"`
 	// CopiedBytesPerOp is what the soft provider counts (soft.Device.Stats: SocketTxBytes +
-	// SocketRxBytes + CopyBytes of both devices) per call; null for systems without such
+	// SocketRxBytes + CopyBytes of the devices in this process: both in inproc mode, the
+	// client's in two-process mode) per call; null for systems without such
 	// counters.
 	CopiedBytesPerOp *float64 `json:"copied_bytes_per_op"`
 	// Rounds and Ops: how many rounds, and calls over all of them.
