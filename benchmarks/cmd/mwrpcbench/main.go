@@ -1,4 +1,4 @@
-// Command mwrpcbench measures mwrpc side by side with gRPC-Go, net/rpc and a raw TCP
+// Command mwrpcbench measures mwrpc side by side with gRPC-Go, DRPC, net/rpc and a raw TCP
 // ping-pong, in one run on one machine, and writes the results as JSON, a markdown table
 // and PNG charts.
 //
@@ -16,6 +16,8 @@
 //	mwrpc-tcp     mwrpc over the soft provider's TCP fabric (what rpc.Dial does by default)
 //	mwrpc-inproc  mwrpc over the soft provider's in-process fabric (inproc mode only)
 //	grpc          gRPC-Go, a hand-written ServiceDesc and a raw-bytes codec (no protobuf)
+//	drpc          DRPC (storj.io/drpc), a hand-written description and a raw-bytes encoding,
+//	              one connection per caller (a DRPC connection carries one call at a time)
 //	netrpc        net/rpc (gob) over TCP
 //	rawtcp        a length-prefixed echo over TCP: the floor
 //

@@ -92,13 +92,13 @@ func waitNoneMarked(t *testing.T, tok string, d time.Duration) {
 }
 
 // TestTinyMatrix runs the harness end to end in its default mode, two processes, on the
-// smallest matrix (two systems, 64 B, one caller, one round of 200ms), checks what it
+// smallest matrix (three systems, 64 B, one caller, one round of 200ms), checks what it
 // writes, and that no server process is left behind.
 func TestTinyMatrix(t *testing.T) {
 	tok := markProcesses(t)
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	args := []string{"-systems", "mwrpc-tcp,grpc,mwrpc-inproc", "-payloads", "64", "-concurrency", "1",
+	args := []string{"-systems", "mwrpc-tcp,grpc,drpc,mwrpc-inproc", "-payloads", "64", "-concurrency", "1",
 		"-duration", "200ms", "-warmup", "50ms", "-rounds", "1", "-out", dir}
 	if code := run(args, &stdout, &stderr, false); code != 0 {
 		t.Fatalf("exit status %d:\n%s", code, stderr.String())
@@ -133,8 +133,8 @@ func TestTinyMatrix(t *testing.T) {
 			t.Errorf("machine has no %q", k)
 		}
 	}
-	if len(rep.Results) != 2 {
-		t.Fatalf("%d results, want 2 (one per system)", len(rep.Results))
+	if len(rep.Results) != 3 {
+		t.Fatalf("%d results, want 3 (one per system but mwrpc-inproc)", len(rep.Results))
 	}
 	for _, r := range rep.Results {
 		for _, k := range []string{"p50_ns", "p99_ns", "p999_ns", "ops_per_sec", "mb_per_sec", "cpu_ns_per_op", "allocs_per_op"} {
@@ -151,7 +151,7 @@ func TestTinyMatrix(t *testing.T) {
 			if v, _ := copied.(float64); v < 2*64 {
 				t.Errorf("mwrpc-tcp: copied_bytes_per_op = %v, want at least 128", copied)
 			}
-		case "grpc":
+		case "grpc", "drpc":
 			if !present || copied != nil {
 				t.Errorf("grpc: copied_bytes_per_op = %v (present %v), want null", copied, present)
 			}
@@ -167,7 +167,7 @@ func TestTinyMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| mwrpc-tcp | 64 B | 1 |", "| grpc | 64 B | 1 |", "Mode: **two-process**", "client's side only",
+	for _, want := range []string{"| mwrpc-tcp | 64 B | 1 |", "| grpc | 64 B | 1 |", "| drpc | 64 B | 1 |", "Mode: **two-process**", "client's side only",
 		"in-process only): mwrpc-inproc", "latency_p50.png"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("latest.md lacks %q", want)
@@ -184,7 +184,7 @@ func TestTinyMatrix(t *testing.T) {
 			t.Errorf("%s is not a PNG", name)
 		}
 	}
-	if !strings.Contains(stderr.String(), "[1/2]") || !strings.Contains(stderr.String(), "[2/2]") {
+	if !strings.Contains(stderr.String(), "[1/3]") || !strings.Contains(stderr.String(), "[3/3]") {
 		t.Errorf("no progress lines on stderr:\n%s", stderr.String())
 	}
 }

@@ -1,5 +1,5 @@
 // Package bench is the side-by-side harness behind cmd/mwrpcbench: the systems under test
-// (mwrpc over both soft fabrics, gRPC-Go, net/rpc and a raw TCP ping-pong), the runner that
+// (mwrpc over both soft fabrics, gRPC-Go, DRPC, net/rpc and a raw TCP ping-pong), the runner that
 // interleaves and repeats them, and the reports (JSON, markdown, PNG charts).
 //
 // The runner has two modes (Mode). In the default, ModeTwoProcess, each system's server
@@ -62,6 +62,7 @@ var Systems = []System{
 	{Name: "mwrpc-tcp", Desc: "mwrpc, soft provider over the TCP fabric (loopback), generated stub, raw codec", Serve: serveMwrpcTCP, Dial: dialMwrpcTCP},
 	{Name: "mwrpc-inproc", Desc: "mwrpc, soft provider over the in-process fabric (one soft.NewFabric; in-process mode only)", Open: openMwrpcInproc},
 	{Name: "grpc", Desc: "gRPC-Go over loopback TCP, hand-written ServiceDesc, raw-bytes codec (no protobuf)", Serve: serveGRPC, Dial: dialGRPC},
+	{Name: "drpc", Desc: "DRPC (storj.io/drpc) over loopback TCP, hand-written description, raw-bytes encoding (no protobuf), one connection per caller (a DRPC connection carries one call at a time)", Serve: serveDRPC, Dial: dialDRPC},
 	{Name: "netrpc", Desc: "net/rpc (gob) over loopback TCP, one client shared by all callers", Serve: serveNetRPC, Dial: dialNetRPC},
 	{Name: "rawtcp", Desc: "length-prefixed echo over loopback TCP, one connection per caller: the floor", Serve: serveRawTCP, Dial: dialRawTCP},
 }
