@@ -239,7 +239,7 @@ func (r *Report) writeVersus(ew *errWriter, sys, base string) {
 	}
 }
 
-// writeFloor shows each system's p50 as a multiple of the floor's.
+// writeFloor shows each system's p50 and ops/s as multiples of the floor's, same run.
 func (r *Report) writeFloor(ew *errWriter, floor string) {
 	var systems []string
 	for _, s := range SystemNames() {
@@ -247,31 +247,40 @@ func (r *Report) writeFloor(ew *errWriter, floor string) {
 			systems = append(systems, s)
 		}
 	}
-	var rows []string
-	for _, c := range r.cells() {
-		f := r.find(floor, c)
-		if f == nil {
-			continue
-		}
-		row := fmt.Sprintf("| %s | %d | %s |", SizeName(c.Payload), c.Concurrency, fmtDur(f.P50Ns))
-		for _, s := range systems {
-			if x := r.find(s, c); x != nil {
-				row += fmt.Sprintf(" %.2fx |", float64(x.P50Ns)/float64(f.P50Ns))
-			} else {
-				row += " |"
-			}
-		}
-		rows = append(rows, row)
-	}
-	if len(rows) == 0 || len(systems) == 0 {
+	if len(systems) == 0 {
 		return
 	}
-	ew.printf("\n## p50 against the floor (%s)\n\n", floor)
-	ew.printf("| payload | conc | %s p50 | %s |\n", floor, strings.Join(systems, " | "))
-	ew.printf("|---:|---:|---:|%s\n", strings.Repeat("---:|", len(systems)))
-	for _, row := range rows {
-		ew.printf("%s\n", row)
+	table := func(title, what string, base func(*Result) string, factor func(x, f *Result) float64) {
+		var rows []string
+		for _, c := range r.cells() {
+			f := r.find(floor, c)
+			if f == nil {
+				continue
+			}
+			row := fmt.Sprintf("| %s | %d | %s |", SizeName(c.Payload), c.Concurrency, base(f))
+			for _, s := range systems {
+				if x := r.find(s, c); x != nil {
+					row += fmt.Sprintf(" %.2fx |", factor(x, f))
+				} else {
+					row += " |"
+				}
+			}
+			rows = append(rows, row)
+		}
+		if len(rows) == 0 {
+			return
+		}
+		ew.printf("\n## %s against the floor (%s)\n\n", title, floor)
+		ew.printf("| payload | conc | %s %s | %s |\n", floor, what, strings.Join(systems, " | "))
+		ew.printf("|---:|---:|---:|%s\n", strings.Repeat("---:|", len(systems)))
+		for _, row := range rows {
+			ew.printf("%s\n", row)
+		}
 	}
+	table("p50", "p50", func(f *Result) string { return fmtDur(f.P50Ns) },
+		func(x, f *Result) float64 { return float64(x.P50Ns) / float64(f.P50Ns) })
+	table("ops/s", "ops/s", func(f *Result) string { return fmtCount(f.OpsPerSec) },
+		func(x, f *Result) float64 { return x.OpsPerSec / f.OpsPerSec })
 }
 
 func fmtCount(f float64) string {
