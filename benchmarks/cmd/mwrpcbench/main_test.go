@@ -158,6 +158,9 @@ func TestTinyMatrix(t *testing.T) {
 		default:
 			t.Errorf("unexpected system %v", r["system"])
 		}
+		if _, ok := r["server_cpu_ns_per_op"].(float64); !ok && runtime.GOOS == "linux" {
+			t.Errorf("%v: server_cpu_ns_per_op = %v, want a number (the server process's)", r["system"], r["server_cpu_ns_per_op"])
+		}
 		if p50, p99 := r["p50_ns"].(float64), r["p99_ns"].(float64); p50 > p99 {
 			t.Errorf("%v: p50 %v above p99 %v", r["system"], p50, p99)
 		}
@@ -209,6 +212,9 @@ func TestInProcessMode(t *testing.T) {
 	}
 	if !bytes.Contains(b, []byte(`"mode": "inproc"`)) {
 		t.Error(`latest.json lacks "mode": "inproc"`)
+	}
+	if bytes.Contains(b, []byte(`"server_cpu_ns_per_op": 0`)) || !bytes.Contains(b, []byte(`"server_cpu_ns_per_op": null`)) {
+		t.Error("inproc: server_cpu_ns_per_op is not null")
 	}
 }
 

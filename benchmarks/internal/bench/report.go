@@ -99,18 +99,22 @@ func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 	}
 
 	ew.printf("\n## Results\n\n")
-	ew.printf("| system | payload | conc | p50 | p99 | p99.9 | ops/s | MB/s | allocs/op | alloc B/op | CPU/op | copied B/op |\n")
-	ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	ew.printf("| system | payload | conc | p50 | p99 | p99.9 | ops/s | MB/s | allocs/op | alloc B/op | CPU/op | server CPU/op | copied B/op |\n")
+	ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, res := range r.sorted() {
 		copied := ""
 		if res.CopiedBytesPerOp != nil {
 			copied = fmtCount(*res.CopiedBytesPerOp)
 		}
-		ew.printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		scpu := ""
+		if res.ServerCPUNsPerOp != nil {
+			scpu = fmtDur(int64(*res.ServerCPUNsPerOp))
+		}
+		ew.printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			res.System, SizeName(res.PayloadBytes), res.Concurrency,
 			fmtDur(res.P50Ns), fmtDur(res.P99Ns), fmtDur(res.P999Ns),
 			fmtCount(res.OpsPerSec), fmtRate(res.MBPerSec), fmtAllocs(res.AllocsPerOp),
-			fmtCount(res.AllocBytesPerOp), fmtDur(int64(res.CPUNsPerOp)), copied)
+			fmtCount(res.AllocBytesPerOp), fmtDur(int64(res.CPUNsPerOp)), scpu, copied)
 	}
 
 	r.writeVersus(ew, "mwrpc-tcp", "grpc")

@@ -64,6 +64,8 @@ type Round struct {
 	Mallocs        uint64 // runtime.MemStats.Mallocs delta: this process (both sides in ModeInProcess)
 	AllocBytes     uint64 // runtime.MemStats.TotalAlloc delta
 	CPU            time.Duration
+	ServerCPU      time.Duration // the server process's, in two-process mode on Linux
+	HasServerCPU   bool
 	Copied         uint64
 	HasCopied      bool
 }
@@ -238,6 +240,7 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 	runtime.ReadMemStats(&ms0)
 	copied0, hasCopied := r.inst.Copied()
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	scpu0, hasSCPU := serverCPU(r.inst)
 	t0 := time.Now()
 	close(start)
 	time.Sleep(d)
@@ -245,6 +248,7 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 	wg.Wait()
 	elapsed := time.Since(t0)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	scpu1, hasSCPU1 := serverCPU(r.inst)
 	copied1, _ := r.inst.Copied()
 	runtime.ReadMemStats(&ms1)
 	if err := errors.Join(errs...); err != nil {
@@ -268,10 +272,21 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 		Copied:     copied1 - copied0,
 		HasCopied:  hasCopied,
 	}
+	if hasSCPU && hasSCPU1 {
+		res.ServerCPU, res.HasServerCPU = scpu1-scpu0, true
+	}
 	if res.Ops == 0 {
 		return res, fmt.Errorf("no call completed in %v", d)
 	}
 	return res, nil
+}
+
+// serverCPU returns the CPU time of inst's server process, if it has one and it is known.
+func serverCPU(inst Instance) (time.Duration, bool) {
+	if s, ok := inst.(interface{ ServerCPU() (time.Duration, bool) }); ok {
+		return s.ServerCPU()
+	}
+	return 0, false
 }
 
 func cpuTime(ru *syscall.Rusage) time.Duration {

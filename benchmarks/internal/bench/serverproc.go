@@ -190,6 +190,10 @@ func (r *remoteInstance) Close() error {
 	return errors.Join(r.Instance.Close(), r.proc.stop())
 }
 
+// ServerCPU returns the CPU time (user + system, all threads) the server process has used
+// so far, where the system tells (Linux: /proc/PID/stat, in clock ticks of 10 ms).
+func (r *remoteInstance) ServerCPU() (time.Duration, bool) { return processCPU(r.proc.cmd.Process.Pid) }
+
 // openRemote starts s's server process from exe and dials it.
 func openRemote(exe string, s System, size, concurrency int) (Instance, error) {
 	p, err := startServer(exe, s.Name)
