@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -120,10 +119,8 @@ func startServer(exe, name string) (*serverProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stdin pipe: %w", err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("stdout pipe: %w", err)
-	}
+	line := &firstLine{done: make(chan string, 1)}
+	cmd.Stdout = line
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start server process: %w", err)
 	}
@@ -132,20 +129,16 @@ func startServer(exe, name string) (*serverProc, error) {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
-	line := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(stdout).ReadString('\n')
-		line <- strings.TrimSpace(l)
-		_, _ = io.Copy(io.Discard, stdout) // until the process exits
-	}()
 	timer := time.NewTimer(serverStartTimeout)
 	defer timer.Stop()
 	select {
-	case p.addr = <-line:
+	case p.addr = <-line.done:
 		if p.addr != "" {
 			return p, nil
 		}
 		err = errors.New("server process wrote no address")
+	case <-p.done:
+		err = errors.New("server process exited with no address written")
 	case <-timer.C:
 		err = fmt.Errorf("server process wrote no address in %v", serverStartTimeout)
 	}
@@ -205,6 +198,32 @@ func openRemote(exe string, s System, size, concurrency int) (Instance, error) {
 		return nil, errors.Join(fmt.Errorf("dial %s: %w", p.addr, err), p.stop())
 	}
 	return &remoteInstance{Instance: cli, proc: p}, nil
+}
+
+// firstLine is a server process's stdout: it sends the first line, trimmed, on done (once),
+// and discards the rest.
+type firstLine struct {
+	mu   sync.Mutex
+	buf  []byte
+	sent bool
+	done chan string
+}
+
+func (f *firstLine) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sent {
+		return len(p), nil
+	}
+	f.buf = append(f.buf, p...)
+	if i := bytes.IndexByte(f.buf, '\n'); i >= 0 {
+		f.sent = true
+		f.done <- strings.TrimSpace(string(f.buf[:i]))
+	} else if len(f.buf) > 1<<10 {
+		f.sent = true
+		f.done <- "" // not an address
+	}
+	return len(p), nil
 }
 
 // headBuffer keeps the first max bytes written to it (a server's stderr, for errors).
