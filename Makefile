@@ -226,15 +226,22 @@ clean:
 
 # bench-quick and bench run the side-by-side harness (benchmarks/, its own module: gRPC-Go
 # and gonum/plot never enter the library's go.mod) against gRPC-Go, net/rpc and a raw TCP
-# ping-pong. bench-quick: 64 B and 1 MiB at concurrency 1 and 64, into
-# benchmarks/results/quick/ (under a minute). bench: the full matrix into benchmarks/results/
-# (a few minutes), which docs/performance.md shows. Not part of `make test`.
+# ping-pong. Both run in two-process mode, the default: each system's server in a process
+# of its own, started and stopped by the harness (allocs/op and CPU/op are then the
+# client's); add BENCHFLAGS='-mode inproc' for client and server in one process.
+# bench-quick: 64 B, 64 KiB and 1 MiB at concurrency 1 and 16, into
+# benchmarks/results/quick/ (under a minute). bench: the full matrix (64 B to 16 MiB x
+# concurrency 1, 16, 64) into benchmarks/results/ (a few minutes), which
+# docs/performance.md shows. Not part of `make test` (test-benchmarks runs the harness's
+# self-test, a tiny two-process run).
 .PHONY: bench-quick bench
 
+BENCHFLAGS ?=
+
 bench-quick:
-	@$(call header,bench-quick: benchmarks/cmd/mwrpcbench -quick)
-	cd benchmarks && $(GO) run ./cmd/mwrpcbench -quick
+	@$(call header,bench-quick: benchmarks/cmd/mwrpcbench -quick (two-process unless BENCHFLAGS says -mode inproc))
+	cd benchmarks && $(GO) run ./cmd/mwrpcbench -quick $(BENCHFLAGS)
 
 bench:
-	@$(call header,bench: benchmarks/cmd/mwrpcbench (full matrix))
-	cd benchmarks && $(GO) run ./cmd/mwrpcbench
+	@$(call header,bench: benchmarks/cmd/mwrpcbench (full matrix; two-process unless BENCHFLAGS says -mode inproc))
+	cd benchmarks && $(GO) run ./cmd/mwrpcbench $(BENCHFLAGS)

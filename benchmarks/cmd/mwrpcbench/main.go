@@ -1,12 +1,23 @@
-// Command mwrpcbench measures mwrpc side by side with gRPC-Go, net/rpc and a raw TCP
+// Command mwrpcbench measures mwrpc side by side with gRPC-Go, DRPC, net/rpc and a raw TCP
 // ping-pong, in one run on one machine, and writes the results as JSON, a markdown table
 // and PNG charts.
+//
+// Modes (-mode):
+//
+//	two-process  the default: each system's server runs in a process of its own, this
+//	             binary started again with a hidden `-serve-system NAME -listen 127.0.0.1:0`
+//	             (it prints its address on stdout, serves until SIGTERM or the end of its
+//	             stdin, and on Linux dies with the harness: Pdeathsig), one per system per
+//	             cell, stopped with SIGTERM (SIGKILL to its process group after 5 s)
+//	inproc       client and server in this one process
 //
 // Systems (-systems, comma-separated; all by default):
 //
 //	mwrpc-tcp     mwrpc over the soft provider's TCP fabric (what rpc.Dial does by default)
-//	mwrpc-inproc  mwrpc over the soft provider's in-process fabric
+//	mwrpc-inproc  mwrpc over the soft provider's in-process fabric (inproc mode only)
 //	grpc          gRPC-Go, a hand-written ServiceDesc and a raw-bytes codec (no protobuf)
+//	drpc          DRPC (storj.io/drpc), a hand-written description and a raw-bytes encoding,
+//	              one connection per caller (a DRPC connection carries one call at a time)
 //	netrpc        net/rpc (gob) over TCP
 //	rawtcp        a length-prefixed echo over TCP: the floor
 //
@@ -16,16 +27,18 @@
 // callers (-concurrency) sharing one client (raw TCP: one connection per caller). Per
 // cell, every system is set up, warmed up, then measured -rounds times for -duration,
 // the systems interleaved and their order rotated each round; reports show medians across
-// rounds. Client and server run in this one process, so allocations and CPU time are both
-// sides together. Cells with more than -max-inflight bytes in flight per direction
-// (payload × concurrency) are skipped: by default 16 MiB runs at concurrency 1 and 8 only.
+// rounds. In two-process mode allocations, CPU time and the soft provider's copy counters
+// are the client's side only; in inproc mode both sides together. Cells with more than
+// -max-inflight bytes in flight per direction (payload × concurrency) are skipped: by
+// default 16 MiB runs at concurrency 1 only (1 MiB c64 and 64 KiB c64 run).
 //
 // Outputs, in -out (results, or results/quick with -quick): latest.json, latest.md, and
 // the charts latency_p50.png, throughput_ops.png and throughput_mbps.png. The markdown is
 // printed to stdout as well; progress goes to stderr (a bar on a terminal).
 //
-//	cd benchmarks && go run ./cmd/mwrpcbench -quick   # 64 B and 1 MiB, concurrency 1 and 64
+//	cd benchmarks && go run ./cmd/mwrpcbench -quick   # 64 B, 64 KiB, 1 MiB at concurrency 1 and 16
 //	cd benchmarks && go run ./cmd/mwrpcbench          # the full matrix, a few minutes
+//	cd benchmarks && go run ./cmd/mwrpcbench -quick -mode inproc
 //	go run ./cmd/mwrpcbench -systems mwrpc-tcp -payloads 64 -concurrency 1 -cpuprofile cpu.pprof
 package main
 
@@ -50,20 +63,45 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, term.IsTerminal(int(os.Stderr.Fd()))))
 }
 
+// isServe reports whether args ask for a server process (the hidden flag, first).
+func isServe(args []string) bool {
+	return len(args) > 0 && (args[0] == bench.ServeFlag || strings.HasPrefix(args[0], bench.ServeFlag+"="))
+}
+
+// serve is a server process: `mwrpcbench -serve-system NAME -listen ADDR`.
+func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("mwrpcbench (server process)", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	system := fs.String(bench.ServeFlag[1:], "", "system to serve")
+	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := bench.ServeMain(*system, *listen, stdin, stdout); err != nil {
+		fmt.Fprintln(stderr, "mwrpcbench server:", err)
+		return 1
+	}
+	return 0
+}
+
 // The matrices.
 const (
 	fullPayloads     = "64,4KiB,64KiB,1MiB,16MiB"
-	fullConcurrency  = "1,8,64"
-	quickPayloads    = "64,1MiB"
-	quickConcurrency = "1,64"
+	fullConcurrency  = "1,16,64"
+	quickPayloads    = "64,64KiB,1MiB"
+	quickConcurrency = "1,16"
 )
 
 // run is the command; it returns the exit status. tty says whether stderr is a terminal.
 func run(args []string, stdout, stderr io.Writer, tty bool) int {
+	if isServe(args) {
+		return serve(args, os.Stdin, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("mwrpcbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		quick       = fs.Bool("quick", false, "reduced matrix ("+quickPayloads+"; concurrency "+quickConcurrency+"; shorter rounds): about half a minute")
+		mode        = fs.String("mode", string(bench.ModeTwoProcess), "where servers run: "+string(bench.ModeTwoProcess)+" (a process per system) or "+string(bench.ModeInProcess)+" (this process)")
+		quick       = fs.Bool("quick", false, "reduced matrix ("+quickPayloads+"; concurrency "+quickConcurrency+"; shorter rounds): under a minute")
 		systems     = fs.String("systems", "all", "systems to run, comma-separated: "+strings.Join(bench.SystemNames(), ","))
 		payloads    = fs.String("payloads", fullPayloads, "payload sizes, comma-separated (64, 4KiB, 1MiB ...)")
 		concurrency = fs.String("concurrency", fullConcurrency, "concurrent callers per system, comma-separated")
@@ -94,8 +132,15 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 
 	cfg := bench.Config{Duration: *duration, Warmup: *warmup, Rounds: *rounds}
 	var err error
+	if cfg.Mode, err = bench.ParseMode(*mode); err != nil {
+		return usage(stderr, fmt.Errorf("-mode: %w", err))
+	}
 	if cfg.Systems, err = bench.LookupSystems(*systems); err != nil {
 		return usage(stderr, err)
+	}
+	var leftOut []string
+	if cfg.Systems, leftOut = cfg.RunSystems(); len(cfg.Systems) == 0 {
+		return usage(stderr, fmt.Errorf("-systems: %s run in %s mode only", strings.Join(leftOut, ", "), bench.ModeInProcess))
 	}
 	if cfg.Payloads, err = parseList(*payloads, parseSize); err != nil {
 		return usage(stderr, fmt.Errorf("-payloads: %w", err))
@@ -126,7 +171,9 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		Command:          strings.TrimSpace("mwrpcbench " + strings.Join(args, " ")),
 		Source:           bench.Source(),
 		LoadAvg:          [2]float64{bench.LoadAvg()},
-		InProcess:        bench.InProcessNote,
+		Mode:             cfg.Mode,
+		Sides:            cfg.Mode.SidesNote(),
+		LeftOut:          leftOut,
 		Payloads:         cfg.Payloads,
 		Concurrency:      cfg.Concurrency,
 		DurationNs:       cfg.Duration.Nanoseconds(),
@@ -142,8 +189,12 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 	for _, c := range skipped {
 		rep.Setup.SkippedCells = append(rep.Setup.SkippedCells, c.String())
 	}
-	fmt.Fprintf(stderr, "mwrpcbench: %d cells × %d systems × %d rounds of %v; %s\n",
-		len(cells), len(cfg.Systems), cfg.Rounds, cfg.Duration, bench.InProcessNote)
+	fmt.Fprintf(stderr, "mwrpcbench: %s mode: %d cells × %d systems × %d rounds of %v; %s\n",
+		cfg.Mode, len(cells), len(cfg.Systems), cfg.Rounds, cfg.Duration, cfg.Mode.SidesNote())
+	if len(leftOut) > 0 {
+		fmt.Fprintf(stderr, "mwrpcbench: skipping %s: in-process only (run it with -mode %s)\n",
+			strings.Join(leftOut, ", "), bench.ModeInProcess)
+	}
 	for _, n := range rep.Setup.Notes {
 		fmt.Fprintln(stderr, "mwrpcbench: note:", n)
 	}
@@ -189,7 +240,7 @@ func write(rep *bench.Report, dir string, stdout io.Writer) error {
 	if err := rep.WriteJSON(filepath.Join(dir, "latest.json")); err != nil {
 		return err
 	}
-	charts, err := bench.WriteCharts(dir, rep.Results)
+	charts, err := bench.WriteCharts(dir, rep.Setup.Mode, rep.Results)
 	if err != nil {
 		return err
 	}

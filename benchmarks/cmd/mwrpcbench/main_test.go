@@ -3,21 +3,111 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
-// TestTinyMatrix runs the harness end to end on the smallest matrix (two systems, 64 B,
-// one caller, one round of 200ms) and checks what it writes.
+// asMainEnv, set to 1, makes the test binary the command: the harness's server processes
+// are os.Executable(), which in a test is this binary.
+const asMainEnv = "MWRPCBENCH_TEST_AS_MAIN"
+
+// tokenEnv marks the processes one test starts, so that it can look for those left behind.
+const tokenEnv = "MWRPCBENCH_TEST_TOKEN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asMainEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, false))
+	}
+	// Every process the tests start from here on is the command.
+	if err := os.Setenv(asMainEnv, "1"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// markProcesses gives the processes the test starts a token of their own and returns it.
+func markProcesses(t *testing.T) string {
+	tok := fmt.Sprintf("%s-%d-%d", t.Name(), os.Getpid(), time.Now().UnixNano())
+	t.Setenv(tokenEnv, tok)
+	return tok
+}
+
+// marked returns the live processes (not zombies) whose environment holds tok, other than
+// this one, with their command lines. Linux only (it reads /proc).
+func marked(t *testing.T, tok string) map[int]string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatalf("/proc: %v", err)
+	}
+	want := []byte(tokenEnv + "=" + tok + "\x00")
+	found := map[int]string{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !bytes.Contains(append(env, 0), want) {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+				continue
+			}
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		found[pid] = string(bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
+	}
+	return found
+}
+
+// waitNoneMarked waits up to d for every process marked with tok to be gone.
+func waitNoneMarked(t *testing.T, tok string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		left := marked(t, tok)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for pid, cmd := range left {
+				t.Errorf("process %d left behind: %s", pid, cmd)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTinyMatrix runs the harness end to end in its default mode, two processes, on the
+// smallest matrix (three systems, 64 B, one caller, one round of 200ms), checks what it
+// writes, and that no server process is left behind.
 func TestTinyMatrix(t *testing.T) {
+	tok := markProcesses(t)
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	args := []string{"-systems", "mwrpc-tcp,grpc", "-payloads", "64", "-concurrency", "1",
+	args := []string{"-systems", "mwrpc-tcp,grpc,drpc,mwrpc-inproc", "-payloads", "64", "-concurrency", "1",
 		"-duration", "200ms", "-warmup", "50ms", "-rounds", "1", "-out", dir}
 	if code := run(args, &stdout, &stderr, false); code != 0 {
 		t.Fatalf("exit status %d:\n%s", code, stderr.String())
+	}
+	if runtime.GOOS == "linux" {
+		waitNoneMarked(t, tok, 0)
+	}
+	if !strings.Contains(stderr.String(), "skipping mwrpc-inproc: in-process only") {
+		t.Errorf("stderr does not say mwrpc-inproc is skipped:\n%s", stderr.String())
 	}
 
 	b, err := os.ReadFile(filepath.Join(dir, "latest.json"))
@@ -32,13 +122,19 @@ func TestTinyMatrix(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
+	if rep.Setup["mode"] != "two-process" || !strings.Contains(fmt.Sprint(rep.Setup["sides"]), "client's side only") {
+		t.Errorf("setup mode %v, sides %v; want two-process, client's side only", rep.Setup["mode"], rep.Setup["sides"])
+	}
+	if fmt.Sprint(rep.Setup["left_out"]) != "[mwrpc-inproc]" {
+		t.Errorf("setup left_out %v, want [mwrpc-inproc]", rep.Setup["left_out"])
+	}
 	for _, k := range []string{"gomaxprocs", "cpu_model", "go_version", "date"} {
 		if _, ok := rep.Machine[k]; !ok {
 			t.Errorf("machine has no %q", k)
 		}
 	}
-	if len(rep.Results) != 2 {
-		t.Fatalf("%d results, want 2 (one per system)", len(rep.Results))
+	if len(rep.Results) != 3 {
+		t.Fatalf("%d results, want 3 (one per system but mwrpc-inproc)", len(rep.Results))
 	}
 	for _, r := range rep.Results {
 		for _, k := range []string{"p50_ns", "p99_ns", "p999_ns", "ops_per_sec", "mb_per_sec", "cpu_ns_per_op", "allocs_per_op"} {
@@ -51,16 +147,19 @@ func TestTinyMatrix(t *testing.T) {
 		}
 		copied, present := r["copied_bytes_per_op"]
 		switch r["system"] {
-		case "mwrpc-tcp": // the soft provider counts: at least the payload each way
+		case "mwrpc-tcp": // the client's device counts: at least the payload each way
 			if v, _ := copied.(float64); v < 2*64 {
 				t.Errorf("mwrpc-tcp: copied_bytes_per_op = %v, want at least 128", copied)
 			}
-		case "grpc":
+		case "grpc", "drpc":
 			if !present || copied != nil {
 				t.Errorf("grpc: copied_bytes_per_op = %v (present %v), want null", copied, present)
 			}
 		default:
 			t.Errorf("unexpected system %v", r["system"])
+		}
+		if _, ok := r["server_cpu_ns_per_op"].(float64); !ok && runtime.GOOS == "linux" {
+			t.Errorf("%v: server_cpu_ns_per_op = %v, want a number (the server process's)", r["system"], r["server_cpu_ns_per_op"])
 		}
 		if p50, p99 := r["p50_ns"].(float64), r["p99_ns"].(float64); p50 > p99 {
 			t.Errorf("%v: p50 %v above p99 %v", r["system"], p50, p99)
@@ -71,7 +170,8 @@ func TestTinyMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| mwrpc-tcp | 64 B | 1 |", "| grpc | 64 B | 1 |", "same process", "latency_p50.png"} {
+	for _, want := range []string{"| mwrpc-tcp | 64 B | 1 |", "| grpc | 64 B | 1 |", "| drpc | 64 B | 1 |", "Mode: **two-process**", "client's side only",
+		"in-process only): mwrpc-inproc", "latency_p50.png"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("latest.md lacks %q", want)
 		}
@@ -87,14 +187,92 @@ func TestTinyMatrix(t *testing.T) {
 			t.Errorf("%s is not a PNG", name)
 		}
 	}
-	if !strings.Contains(stderr.String(), "[1/2]") || !strings.Contains(stderr.String(), "[2/2]") {
+	if !strings.Contains(stderr.String(), "[1/3]") || !strings.Contains(stderr.String(), "[3/3]") {
 		t.Errorf("no progress lines on stderr:\n%s", stderr.String())
+	}
+}
+
+// TestInProcessMode runs the same tiny matrix with -mode inproc, mwrpc-inproc included.
+func TestInProcessMode(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	args := []string{"-mode", "inproc", "-systems", "mwrpc-inproc,rawtcp", "-payloads", "64", "-concurrency", "1",
+		"-duration", "100ms", "-warmup", "20ms", "-rounds", "1", "-out", dir}
+	if code := run(args, &stdout, &stderr, false); code != 0 {
+		t.Fatalf("exit status %d:\n%s", code, stderr.String())
+	}
+	for _, want := range []string{"(inproc)", "| mwrpc-inproc | 64 B | 1 |", "| rawtcp | 64 B | 1 |", "same process"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("latest.md lacks %q", want)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "latest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"mode": "inproc"`)) {
+		t.Error(`latest.json lacks "mode": "inproc"`)
+	}
+	if bytes.Contains(b, []byte(`"server_cpu_ns_per_op": 0`)) || !bytes.Contains(b, []byte(`"server_cpu_ns_per_op": null`)) {
+		t.Error("inproc: server_cpu_ns_per_op is not null")
+	}
+}
+
+// TestHarnessKilled kills a harness (SIGKILL: no cleanup of its own) while its server
+// process runs, and checks that the server process goes too.
+func TestHarnessKilled(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("looks for processes in /proc")
+	}
+	tok := markProcesses(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := exec.Command(exe, "-systems", "rawtcp", "-payloads", "64", "-concurrency", "1",
+		"-duration", "20s", "-warmup", "0s", "-rounds", "1", "-out", t.TempDir())
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Process.Kill(); _ = h.Wait() }()
+
+	deadline := time.Now().Add(10 * time.Second)
+	var server int
+	for server == 0 {
+		for pid, cmd := range marked(t, tok) {
+			if strings.Contains(cmd, "-serve-system rawtcp") {
+				server = pid
+			}
+		}
+		if server == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("no server process started within 10s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := h.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Wait()
+	waitNoneMarked(t, tok, 5*time.Second)
+}
+
+func TestServeUsage(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"-serve-system", "corba", "-listen", "127.0.0.1:0"}, &stdout, &stderr, false); code != 1 {
+		t.Errorf("-serve-system corba: exit status %d, want 1 (stderr %q)", code, stderr.String())
+	}
+	if code := run([]string{"-serve-system", "mwrpc-inproc"}, &stdout, &stderr, false); code != 1 {
+		t.Errorf("-serve-system mwrpc-inproc: exit status %d, want 1 (stderr %q)", code, stderr.String())
 	}
 }
 
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"-systems", "corba"},
+		{"-mode", "threads"},
+		{"-systems", "mwrpc-inproc"}, // in-process only, and the mode is two-process
 		{"-payloads", "12XB"},
 		{"-concurrency", "0"},
 		{"-rounds", "0"},

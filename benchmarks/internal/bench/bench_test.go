@@ -1,6 +1,10 @@
 package bench
 
 import (
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -33,10 +37,82 @@ func TestMedian(t *testing.T) {
 }
 
 func TestCellsSkipsAboveInflight(t *testing.T) {
-	cfg := Config{Payloads: []int{64, 1 << 20, 16 << 20}, Concurrency: []int{1, 8, 64}, MaxInflight: 128 << 20}
+	// The full matrix at the default cap (128 MiB): only 16 MiB c16 and c64 are skipped;
+	// 64 KiB c64 and 1 MiB c16 and c64 run.
+	cfg := Config{Payloads: []int{64, 4 << 10, 64 << 10, 1 << 20, 16 << 20}, Concurrency: []int{1, 16, 64}, MaxInflight: 128 << 20}
 	run, skipped := cfg.Cells()
-	if len(run) != 8 || len(skipped) != 1 || skipped[0] != (Cell{16 << 20, 64}) {
-		t.Errorf("run %v, skipped %v; want all but 16 MiB c64", run, skipped)
+	if len(run) != 13 || !slices.Equal(skipped, []Cell{{16 << 20, 16}, {16 << 20, 64}}) {
+		t.Errorf("run %v, skipped %v; want all but 16 MiB c16 and c64", run, skipped)
+	}
+	for _, c := range []Cell{{64 << 10, 64}, {1 << 20, 16}, {1 << 20, 64}, {16 << 20, 1}} {
+		if !slices.Contains(run, c) {
+			t.Errorf("%v does not run", c)
+		}
+	}
+}
+
+func TestRunSystems(t *testing.T) {
+	cfg := Config{Systems: Systems}
+	run, left := cfg.RunSystems()
+	if len(run) != len(Systems)-1 || !slices.Equal(left, []string{"mwrpc-inproc"}) {
+		t.Errorf("two-process: run %d systems, left out %v; want all but mwrpc-inproc", len(run), left)
+	}
+	cfg.Mode = ModeInProcess
+	if run, left := cfg.RunSystems(); len(run) != len(Systems) || len(left) != 0 {
+		t.Errorf("inproc: run %d systems, left out %v; want all", len(run), left)
+	}
+}
+
+// TestServerProcessWithoutAddress: a server process that exits without printing its
+// address is an error, not a hang.
+func TestServerProcessWithoutAddress(t *testing.T) {
+	exe, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("no true(1):", err)
+	}
+	start := time.Now()
+	if p, err := startServer(exe, "rawtcp"); err == nil {
+		_ = p.stop()
+		t.Fatal("startServer succeeded with a program that prints nothing")
+	} else if !strings.Contains(err.Error(), "no address") {
+		t.Errorf("error %q does not say the address is missing", err)
+	}
+	if d := time.Since(start); d > serverStartTimeout/2 {
+		t.Errorf("took %v: waited for the timeout instead of the exit", d)
+	}
+}
+
+// TestServeMainStopsAtEOF: a server process stops when its stdin ends (the harness is
+// gone), after having written its address.
+func TestServeMainStopsAtEOF(t *testing.T) {
+	pr, pw := io.Pipe()
+	out := &headBuffer{max: 1 << 10}
+	done := make(chan error, 1)
+	go func() { done <- ServeMain("rawtcp", "127.0.0.1:0", pr, out) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.HasSuffix(out.String(), "\n") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	addr := strings.TrimSpace(out.String())
+	inst, err := dialRawTCP(addr, 64, 1)
+	if err != nil {
+		t.Fatalf("dial %q: %v", addr, err)
+	}
+	if err := inst.Call(0); err != nil {
+		t.Errorf("call: %v", err)
+	}
+	_ = inst.Close()
+	_ = pw.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("ServeMain: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ServeMain still serving 5s after the end of stdin")
+	}
+	if err := ServeMain("mwrpc-inproc", "127.0.0.1:0", pr, io.Discard); err == nil {
+		t.Error("ServeMain served mwrpc-inproc, which has no server of its own")
 	}
 }
 

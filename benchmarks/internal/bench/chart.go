@@ -24,8 +24,9 @@ const (
 )
 
 // WriteCharts draws the charts of results into dir and returns the files written. A chart
-// whose slice of the matrix has no data is left out.
-func WriteCharts(dir string, results []Result) ([]string, error) {
+// whose slice of the matrix has no data is left out. The run's mode is put in every
+// chart's title.
+func WriteCharts(dir string, mode Mode, results []Result) ([]string, error) {
 	payloads, concs := axes(results)
 	if len(payloads) == 0 {
 		return nil, nil
@@ -42,7 +43,7 @@ func WriteCharts(dir string, results []Result) ([]string, error) {
 
 	// Latency against payload at the lowest concurrency.
 	c0 := concs[0]
-	c := newChart(fmt.Sprintf("Median latency of one echo call, concurrency %d", c0),
+	c := newChart(fmt.Sprintf("Median latency of one echo call, concurrency %d (%s)", c0, mode),
 		"payload (request and response each, log)", "p50 latency (log)")
 	c.addLines(results, func(r *Result) (float64, float64, bool) {
 		return float64(r.PayloadBytes), float64(r.P50Ns) / 1e3, r.Concurrency == c0
@@ -56,7 +57,7 @@ func WriteCharts(dir string, results []Result) ([]string, error) {
 
 	// Throughput in calls against concurrency at the smallest payload.
 	p0 := payloads[0]
-	c = newChart(fmt.Sprintf("Calls per second, %s echo", SizeName(p0)), "concurrent callers (log)", "ops/s")
+	c = newChart(fmt.Sprintf("Calls per second, %s echo (%s)", SizeName(p0), mode), "concurrent callers (log)", "ops/s")
 	c.addLines(results, func(r *Result) (float64, float64, bool) {
 		return float64(r.Concurrency), r.OpsPerSec, r.PayloadBytes == p0
 	})
@@ -91,7 +92,7 @@ func WriteCharts(dir string, results []Result) ([]string, error) {
 			cb = c
 		}
 	}
-	c = newChart(fmt.Sprintf("Payload throughput (request + response), concurrency %d", cb),
+	c = newChart(fmt.Sprintf("Payload throughput (request + response), concurrency %d (%s)", cb, mode),
 		"payload (log)", "MB/s (10^6 bytes, log)")
 	c.addLines(results, func(r *Result) (float64, float64, bool) {
 		return float64(r.PayloadBytes), r.MBPerSec, r.Concurrency == cb

@@ -76,38 +76,54 @@ func grpcEchoHandler(srv any, ctx context.Context, dec func(any) error, intercep
 // grpcMaxMessage lifts gRPC's 4 MiB default receive limit above the largest payload.
 const grpcMaxMessage = 64 << 20
 
-// grpcInstance is a grpc.Server and one grpc.ClientConn (one HTTP/2 connection) that all
-// workers share, as mwrpc's workers share one rpc.Client.
-type grpcInstance struct {
+// grpcServer is a grpc.Server serving echo.Bench.
+type grpcServer struct {
 	srv    *grpc.Server
 	served chan error
-	conn   *grpc.ClientConn
-	req    []byte
-	out    [][]byte // per worker
 }
 
-func openGRPC(size, concurrency int) (Instance, error) {
-	g := &grpcInstance{req: payload(size), out: make([][]byte, concurrency), served: make(chan error, 1)}
+func serveGRPC(ln net.Listener) (Server, error) {
+	g := &grpcServer{served: make(chan error, 1)}
 	g.srv = grpc.NewServer(grpc.MaxRecvMsgSize(grpcMaxMessage), grpc.MaxSendMsgSize(grpcMaxMessage))
 	g.srv.RegisterService(&grpcEchoDesc, echo.Server{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
 	go func() { g.served <- g.srv.Serve(ln) }()
-	g.conn, err = grpc.NewClient(ln.Addr().String(),
+	return g, nil
+}
+
+func (g *grpcServer) Copied() (uint64, bool) { return 0, false }
+
+func (g *grpcServer) Close() error {
+	g.srv.Stop()
+	if err := <-g.served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// grpcInstance is one grpc.ClientConn (one HTTP/2 connection) that all workers share, as
+// mwrpc's workers share one rpc.Client.
+type grpcInstance struct {
+	conn *grpc.ClientConn
+	req  []byte
+	out  [][]byte // per worker
+}
+
+func dialGRPC(addr string, size, concurrency int) (Instance, error) {
+	g := &grpcInstance{req: payload(size), out: make([][]byte, concurrency)}
+	var err error
+	g.conn, err = grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(rawCodecName),
 			grpc.MaxCallRecvMsgSize(grpcMaxMessage), grpc.MaxCallSendMsgSize(grpcMaxMessage)))
-	if err == nil {
-		// One call now, so that the connection is up before anything is measured.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = g.conn.Invoke(ctx, grpcEchoMethod, &g.req, &g.out[0], grpc.WaitForReady(true))
-		cancel()
-	}
 	if err != nil {
-		_ = g.Close()
-		return nil, err
+		return nil, fmt.Errorf("grpc.NewClient: %w", err)
+	}
+	// One call now, so that the connection is up before anything is measured.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err = g.conn.Invoke(ctx, grpcEchoMethod, &g.req, &g.out[0], grpc.WaitForReady(true))
+	cancel()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("first call: %w", err), g.conn.Close())
 	}
 	return g, nil
 }
@@ -121,14 +137,4 @@ func (g *grpcInstance) Call(w int) error {
 
 func (g *grpcInstance) Copied() (uint64, bool) { return 0, false }
 
-func (g *grpcInstance) Close() error {
-	var err error
-	if g.conn != nil {
-		err = g.conn.Close()
-	}
-	g.srv.Stop()
-	if serr := <-g.served; serr != nil && !errors.Is(serr, grpc.ErrServerStopped) {
-		err = errors.Join(err, serr)
-	}
-	return err
-}
+func (g *grpcInstance) Close() error { return g.conn.Close() }

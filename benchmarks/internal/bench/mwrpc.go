@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"time"
 
@@ -11,26 +12,68 @@ import (
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
-// mwrpcInstance is an rpc.Server serving echo.Bench and one rpc.Client calling it through
-// the generated stub; all workers share the client (and so its one connection).
+// mwrpcServer is an rpc.Server serving echo.Bench on its own device.
+type mwrpcServer struct {
+	srv    *rpc.Server
+	served chan error
+	dev    *soft.Device
+}
+
+// mwrpcInstance is one rpc.Client calling echo.Bench through the generated stub; all
+// workers share the client (and so its one connection).
 type mwrpcInstance struct {
-	srv        *rpc.Server
-	served     chan error
-	client     *rpc.Client
-	stub       *echo.BenchClient
-	sdev, cdev *soft.Device
-	req        []byte
+	client *rpc.Client
+	stub   *echo.BenchClient
+	dev    *soft.Device
+	req    []byte
 }
 
-func openMwrpcTCP(size, concurrency int) (Instance, error) {
-	// The devices rpc.NewServer and rpc.Dial would open on their own, opened here so that
-	// their copy counters can be read.
-	sdev, _ := soft.OpenTCP("bench-server")
-	cdev, _ := soft.OpenTCP("bench-client")
-	return openMwrpc(sdev, cdev, size)
+// serveMwrpcTCP serves over the soft provider's TCP fabric: what rpc.NewServer does on its
+// own, with the device opened here so that its copy counters can be read.
+func serveMwrpcTCP(ln net.Listener) (Server, error) {
+	dev, err := soft.OpenTCP("bench-server")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	return serveMwrpc(dev, ln), nil
 }
 
-func openMwrpcInproc(size, concurrency int) (Instance, error) {
+func serveMwrpc(dev *soft.Device, ln net.Listener) *mwrpcServer {
+	s := &mwrpcServer{dev: dev, served: make(chan error, 1)}
+	s.srv = rpc.NewServer(rpc.WithDevice(dev))
+	echo.RegisterBench(s.srv, echo.Server{})
+	go func() { s.served <- s.srv.Serve(ln) }()
+	return s
+}
+
+func (s *mwrpcServer) Copied() (uint64, bool) { return devCopied(s.dev), true }
+
+func (s *mwrpcServer) Close() error {
+	s.srv.Stop()
+	return errors.Join(<-s.served, s.dev.Close())
+}
+
+// dialMwrpcTCP connects over the soft provider's TCP fabric (what rpc.Dial does by default).
+func dialMwrpcTCP(addr string, size, _ int) (Instance, error) {
+	dev, err := soft.OpenTCP("bench-client")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	return dialMwrpc(dev, addr, size)
+}
+
+func dialMwrpc(dev *soft.Device, addr string, size int) (Instance, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client, err := rpc.Dial(ctx, addr, rpc.WithClientDevice(dev))
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("rpc.Dial: %w", err), dev.Close())
+	}
+	return &mwrpcInstance{client: client, stub: echo.NewBenchClient(client), dev: dev, req: payload(size)}, nil
+}
+
+// openMwrpcInproc sets server and client up over one in-process fabric.
+func openMwrpcInproc(size, _ int) (Instance, error) {
 	fab := soft.NewFabric()
 	sdev, err := fab.Open("bench-server")
 	if err != nil {
@@ -41,30 +84,16 @@ func openMwrpcInproc(size, concurrency int) (Instance, error) {
 		_ = sdev.Close()
 		return nil, err
 	}
-	return openMwrpc(sdev, cdev, size)
-}
-
-func openMwrpc(sdev, cdev *soft.Device, size int) (Instance, error) {
-	m := &mwrpcInstance{sdev: sdev, cdev: cdev, req: payload(size), served: make(chan error, 1)}
-	m.srv = rpc.NewServer(rpc.WithDevice(sdev))
-	echo.RegisterBench(m.srv, echo.Server{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		m.closeDevices()
-		return nil, err
+		return nil, errors.Join(err, cdev.Close(), sdev.Close())
 	}
-	go func() { m.served <- m.srv.Serve(ln) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	m.client, err = rpc.Dial(ctx, ln.Addr().String(), rpc.WithClientDevice(cdev))
+	srv := serveMwrpc(sdev, ln)
+	cli, err := dialMwrpc(cdev, ln.Addr().String(), size)
 	if err != nil {
-		m.srv.Stop()
-		<-m.served
-		m.closeDevices()
-		return nil, err
+		return nil, errors.Join(err, srv.Close())
 	}
-	m.stub = echo.NewBenchClient(m.client)
-	return m, nil
+	return &localInstance{Instance: cli, srv: srv}, nil
 }
 
 func (m *mwrpcInstance) Call(int) error {
@@ -75,22 +104,14 @@ func (m *mwrpcInstance) Call(int) error {
 	return checkLen("mwrpc", len(out), len(m.req))
 }
 
-func (m *mwrpcInstance) Copied() (uint64, bool) {
-	var n uint64
-	for _, d := range []*soft.Device{m.sdev, m.cdev} {
-		st := d.Stats()
-		n += st.SocketTxBytes + st.SocketRxBytes + st.CopyBytes
-	}
-	return n, true
-}
+func (m *mwrpcInstance) Copied() (uint64, bool) { return devCopied(m.dev), true }
 
 func (m *mwrpcInstance) Close() error {
-	err := m.client.Close()
-	m.srv.Stop()
-	err = errors.Join(err, <-m.served)
-	return errors.Join(err, m.closeDevices())
+	return errors.Join(m.client.Close(), m.dev.Close())
 }
 
-func (m *mwrpcInstance) closeDevices() error {
-	return errors.Join(m.cdev.Close(), m.sdev.Close())
+// devCopied is what the soft device counts as moved or copied.
+func devCopied(d *soft.Device) uint64 {
+	st := d.Stats()
+	return st.SocketTxBytes + st.SocketRxBytes + st.CopyBytes
 }

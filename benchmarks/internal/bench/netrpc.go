@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"errors"
+	"fmt"
 	"net"
 	"net/rpc"
 	"sync"
@@ -16,26 +16,20 @@ func (netrpcEcho) Echo(args []byte, reply *[]byte) error {
 	return nil
 }
 
-// netrpcInstance is a net/rpc server and one *rpc.Client (one TCP connection, gob) that
-// all workers share.
-type netrpcInstance struct {
-	ln     net.Listener
-	conns  sync.WaitGroup
-	client *rpc.Client
-	req    []byte
-	out    [][]byte // per worker: gob decodes into the slice's existing capacity
+// netrpcServer is a net/rpc server, one goroutine per connection.
+type netrpcServer struct {
+	ln    net.Listener
+	conns sync.WaitGroup
+	mu    sync.Mutex
+	open  map[net.Conn]bool
 }
 
-func openNetRPC(size, concurrency int) (Instance, error) {
+func serveNetRPC(ln net.Listener) (Server, error) {
 	srv := rpc.NewServer()
 	if err := srv.RegisterName("Bench", netrpcEcho{}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("net/rpc register: %w", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	n := &netrpcInstance{ln: ln, req: payload(size), out: make([][]byte, concurrency)}
+	n := &netrpcServer{ln: ln, open: map[net.Conn]bool{}}
 	n.conns.Add(1)
 	go func() {
 		defer n.conns.Done()
@@ -44,19 +38,56 @@ func openNetRPC(size, concurrency int) (Instance, error) {
 			if err != nil {
 				return
 			}
+			n.track(c, true)
 			n.conns.Add(1)
 			go func() {
 				defer n.conns.Done()
-				srv.ServeConn(c) // returns when the client closes its end
+				defer n.track(c, false)
+				srv.ServeConn(c) // returns when the client closes its end (or Close closes c)
 			}()
 		}
 	}()
-	if n.client, err = rpc.Dial("tcp", ln.Addr().String()); err != nil {
-		_ = ln.Close()
-		n.conns.Wait()
-		return nil, err
-	}
 	return n, nil
+}
+
+func (n *netrpcServer) track(c net.Conn, open bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if open {
+		n.open[c] = true
+	} else {
+		delete(n.open, c)
+	}
+}
+
+func (n *netrpcServer) Copied() (uint64, bool) { return 0, false }
+
+// Close closes the listener and every connection still open, and waits for their
+// goroutines.
+func (n *netrpcServer) Close() error {
+	err := n.ln.Close()
+	n.mu.Lock()
+	for c := range n.open {
+		_ = c.Close()
+	}
+	n.mu.Unlock()
+	n.conns.Wait()
+	return err
+}
+
+// netrpcInstance is one *rpc.Client (one TCP connection, gob) that all workers share.
+type netrpcInstance struct {
+	client *rpc.Client
+	req    []byte
+	out    [][]byte // per worker: gob decodes into the slice's existing capacity
+}
+
+func dialNetRPC(addr string, size, concurrency int) (Instance, error) {
+	client, err := rpc.Dial("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("net/rpc dial: %w", err)
+	}
+	return &netrpcInstance{client: client, req: payload(size), out: make([][]byte, concurrency)}, nil
 }
 
 func (n *netrpcInstance) Call(w int) error {
@@ -68,8 +99,4 @@ func (n *netrpcInstance) Call(w int) error {
 
 func (n *netrpcInstance) Copied() (uint64, bool) { return 0, false }
 
-func (n *netrpcInstance) Close() error {
-	err := errors.Join(n.client.Close(), n.ln.Close())
-	n.conns.Wait()
-	return err
-}
+func (n *netrpcInstance) Close() error { return n.client.Close() }

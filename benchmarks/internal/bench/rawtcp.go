@@ -9,24 +9,20 @@ import (
 	"sync"
 )
 
-// rawTCPInstance is the floor: a length-prefixed echo over loopback TCP with nothing on
-// top, one connection per worker (a ping-pong protocol cannot share one).
-type rawTCPInstance struct {
+// rawTCPMax is the largest message the raw TCP server accepts: above the largest payload.
+const rawTCPMax = 64 << 20
+
+// rawTCPServer is the floor's server: a length-prefixed echo, one goroutine per
+// connection.
+type rawTCPServer struct {
 	ln    net.Listener
 	conns sync.WaitGroup
-	cli   []net.Conn
-	in    [][]byte // per worker
-	msg   []byte   // 4-byte length, then the payload
+	mu    sync.Mutex
+	open  map[net.Conn]bool
 }
 
-func openRawTCP(size, concurrency int) (Instance, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	r := &rawTCPInstance{ln: ln}
-	r.msg = binary.LittleEndian.AppendUint32(make([]byte, 0, 4+size), uint32(size))
-	r.msg = append(r.msg, payload(size)...)
+func serveRawTCP(ln net.Listener) (Server, error) {
+	r := &rawTCPServer{ln: ln, open: map[net.Conn]bool{}}
 	r.conns.Add(1)
 	go func() {
 		defer r.conns.Done()
@@ -35,36 +31,58 @@ func openRawTCP(size, concurrency int) (Instance, error) {
 			if err != nil {
 				return
 			}
+			r.track(c, true)
 			r.conns.Add(1)
 			go func() {
 				defer r.conns.Done()
-				rawTCPServe(c, size)
+				defer r.track(c, false)
+				rawTCPServe(c)
 			}()
 		}
 	}()
-	for range concurrency {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			_ = r.Close()
-			return nil, err
-		}
-		r.cli = append(r.cli, c)
-		r.in = append(r.in, make([]byte, len(r.msg)))
-	}
 	return r, nil
 }
 
-// rawTCPServe echoes length-prefixed messages of at most max bytes until the peer closes.
-func rawTCPServe(c net.Conn, max int) {
+func (r *rawTCPServer) track(c net.Conn, open bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if open {
+		r.open[c] = true
+	} else {
+		delete(r.open, c)
+	}
+}
+
+func (r *rawTCPServer) Copied() (uint64, bool) { return 0, false }
+
+// Close closes the listener and every connection still open, and waits for their
+// goroutines.
+func (r *rawTCPServer) Close() error {
+	err := r.ln.Close()
+	r.mu.Lock()
+	for c := range r.open {
+		_ = c.Close()
+	}
+	r.mu.Unlock()
+	r.conns.Wait()
+	return err
+}
+
+// rawTCPServe echoes length-prefixed messages of at most rawTCPMax bytes until the peer
+// closes; its buffer grows to the largest message seen.
+func rawTCPServe(c net.Conn) {
 	defer c.Close()
-	buf := make([]byte, 4+max)
+	buf := make([]byte, 4+64)
 	for {
 		if _, err := io.ReadFull(c, buf[:4]); err != nil {
 			return
 		}
 		n := int(binary.LittleEndian.Uint32(buf))
-		if n > max {
+		if n > rawTCPMax {
 			return
+		}
+		if 4+n > len(buf) {
+			buf = append(buf[:4], make([]byte, n)...)
 		}
 		if _, err := io.ReadFull(c, buf[4:4+n]); err != nil {
 			return
@@ -73,6 +91,29 @@ func rawTCPServe(c net.Conn, max int) {
 			return
 		}
 	}
+}
+
+// rawTCPInstance is the floor's client: one connection per worker (a ping-pong protocol
+// cannot share one).
+type rawTCPInstance struct {
+	cli []net.Conn
+	in  [][]byte // per worker
+	msg []byte   // 4-byte length, then the payload
+}
+
+func dialRawTCP(addr string, size, concurrency int) (Instance, error) {
+	r := &rawTCPInstance{}
+	r.msg = binary.LittleEndian.AppendUint32(make([]byte, 0, 4+size), uint32(size))
+	r.msg = append(r.msg, payload(size)...)
+	for range concurrency {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("dial: %w", err), r.Close())
+		}
+		r.cli = append(r.cli, c)
+		r.in = append(r.in, make([]byte, len(r.msg)))
+	}
+	return r, nil
 }
 
 func (r *rawTCPInstance) Call(w int) error {
@@ -96,7 +137,5 @@ func (r *rawTCPInstance) Close() error {
 	for _, c := range r.cli {
 		err = errors.Join(err, c.Close())
 	}
-	err = errors.Join(err, r.ln.Close())
-	r.conns.Wait()
 	return err
 }

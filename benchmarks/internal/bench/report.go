@@ -21,9 +21,16 @@ type Report struct {
 
 // Setup is how the run was made.
 type Setup struct {
-	Command          string       `json:"command"`
-	Source           string       `json:"source,omitempty"` // the mwrpc tree measured: commit, and whether it had uncommitted changes
-	InProcess        string       `json:"in_process"`
+	Command string `json:"command"`
+	Source  string `json:"source,omitempty"` // the mwrpc tree measured: commit, and whether it had uncommitted changes
+	// Mode is where the servers ran: "two-process" (each system's server in a process of
+	// its own) or "inproc" (client and server in one process).
+	Mode Mode `json:"mode"`
+	// Sides says what allocs/op, CPU/op and copied B/op cover in the mode.
+	Sides string `json:"sides"`
+	// LeftOut names the systems asked for that the mode cannot run (mwrpc-inproc in
+	// two-process mode).
+	LeftOut          []string     `json:"left_out,omitempty"`
 	Systems          []SystemInfo `json:"systems"`
 	Payloads         []int        `json:"payloads"`
 	Concurrency      []int        `json:"concurrency"`
@@ -45,9 +52,6 @@ type SystemInfo struct {
 	Desc string `json:"desc"`
 }
 
-// InProcessNote says what allocs/op and CPU/op cover; it is in every report.
-const InProcessNote = "client and server run in the same process for every system: allocs/op and CPU/op are both sides together"
-
 // WriteJSON writes the report as indented JSON to path.
 func (r *Report) WriteJSON(path string) error {
 	b, err := json.MarshalIndent(r, "", "  ")
@@ -62,7 +66,7 @@ func (r *Report) WriteJSON(path string) error {
 func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 	ew := &errWriter{w: w}
 	m := r.Machine
-	ew.printf("# mwrpcbench results\n\n")
+	ew.printf("# mwrpcbench results (%s)\n\n", r.Setup.Mode)
 	ew.printf("- Machine: %s, %d CPUs, GOMAXPROCS %d, %s %s/%s", m.CPUModel, m.NumCPU, m.GOMAXPROCS, m.GoVersion, m.OS, m.Arch)
 	if m.Kernel != "" {
 		ew.printf(", Linux %s", m.Kernel)
@@ -77,8 +81,11 @@ func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 	ew.printf("- 1-minute load average %.2f at the start, %.2f at the end (this run alone keeps it near 1-2).\n", s.LoadAvg[0], s.LoadAvg[1])
 	ew.printf("- Per cell: every system set up, warmed up for %v, then measured %d round(s) of %v each, systems interleaved (order rotated every round); figures are medians across rounds.\n",
 		time.Duration(s.WarmupNs), s.Rounds, time.Duration(s.DurationNs))
-	ew.printf("- %s%s.\n", strings.ToUpper(InProcessNote[:1]), InProcessNote[1:])
-	ew.printf("- MB/s counts request and response payloads (2 × payload per call, 10^6 bytes); copied B/op is what the soft provider counts (socket tx + rx + in-process copies, both devices), empty for systems without such counters.\n")
+	ew.printf("- Mode: **%s**. %s%s.\n", s.Mode, strings.ToUpper(s.Sides[:1]), s.Sides[1:])
+	if len(s.LeftOut) > 0 {
+		ew.printf("- Not run in this mode (in-process only): %s.\n", strings.Join(s.LeftOut, ", "))
+	}
+	ew.printf("- MB/s counts request and response payloads (2 × payload per call, 10^6 bytes); copied B/op is what the soft provider counts (socket tx + rx + in-process copies, of the devices in this process), empty for systems without such counters.\n")
 	for _, n := range s.Notes {
 		ew.printf("- %s\n", n)
 	}
@@ -92,18 +99,22 @@ func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 	}
 
 	ew.printf("\n## Results\n\n")
-	ew.printf("| system | payload | conc | p50 | p99 | p99.9 | ops/s | MB/s | allocs/op | alloc B/op | CPU/op | copied B/op |\n")
-	ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	ew.printf("| system | payload | conc | p50 | p99 | p99.9 | ops/s | MB/s | allocs/op | alloc B/op | CPU/op | server CPU/op | copied B/op |\n")
+	ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, res := range r.sorted() {
 		copied := ""
 		if res.CopiedBytesPerOp != nil {
 			copied = fmtCount(*res.CopiedBytesPerOp)
 		}
-		ew.printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		scpu := ""
+		if res.ServerCPUNsPerOp != nil {
+			scpu = fmtDur(int64(*res.ServerCPUNsPerOp))
+		}
+		ew.printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			res.System, SizeName(res.PayloadBytes), res.Concurrency,
 			fmtDur(res.P50Ns), fmtDur(res.P99Ns), fmtDur(res.P999Ns),
 			fmtCount(res.OpsPerSec), fmtRate(res.MBPerSec), fmtAllocs(res.AllocsPerOp),
-			fmtCount(res.AllocBytesPerOp), fmtDur(int64(res.CPUNsPerOp)), copied)
+			fmtCount(res.AllocBytesPerOp), fmtDur(int64(res.CPUNsPerOp)), scpu, copied)
 	}
 
 	r.writeVersus(ew, "mwrpc-tcp", "grpc")
@@ -221,7 +232,11 @@ func (r *Report) writeVersus(ew *errWriter, sys, base string) {
 		ew.printf("%s\n", row)
 	}
 	if ts := r.Targets(sys, base); len(ts) > 0 {
-		ew.printf("\nTargets (issue 7):\n\n")
+		if r.Setup.Mode == ModeTwoProcess {
+			ew.printf("\nTargets (issue 7, set for in-process figures; issue 17 sets the two-process ones):\n\n")
+		} else {
+			ew.printf("\nTargets (issue 7):\n\n")
+		}
 		for _, t := range ts {
 			verdict := "**missed**"
 			if t.Met() {
@@ -232,7 +247,7 @@ func (r *Report) writeVersus(ew *errWriter, sys, base string) {
 	}
 }
 
-// writeFloor shows each system's p50 as a multiple of the floor's.
+// writeFloor shows each system's p50 and ops/s as multiples of the floor's, same run.
 func (r *Report) writeFloor(ew *errWriter, floor string) {
 	var systems []string
 	for _, s := range SystemNames() {
@@ -240,31 +255,40 @@ func (r *Report) writeFloor(ew *errWriter, floor string) {
 			systems = append(systems, s)
 		}
 	}
-	var rows []string
-	for _, c := range r.cells() {
-		f := r.find(floor, c)
-		if f == nil {
-			continue
-		}
-		row := fmt.Sprintf("| %s | %d | %s |", SizeName(c.Payload), c.Concurrency, fmtDur(f.P50Ns))
-		for _, s := range systems {
-			if x := r.find(s, c); x != nil {
-				row += fmt.Sprintf(" %.2fx |", float64(x.P50Ns)/float64(f.P50Ns))
-			} else {
-				row += " |"
-			}
-		}
-		rows = append(rows, row)
-	}
-	if len(rows) == 0 || len(systems) == 0 {
+	if len(systems) == 0 {
 		return
 	}
-	ew.printf("\n## p50 against the floor (%s)\n\n", floor)
-	ew.printf("| payload | conc | %s p50 | %s |\n", floor, strings.Join(systems, " | "))
-	ew.printf("|---:|---:|---:|%s\n", strings.Repeat("---:|", len(systems)))
-	for _, row := range rows {
-		ew.printf("%s\n", row)
+	table := func(title, what string, base func(*Result) string, factor func(x, f *Result) float64) {
+		var rows []string
+		for _, c := range r.cells() {
+			f := r.find(floor, c)
+			if f == nil {
+				continue
+			}
+			row := fmt.Sprintf("| %s | %d | %s |", SizeName(c.Payload), c.Concurrency, base(f))
+			for _, s := range systems {
+				if x := r.find(s, c); x != nil {
+					row += fmt.Sprintf(" %.2fx |", factor(x, f))
+				} else {
+					row += " |"
+				}
+			}
+			rows = append(rows, row)
+		}
+		if len(rows) == 0 {
+			return
+		}
+		ew.printf("\n## %s against the floor (%s)\n\n", title, floor)
+		ew.printf("| payload | conc | %s %s | %s |\n", floor, what, strings.Join(systems, " | "))
+		ew.printf("|---:|---:|---:|%s\n", strings.Repeat("---:|", len(systems)))
+		for _, row := range rows {
+			ew.printf("%s\n", row)
+		}
 	}
+	table("p50", "p50", func(f *Result) string { return fmtDur(f.P50Ns) },
+		func(x, f *Result) float64 { return float64(x.P50Ns) / float64(f.P50Ns) })
+	table("ops/s", "ops/s", func(f *Result) string { return fmtCount(f.OpsPerSec) },
+		func(x, f *Result) float64 { return x.OpsPerSec / f.OpsPerSec })
 }
 
 func fmtCount(f float64) string {

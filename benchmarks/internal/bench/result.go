@@ -23,14 +23,21 @@ type Result struct {
 	// payload per call), in units of 10^6 bytes.
 	MBPerSec float64 `json:"mb_per_sec"`
 	// AllocsPerOp and AllocBytesPerOp are runtime.MemStats Mallocs and TotalAlloc deltas
-	// over the round divided by its calls: client and server together (same process).
+	// over the round divided by its calls, in the harness's process: client and server
+	// together in inproc mode, the client alone in two-process mode.
 	AllocsPerOp     float64 `json:"allocs_per_op"`
 	AllocBytesPerOp float64 `json:"alloc_bytes_per_op"`
 	// CPUNsPerOp is getrusage(RUSAGE_SELF) user+system time over the round divided by its
-	// calls: client and server together, on all cores.
+	// calls, on all cores: client and server together in inproc mode, the client alone in
+	// two-process mode.
 	CPUNsPerOp float64 `json:"cpu_ns_per_op"`
+	// ServerCPUNsPerOp is the server process's user+system time over the round divided by
+	// its calls (two-process mode on Linux: /proc/PID/stat, 10 ms ticks, so a coarse figure
+	// for short rounds); null in inproc mode, where CPUNsPerOp holds both sides.
+	ServerCPUNsPerOp *float64 `json:"server_cpu_ns_per_op"`
 	// CopiedBytesPerOp is what the soft provider counts (soft.Device.Stats: SocketTxBytes +
-	// SocketRxBytes + CopyBytes of both devices) per call; null for systems without such
+	// SocketRxBytes + CopyBytes of the devices in this process: both in inproc mode, the
+	// client's in two-process mode) per call; null for systems without such
 	// counters.
 	CopiedBytesPerOp *float64 `json:"copied_bytes_per_op"`
 	// Rounds and Ops: how many rounds, and calls over all of them.
@@ -46,7 +53,7 @@ func (r *Result) Cell() Cell { return Cell{r.PayloadBytes, r.Concurrency} }
 
 func summarize(system string, cell Cell, rounds []Round) Result {
 	res := Result{System: system, PayloadBytes: cell.Payload, Concurrency: cell.Concurrency, Rounds: len(rounds)}
-	var p50, p99, p999, ops, allocs, allocBytes, cpu, copied []float64
+	var p50, p99, p999, ops, allocs, allocBytes, cpu, scpu, copied []float64
 	for _, r := range rounds {
 		n := float64(r.Ops)
 		res.Ops += r.Ops
@@ -59,6 +66,7 @@ func summarize(system string, cell Cell, rounds []Round) Result {
 		allocs = append(allocs, float64(r.Mallocs)/n)
 		allocBytes = append(allocBytes, float64(r.AllocBytes)/n)
 		cpu = append(cpu, float64(r.CPU)/n)
+		scpu = append(scpu, float64(r.ServerCPU)/n)
 		copied = append(copied, float64(r.Copied)/n)
 	}
 	res.P50Ns = int64(median(p50))
@@ -69,6 +77,10 @@ func summarize(system string, cell Cell, rounds []Round) Result {
 	res.AllocsPerOp = round3(median(allocs))
 	res.AllocBytesPerOp = round3(median(allocBytes))
 	res.CPUNsPerOp = round3(median(cpu))
+	if len(rounds) > 0 && rounds[0].HasServerCPU {
+		c := round3(median(scpu))
+		res.ServerCPUNsPerOp = &c
+	}
 	if len(rounds) > 0 && rounds[0].HasCopied {
 		c := round3(median(copied))
 		res.CopiedBytesPerOp = &c

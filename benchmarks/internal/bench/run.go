@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -25,8 +26,26 @@ type Config struct {
 	// MaxInflight caps payload × concurrency, the bytes in flight in each direction: cells
 	// above it are skipped (and listed as such). Zero means no cap.
 	MaxInflight int64
+	// Mode says where the servers run; "" is ModeTwoProcess.
+	Mode Mode
+	// Executable is the program started as a server process in ModeTwoProcess, with
+	// ServeFlag (see ServeMain); "" is this program (os.Executable).
+	Executable string
 	// Progress, if not nil, is told about every measurement.
 	Progress Progress
+}
+
+// RunSystems returns the systems the mode runs, and the names of those it leaves out
+// (in ModeTwoProcess, the systems that exist only in one process: mwrpc-inproc).
+func (cfg *Config) RunSystems() (run []System, left []string) {
+	for _, s := range cfg.Systems {
+		if cfg.Mode != ModeInProcess && !s.TwoProcess() {
+			left = append(left, s.Name)
+			continue
+		}
+		run = append(run, s)
+	}
+	return run, left
 }
 
 // Cell is one point of the matrix.
@@ -42,9 +61,11 @@ type Round struct {
 	Ops            int64
 	Elapsed        time.Duration // from the start signal until the last caller returned
 	P50, P99, P999 time.Duration
-	Mallocs        uint64 // runtime.MemStats.Mallocs delta: both sides, this process
+	Mallocs        uint64 // runtime.MemStats.Mallocs delta: this process (both sides in ModeInProcess)
 	AllocBytes     uint64 // runtime.MemStats.TotalAlloc delta
 	CPU            time.Duration
+	ServerCPU      time.Duration // the server process's, in two-process mode on Linux
+	HasServerCPU   bool
 	Copied         uint64
 	HasCopied      bool
 }
@@ -69,14 +90,28 @@ func (cfg *Config) Cells() (run, skipped []Cell) {
 
 // Run measures every system in every cell and returns the results, medians across rounds.
 //
-// Per cell, every system is set up (server and client in this process), warmed up, then
+// Per cell, every system is set up (in ModeTwoProcess its server process started, its
+// client connected; in ModeInProcess server and client in this process), warmed up, then
 // measured Rounds times with the systems interleaved: round r runs them in order rotated
 // by r (A B C, B C A, ...), so that drift in the machine (other load, frequency, the
 // heap) lands on all of them alike. Each measurement starts with a forced GC, so that the
-// garbage of the system before is not collected on this one's time.
+// garbage of the system before is not collected on this one's time. At the end of the cell
+// every client is closed and every server stopped (server processes with SIGTERM), also
+// when a measurement fails.
 func Run(cfg Config) ([]Result, error) {
+	cfg.Systems, _ = cfg.RunSystems()
 	if cfg.Rounds < 1 || cfg.Duration <= 0 || len(cfg.Systems) == 0 {
-		return nil, errors.New("bench: need at least one system, one round and a positive duration")
+		return nil, errors.New("bench: need at least one system the mode can run, one round and a positive duration")
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = ModeTwoProcess
+	}
+	if cfg.Mode == ModeTwoProcess && cfg.Executable == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("bench: the server processes' executable: %w", err)
+		}
+		cfg.Executable = exe
 	}
 	cells, _ := cfg.Cells()
 	prog := cfg.Progress
@@ -116,7 +151,13 @@ func runCell(cfg Config, cell Cell, prog Progress) ([][]Round, error) {
 		}
 	}()
 	for i, s := range cfg.Systems {
-		inst, err := s.Open(cell.Payload, cell.Concurrency)
+		var inst Instance
+		var err error
+		if cfg.Mode == ModeInProcess {
+			inst, err = openLocal(s, cell.Payload, cell.Concurrency)
+		} else {
+			inst, err = openRemote(cfg.Executable, s, cell.Payload, cell.Concurrency)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: setup: %w", s.Name, err)
 		}
@@ -199,6 +240,7 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 	runtime.ReadMemStats(&ms0)
 	copied0, hasCopied := r.inst.Copied()
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	scpu0, hasSCPU := serverCPU(r.inst)
 	t0 := time.Now()
 	close(start)
 	time.Sleep(d)
@@ -206,6 +248,7 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 	wg.Wait()
 	elapsed := time.Since(t0)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	scpu1, hasSCPU1 := serverCPU(r.inst)
 	copied1, _ := r.inst.Copied()
 	runtime.ReadMemStats(&ms1)
 	if err := errors.Join(errs...); err != nil {
@@ -229,10 +272,21 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 		Copied:     copied1 - copied0,
 		HasCopied:  hasCopied,
 	}
+	if hasSCPU && hasSCPU1 {
+		res.ServerCPU, res.HasServerCPU = scpu1-scpu0, true
+	}
 	if res.Ops == 0 {
 		return res, fmt.Errorf("no call completed in %v", d)
 	}
 	return res, nil
+}
+
+// serverCPU returns the CPU time of inst's server process, if it has one and it is known.
+func serverCPU(inst Instance) (time.Duration, bool) {
+	if s, ok := inst.(interface{ ServerCPU() (time.Duration, bool) }); ok {
+		return s.ServerCPU()
+	}
+	return 0, false
 }
 
 func cpuTime(ru *syscall.Rusage) time.Duration {

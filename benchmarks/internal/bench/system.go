@@ -1,13 +1,18 @@
 // Package bench is the side-by-side harness behind cmd/mwrpcbench: the systems under test
-// (mwrpc over both soft fabrics, gRPC-Go, net/rpc and a raw TCP ping-pong), the runner that
+// (mwrpc over both soft fabrics, gRPC-Go, DRPC, net/rpc and a raw TCP ping-pong), the runner that
 // interleaves and repeats them, and the reports (JSON, markdown, PNG charts).
 //
-// Every system runs its client and its server in this one process, over loopback or the
-// in-process fabric, so allocation and CPU figures are those of both sides together.
+// The runner has two modes (Mode). In the default, ModeTwoProcess, each system's server
+// runs in a process of its own (the harness binary started again with -serve-system; see
+// ServeMain and serverProc), so allocation and CPU figures are the client's alone. In
+// ModeInProcess client and server share this process, over loopback or the in-process
+// fabric, and those figures are both sides together.
 package bench
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 )
@@ -25,22 +30,90 @@ type Instance interface {
 	Close() error
 }
 
+// Server is the server side of a system, serving on a listener (in this process or in a
+// server process of its own).
+type Server interface {
+	// Copied is Instance.Copied for the server's side.
+	Copied() (uint64, bool)
+	// Close stops the server and closes its listener.
+	Close() error
+}
+
 // System is one RPC system under test.
 type System struct {
 	Name string // as in -systems and in the results
 	Desc string // one line for the reports
-	// Open starts a server and connects a client for payloads of size bytes and
-	// concurrency callers.
+	// Serve starts the system's server on ln, for payloads of any size the matrix has.
+	// Nil for a system that exists only in one process (mwrpc-inproc): see Open.
+	Serve func(ln net.Listener) (Server, error)
+	// Dial connects a client to the server at addr for payloads of size bytes and
+	// concurrency callers. The Instance's Close closes the client only.
+	Dial func(addr string, size, concurrency int) (Instance, error)
+	// Open, if not nil, sets up server and client together in this process; for systems
+	// without Serve and Dial.
 	Open func(size, concurrency int) (Instance, error)
 }
 
+// TwoProcess reports whether the system can run its server in a process of its own.
+func (s System) TwoProcess() bool { return s.Serve != nil && s.Dial != nil }
+
 // Systems lists every system, in the order the reports show them.
 var Systems = []System{
-	{Name: "mwrpc-tcp", Desc: "mwrpc, soft provider over the TCP fabric (loopback), generated stub, raw codec", Open: openMwrpcTCP},
-	{Name: "mwrpc-inproc", Desc: "mwrpc, soft provider over the in-process fabric (one soft.NewFabric)", Open: openMwrpcInproc},
-	{Name: "grpc", Desc: "gRPC-Go over loopback TCP, hand-written ServiceDesc, raw-bytes codec (no protobuf)", Open: openGRPC},
-	{Name: "netrpc", Desc: "net/rpc (gob) over loopback TCP, one client shared by all callers", Open: openNetRPC},
-	{Name: "rawtcp", Desc: "length-prefixed echo over loopback TCP, one connection per caller: the floor", Open: openRawTCP},
+	{Name: "mwrpc-tcp", Desc: "mwrpc, soft provider over the TCP fabric (loopback), generated stub, raw codec", Serve: serveMwrpcTCP, Dial: dialMwrpcTCP},
+	{Name: "mwrpc-inproc", Desc: "mwrpc, soft provider over the in-process fabric (one soft.NewFabric; in-process mode only)", Open: openMwrpcInproc},
+	{Name: "grpc", Desc: "gRPC-Go over loopback TCP, hand-written ServiceDesc, raw-bytes codec (no protobuf)", Serve: serveGRPC, Dial: dialGRPC},
+	{Name: "drpc", Desc: "DRPC (storj.io/drpc) over loopback TCP, hand-written description, raw-bytes encoding (no protobuf), one connection per caller (a DRPC connection carries one call at a time)", Serve: serveDRPC, Dial: dialDRPC},
+	{Name: "netrpc", Desc: "net/rpc (gob) over loopback TCP, one client shared by all callers", Serve: serveNetRPC, Dial: dialNetRPC},
+	{Name: "rawtcp", Desc: "length-prefixed echo over loopback TCP, one connection per caller: the floor", Serve: serveRawTCP, Dial: dialRawTCP},
+}
+
+// LookupSystem returns the system called name.
+func LookupSystem(name string) (System, error) {
+	i := slices.IndexFunc(Systems, func(s System) bool { return s.Name == name })
+	if i < 0 {
+		return System{}, fmt.Errorf("unknown system %q (have %s)", name, strings.Join(SystemNames(), ", "))
+	}
+	return Systems[i], nil
+}
+
+// openLocal sets s up in this process: its server on a loopback listener, its client
+// dialed to it.
+func openLocal(s System, size, concurrency int) (Instance, error) {
+	if !s.TwoProcess() {
+		return s.Open(size, concurrency)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	srv, err := s.Serve(ln)
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	cli, err := s.Dial(ln.Addr().String(), size, concurrency)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("dial: %w", err), srv.Close())
+	}
+	return &localInstance{Instance: cli, srv: srv}, nil
+}
+
+// localInstance is a client and its server in this process.
+type localInstance struct {
+	Instance
+	srv Server
+}
+
+// Copied adds the server's count to the client's.
+func (l *localInstance) Copied() (uint64, bool) {
+	c, ok := l.Instance.Copied()
+	s, sok := l.srv.Copied()
+	return c + s, ok || sok
+}
+
+// Close closes the client, then the server.
+func (l *localInstance) Close() error {
+	return errors.Join(l.Instance.Close(), l.srv.Close())
 }
 
 // SystemNames returns the names of Systems.
