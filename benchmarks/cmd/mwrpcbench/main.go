@@ -57,6 +57,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/mwrpc/mwrpc/benchmarks/internal/bench"
+	"github.com/mwrpc/mwrpc/benchmarks/internal/load"
 )
 
 func main() {
@@ -142,13 +143,13 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 	if cfg.Systems, leftOut = cfg.RunSystems(); len(cfg.Systems) == 0 {
 		return usage(stderr, fmt.Errorf("-systems: %s run in %s mode only", strings.Join(leftOut, ", "), bench.ModeInProcess))
 	}
-	if cfg.Payloads, err = parseList(*payloads, parseSize); err != nil {
+	if cfg.Payloads, err = parseList(*payloads, load.ParseSize); err != nil {
 		return usage(stderr, fmt.Errorf("-payloads: %w", err))
 	}
 	if cfg.Concurrency, err = parseList(*concurrency, strconv.Atoi); err != nil {
 		return usage(stderr, fmt.Errorf("-concurrency: %w", err))
 	}
-	inflight, err := parseSize(*maxInflight)
+	inflight, err := load.ParseSize(*maxInflight)
 	if err != nil {
 		return usage(stderr, fmt.Errorf("-max-inflight: %w", err))
 	}
@@ -279,24 +280,4 @@ func parseList(s string, parse func(string) (int, error)) ([]int, error) {
 		return nil, fmt.Errorf("empty list %q", s)
 	}
 	return out, nil
-}
-
-// parseSize reads 64, 64B, 4K, 4KiB, 1M, 1MiB (case-insensitive; K and M are powers of 2).
-func parseSize(s string) (int, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	mult := 1
-	for _, u := range []struct {
-		suffix string
-		mult   int
-	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"k", 1 << 10}, {"m", 1 << 20}, {"b", 1}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.Atoi(t)
-	if err != nil || n < 0 || n > (1<<31-1)/mult {
-		return 0, fmt.Errorf("bad size %q", s)
-	}
-	return n * mult, nil
 }

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mwrpc/mwrpc/benchmarks/internal/load"
 )
 
 // asMainEnv, set to 1, makes the test binary the command: the harness's server processes
@@ -288,13 +290,13 @@ func TestUsageErrors(t *testing.T) {
 
 func TestParseSize(t *testing.T) {
 	for in, want := range map[string]int{"64": 64, "64B": 64, "4KiB": 4096, "4k": 4096, "1MiB": 1 << 20, "16M": 16 << 20, " 2 mib ": 2 << 20} {
-		if got, err := parseSize(in); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		if got, err := load.ParseSize(in); err != nil || got != want {
+			t.Errorf("load.ParseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"", "x", "-1", "1GiB", "4096MiB"} {
-		if _, err := parseSize(in); err == nil {
-			t.Errorf("parseSize(%q): no error", in)
+		if _, err := load.ParseSize(in); err == nil {
+			t.Errorf("load.ParseSize(%q): no error", in)
 		}
 	}
 }

@@ -126,29 +126,41 @@ func Check(req, resp []byte) error {
 		ErrMismatch, binary.LittleEndian.Uint64(req), len(resp), got, len(req))
 }
 
-// ParseSizes reads a comma-separated list of sizes: 64, 64B, 4K, 4KiB, 1M, 1MiB
-// (case-insensitive; K and M are powers of 2), each positive.
+// ParseSize reads one size: 64, 64B, 4K, 4KiB, 1M, 1MiB (case-insensitive; K and M are
+// powers of 2).
+func ParseSize(size string) (int, error) {
+	t, mult := strings.ToLower(strings.TrimSpace(size)), 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"k", 1 << 10}, {"m", 1 << 20}, {"b", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n < 0 || n > (1<<31-1)/mult {
+		return 0, fmt.Errorf("bad size %q", size)
+	}
+	return n * mult, nil
+}
+
+// ParseSizes reads a comma-separated list of sizes (see ParseSize), each positive.
 func ParseSizes(list string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(list, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
 		}
-		t, mult := strings.ToLower(f), 1
-		for _, u := range []struct {
-			suffix string
-			mult   int
-		}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"k", 1 << 10}, {"m", 1 << 20}, {"b", 1}} {
-			if strings.HasSuffix(t, u.suffix) {
-				t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-				break
-			}
+		n, err := ParseSize(f)
+		if err != nil {
+			return nil, err
 		}
-		n, err := strconv.Atoi(t)
-		if err != nil || n <= 0 || n > (1<<31-1)/mult {
-			return nil, fmt.Errorf("bad size %q", f)
+		if n == 0 {
+			return nil, fmt.Errorf("bad size %q: must be positive", f)
 		}
-		out = append(out, n*mult)
+		out = append(out, n)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("empty size list %q", list)
