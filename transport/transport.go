@@ -423,9 +423,9 @@ type Stats struct {
 	// WindowsExposed are the windows of live connections bound now (or being revoked):
 	// memory a peer may still READ. It returns to 0 when no call is in flight.
 	WindowsExposed int
-	Handlers     int    // handlers running now
-	HandlersCap  int    // the handler pool's size (Config.Handlers)
-	Pool         pool.Stats
+	Handlers       int // handlers running now
+	HandlersCap    int // the handler pool's size (Config.Handlers)
+	Pool           pool.Stats
 }
 
 type counters struct {
