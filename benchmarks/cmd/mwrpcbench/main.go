@@ -14,6 +14,7 @@
 // Systems (-systems, comma-separated; all by default):
 //
 //	mwrpc-tcp     mwrpc over the soft provider's TCP fabric (what rpc.Dial does by default)
+//	mwrpc-tls     the same inside TLS 1.3 (rpc.WithTransportCredentials)
 //	mwrpc-inproc  mwrpc over the soft provider's in-process fabric (inproc mode only)
 //	grpc          gRPC-Go, a hand-written ServiceDesc and a raw-bytes codec (no protobuf)
 //	drpc          DRPC (storj.io/drpc), a hand-written description and a raw-bytes encoding,

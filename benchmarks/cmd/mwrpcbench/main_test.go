@@ -100,7 +100,7 @@ func TestTinyMatrix(t *testing.T) {
 	tok := markProcesses(t)
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	args := []string{"-systems", "mwrpc-tcp,grpc,drpc,mwrpc-inproc", "-payloads", "64", "-concurrency", "1",
+	args := []string{"-systems", "mwrpc-tcp,mwrpc-tls,grpc,drpc,mwrpc-inproc", "-payloads", "64", "-concurrency", "1",
 		"-duration", "200ms", "-warmup", "50ms", "-rounds", "1", "-out", dir}
 	if code := run(args, &stdout, &stderr, false); code != 0 {
 		t.Fatalf("exit status %d:\n%s", code, stderr.String())
@@ -135,8 +135,8 @@ func TestTinyMatrix(t *testing.T) {
 			t.Errorf("machine has no %q", k)
 		}
 	}
-	if len(rep.Results) != 3 {
-		t.Fatalf("%d results, want 3 (one per system but mwrpc-inproc)", len(rep.Results))
+	if len(rep.Results) != 4 {
+		t.Fatalf("%d results, want 4 (one per system but mwrpc-inproc)", len(rep.Results))
 	}
 	for _, r := range rep.Results {
 		for _, k := range []string{"p50_ns", "p99_ns", "p999_ns", "ops_per_sec", "mb_per_sec", "cpu_ns_per_op", "allocs_per_op"} {
@@ -172,7 +172,7 @@ func TestTinyMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| mwrpc-tcp | 64 B | 1 |", "| grpc | 64 B | 1 |", "| drpc | 64 B | 1 |", "Mode: **two-process**", "client's side only",
+	for _, want := range []string{"| mwrpc-tcp | 64 B | 1 |", "| mwrpc-tls | 64 B | 1 |", "| grpc | 64 B | 1 |", "| drpc | 64 B | 1 |", "Mode: **two-process**", "client's side only",
 		"in-process only): mwrpc-inproc", "latency_p50.png"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("latest.md lacks %q", want)
