@@ -205,7 +205,7 @@ test-rxe:
 FAULTS_BIN := /var/tmp/mwrpcload-ibv
 
 test-faults:
-	@$(call header,test-faults: loss, delay, reordering, partition and kill in the rxe VM)
+	@$(call header,test-faults: loss; delay; reordering; partition and kill -9 in the rxe VM)
 	@$(call rxe-prereqs,test-faults); \
 	 (cd benchmarks && $(GO) build -tags ibverbs -o $(FAULTS_BIN) ./cmd/mwrpcload); \
 	 RXE_VM_TIMEOUT=1500 scripts/rxe-vm/run-in-vm.sh scripts/faults/guest-faults.sh $(FAULTS_BIN) \
