@@ -3,9 +3,12 @@ package rpc
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/mwrpc/mwrpc/codec"
 	"github.com/mwrpc/mwrpc/transport"
+	"github.com/mwrpc/mwrpc/transport/credentials"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
@@ -28,7 +32,7 @@ type Client struct {
 	ownDev  verbs.Device
 	eps     []*endpoint
 	next    atomic.Uint32
-	up      chan struct{} // closed and replaced whenever an endpoint comes up
+	up      chan struct{} // closed and replaced whenever an endpoint comes up or a dial fails
 	upMu    sync.Mutex
 	closed  chan struct{}
 	wg      sync.WaitGroup
@@ -39,12 +43,68 @@ type endpoint struct {
 	conn        atomic.Pointer[transport.Conn]
 	outstanding atomic.Int64
 	lastHeard   atomic.Int64 // unix nanos of the last response: keepalive pings a connection silent since
+	lastErr     atomic.Value // error: why the last dial failed
 }
 
-// Dial connects to target, one address ("host:port") or several separated by commas. It
-// returns once at least one endpoint is connected (or ctx ends); the others keep trying in
-// the background.
+// Dial connects to target, one address ("host:port") or several separated by commas, and
+// returns once at least one endpoint is connected. Until then it retries each endpoint with
+// the reconnection backoff (WithBackoff): a server that is not up yet is waited for, like
+// grpc.WithBlock. It gives up when ctx ends, with Unavailable and the last error of each
+// endpoint; give ctx a deadline unless waiting forever is right. An address that cannot
+// be dialed at all (no port, a malformed host:port) is InvalidArgument, at once. The other
+// endpoints keep connecting in the background.
 func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, error) {
+	c, err := NewClient(target, opts...)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		c.upMu.Lock()
+		up := c.up
+		c.upMu.Unlock()
+		if c.pick() != nil {
+			return c, nil
+		}
+		refused := true // by every endpoint, for a reason no retry changes
+		for _, ep := range c.eps {
+			e, _ := ep.lastErr.Load().(error)
+			refused = refused && e != nil && permanent(e)
+		}
+		var done <-chan struct{} = ctx.Done()
+		if refused {
+			closed := make(chan struct{})
+			close(closed)
+			done = closed
+		}
+		select {
+		case <-up:
+		case <-done:
+			errs := make([]error, 0, len(c.eps))
+			for _, ep := range c.eps {
+				if e, ok := ep.lastErr.Load().(error); ok {
+					errs = append(errs, e)
+				}
+			}
+			cause := errors.Join(errs...)
+			_ = c.Close()
+			if cause == nil {
+				cause = ctx.Err()
+			}
+			why := "gave up"
+			if err := ctx.Err(); err != nil {
+				why = err.Error()
+			}
+			// Each endpoint's error names its address.
+			return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: dial: %v (%s)", cause, why), cause: cause}
+		}
+	}
+}
+
+// NewClient returns a client of target (as for Dial) at once and connects in the
+// background, as grpc.NewClient does: calls fail with Unavailable while no endpoint is up,
+// unless they pass WaitForReady. An address that cannot be dialed at all is
+// InvalidArgument.
+func NewClient(target string, opts ...DialOption) (*Client, error) {
 	c := &Client{closed: make(chan struct{}), up: make(chan struct{})}
 	for _, o := range opts {
 		o.applyDial(&c.opts)
@@ -64,11 +124,14 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 	}
 	for _, a := range strings.Split(target, ",") {
 		if a = strings.TrimSpace(a); a != "" {
+			if err := checkAddress(a); err != nil {
+				return nil, &Status{Code: InvalidArgument, Message: "rpc: " + err.Error(), cause: err}
+			}
 			c.eps = append(c.eps, &endpoint{addr: a})
 		}
 	}
 	if len(c.eps) == 0 {
-		return nil, Errorf(InvalidArgument, "rpc: dial %q: no address", target)
+		return nil, Errorf(InvalidArgument, "rpc: target %q names no address", target)
 	}
 	dev := o.device
 	if dev == nil {
@@ -95,31 +158,39 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		c.tel.setPeer(target)
 		c.tel.observeTransport(tr)
 	}
-	// First connections, all endpoints at once.
-	errs := make([]error, len(c.eps))
-	var wg sync.WaitGroup
-	for i, ep := range c.eps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			conn, err := c.tr.Dial(ctx, ep.addr)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			ep.conn.Store(conn)
-		}()
-	}
-	wg.Wait()
-	if c.pick() == nil {
-		_ = c.Close()
-		return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: dial %s: %v", target, errors.Join(errs...)), cause: errors.Join(errs...)}
-	}
 	for _, ep := range c.eps {
 		c.wg.Add(1)
 		go c.maintain(ep)
 	}
 	return c, nil
+}
+
+// permanent reports whether a dial failed for a reason retrying does not change: the
+// peer's credentials or ours (a certificate refused, TLS on one side only). Dial stops
+// waiting when every endpoint failed so; the client goes on retrying in the background,
+// as the server may be reconfigured.
+func permanent(err error) bool {
+	var op *net.OpError
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var host x509.HostnameError
+	var verify *tls.CertificateVerificationError
+	return errors.Is(err, credentials.ErrPlaintextPeer) || errors.As(err, &unknown) || errors.As(err, &invalid) ||
+		errors.As(err, &host) || errors.As(err, &verify) ||
+		errors.As(err, &op) && op.Op == "remote error" // a TLS alert from the peer: it refused our certificate
+}
+
+// checkAddress refuses what no retry can dial: a missing or malformed port, a malformed
+// host:port.
+func checkAddress(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("address %q: %w (want host:port)", addr, err)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("address %q: bad port: %w", addr, err)
+	}
+	return nil
 }
 
 // Close closes every connection; calls in flight fail with Unavailable.
@@ -158,6 +229,10 @@ func (c *Client) maintain(ep *endpoint) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			nc, err := c.tr.Dial(ctx, ep.addr)
 			cancel()
+			if err != nil {
+				ep.lastErr.Store(err)
+				c.signalUp() // Dial may be waiting to see that every endpoint refuses us
+			}
 			if err == nil {
 				ep.conn.Store(nc)
 				backoff = c.opts.backoffBase

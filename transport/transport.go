@@ -161,9 +161,13 @@ func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", address)
 	if err != nil {
-		return nil, fmt.Errorf("transport: dial %s: %w: %w", address, ErrUnavailable, err)
+		return nil, fmt.Errorf("transport: %w: %w", ErrUnavailable, err) // the net error names the address
 	}
-	return t.setupConn(ctx, nc, address, roleClient)
+	c, err := t.setupConn(ctx, nc, address, roleClient)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", address, err)
+	}
+	return c, nil
 }
 
 // Serve accepts connections on ln until ln is closed or the transport is, setting each up

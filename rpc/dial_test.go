@@ -1,0 +1,108 @@
+package rpc_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mwrpc/mwrpc/rpc"
+)
+
+// freeAddr returns a loopback address nothing listens on (yet).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// serveAt starts a server of the test service on addr after delay.
+func serveAt(t *testing.T, addr string, delay time.Duration) {
+	t.Helper()
+	srv := rpc.NewServer(deviceServerOpts(t)...)
+	srv.RegisterService(&svcDesc, &impl{slept: make(chan error, 1)})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(delay)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() { srv.Stop(); <-done })
+}
+
+// TestDialWaits: a client started before its server connects once the server is up.
+func TestDialWaits(t *testing.T) {
+	addr := freeAddr(t)
+	serveAt(t, addr, 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	c, err := rpc.Dial(ctx, addr, rpc.WithBackoff(20*time.Millisecond, 100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("Dial before the server listened: %v", err)
+	}
+	defer c.Close()
+	if time.Since(t0) < 250*time.Millisecond {
+		t.Fatalf("Dial returned after %v, before the server listened", time.Since(t0))
+	}
+	if _, err := (svcClient{c}).Echo(ctx, &Msg{Text: "first"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDialGivesUp: with no server, Dial ends with its context, saying why once.
+func TestDialGivesUp(t *testing.T) {
+	addr := freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := rpc.Dial(ctx, addr, rpc.WithBackoff(20*time.Millisecond, 50*time.Millisecond))
+	if !errors.Is(err, rpc.ErrUnavailable) || !strings.Contains(err.Error(), "connection refused") || strings.Count(err.Error(), addr) != 1 {
+		t.Fatalf("Dial with no server: %v; want Unavailable saying connection refused, naming %s once", err, addr)
+	}
+}
+
+// TestDialBadAddress: what no retry can dial is InvalidArgument, at once.
+func TestDialBadAddress(t *testing.T) {
+	for _, target := range []string{"", " , ", "localhost", "127.0.0.1:notaport", "::1:80", "127.0.0.1:7000,nohost"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t0 := time.Now()
+		_, err := rpc.Dial(ctx, target)
+		cancel()
+		if !errors.Is(err, rpc.ErrInvalidArgument) || time.Since(t0) > time.Second {
+			t.Errorf("Dial(%q): %v after %v; want InvalidArgument at once", target, err, time.Since(t0))
+		}
+	}
+}
+
+// TestNewClient: NewClient returns at once; calls fail fast while nothing is up, and a
+// WaitForReady call waits for the server.
+func TestNewClient(t *testing.T) {
+	addr := freeAddr(t)
+	c, err := rpc.NewClient(addr, rpc.WithBackoff(20*time.Millisecond, 100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := (svcClient{c}).Echo(context.Background(), &Msg{}); !errors.Is(err, rpc.ErrUnavailable) {
+		t.Fatalf("a call with no server: %v, want Unavailable", err)
+	}
+	serveAt(t, addr, 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := new(Msg)
+	if err := c.Invoke(ctx, "/test.Svc/Echo", &Msg{Text: "ready"}, out, rpc.WaitForReady()); err != nil || out.Text != "ready" {
+		t.Fatalf("WaitForReady call once the server is up: %v", err)
+	}
+}
