@@ -31,6 +31,14 @@ type Codec interface {
 	Unmarshal(data []byte, v any) error
 }
 
+// LimitAppender is implemented by codecs that can stop encoding as soon as the output
+// would pass a limit, so that refusing an oversized value costs as little as the part
+// encoded before the limit, not the whole value.
+type LimitAppender interface {
+	// AppendLimit is Append, but fails with ErrTooLarge once len(dst) would pass limit.
+	AppendLimit(dst []byte, v any, limit int) ([]byte, error)
+}
+
 // Sizer is implemented by codecs that can tell the exact length of an encoding without
 // producing it (Raw can, Msgpack cannot). ok is false when the length of v's encoding is
 // not known in advance.
@@ -52,4 +60,6 @@ var (
 	// destination's type: truncated or malformed input, trailing bytes, nesting beyond the
 	// limit, or a type mismatch.
 	ErrInvalidData = errors.New("invalid data")
+	// ErrTooLarge is returned by AppendLimit for a value whose encoding passes the limit.
+	ErrTooLarge = errors.New("encoding too large")
 )

@@ -53,13 +53,21 @@ func (Msgpack) Name() string { return "msgpack" }
 
 // Append appends the MessagePack encoding of v to dst (see Codec.Append). Pass pointers
 // to structs rather than struct values to save the allocation of boxing them in an any.
-func (m Msgpack) Append(dst []byte, v any) ([]byte, error) {
+func (m Msgpack) Append(dst []byte, v any) ([]byte, error) { return m.AppendLimit(dst, v, 0) }
+
+// AppendLimit is Append that stops with ErrTooLarge as soon as the output would pass limit
+// bytes (len(dst) included); 0 means no limit. A large []byte or string is refused before
+// it is copied: msgpack writes it in one piece after its length.
+func (m Msgpack) AppendLimit(dst []byte, v any, limit int) ([]byte, error) {
 	s := getEncoder(m.ArrayStructs)
-	s.w.b = dst
+	s.w.b, s.w.limit = dst, limit
 	err := s.enc.Encode(v)
 	out := s.w.b
 	s.w.b = nil // keep no reference to the caller's memory in the pool
 	encoderPools[b2i(m.ArrayStructs)].Put(s)
+	if errors.Is(err, ErrTooLarge) {
+		return dst, fmt.Errorf("codec: msgpack: encoding %T: %w: over %d bytes", v, ErrTooLarge, limit)
+	}
 	if err != nil {
 		return dst, fmt.Errorf("codec: msgpack: encoding %T: %w", v, classify(err, nil))
 	}
@@ -99,14 +107,23 @@ const (
 
 // sliceWriter is the msgpack encoder's output: it appends to a caller's slice. It
 // implements io.ByteWriter so that msgpack writes single bytes without a temporary slice.
-type sliceWriter struct{ b []byte }
+type sliceWriter struct {
+	b     []byte
+	limit int // the longest b may grow to; 0: no limit
+}
 
 func (w *sliceWriter) Write(p []byte) (int, error) {
+	if w.limit > 0 && len(w.b)+len(p) > w.limit {
+		return 0, ErrTooLarge
+	}
 	w.b = append(w.b, p...)
 	return len(p), nil
 }
 
 func (w *sliceWriter) WriteByte(c byte) error {
+	if w.limit > 0 && len(w.b) >= w.limit {
+		return ErrTooLarge
+	}
 	w.b = append(w.b, c)
 	return nil
 }

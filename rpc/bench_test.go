@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -194,4 +195,30 @@ func timeEcho(b *testing.B, svc *benchsvc.BenchClient, n int) {
 	b.StopTimer()
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+}
+
+// BenchmarkRefuseOverLimit prices refusing a 200 MiB request over the default 64 MiB
+// maximum message size: raw bytes (refused by their length) and a msgpack struct (refused
+// as soon as its encoding passes the limit, before the large field is copied).
+//
+//	go test -run '^$' -bench RefuseOverLimit ./rpc/
+func BenchmarkRefuseOverLimit(b *testing.B) {
+	svc := benchClient(b, nil, nil)
+	huge := make([]byte, 200<<20)
+	ctx := context.Background()
+	b.Run("bytes", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := svc.Bytes(ctx, huge); !errors.Is(err, rpc.ErrResourceExhausted) {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("msgpack", func(b *testing.B) {
+		req := &benchsvc.Small{Key: "k", Value: huge}
+		for i := 0; i < b.N; i++ {
+			if _, err := svc.Small(ctx, req); !errors.Is(err, rpc.ErrResourceExhausted) {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -394,17 +394,26 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 		ep.outstanding.Add(-1)
 		return nil, nil, &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
 	}
+	// Refuse what cannot travel before encoding it: a body of known size over the largest
+	// message this connection may send (the smaller of both sides' MaxMessage).
+	size, known := len(raw), req == nil
+	if sz, ok := cod.(codec.Sizer); ok && req != nil {
+		size, known = sz.Size(req)
+	}
+	if limit := conn.MaxSend(); known && size > limit {
+		ep.outstanding.Add(-1)
+		return nil, nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is %d bytes, over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides')", method, size, limit),
+			cause: transport.ErrTooLarge}
+	}
 	var resp *transport.Response
 	if req == nil && len(raw) > 16<<10 {
 		resp, err = c.callRegistered(ctx, conn, method, deadline, md, nil, nil, raw, len(raw))
 		goto done
 	}
-	if sz, ok := cod.(codec.Sizer); ok && req != nil { // a large body of known size is built in registered memory
-		if n, ok := sz.Size(req); ok && n > 16<<10 {
-			resp, err = c.callRegistered(ctx, conn, method, deadline, md, cod, req, nil, n)
-			if !errors.Is(err, errSizeEstimate) {
-				goto done
-			}
+	if known && req != nil && size > 16<<10 { // a large body of known size is built in registered memory
+		resp, err = c.callRegistered(ctx, conn, method, deadline, md, cod, req, nil, size)
+		if !errors.Is(err, errSizeEstimate) {
+			goto done
 		}
 	}
 	{
@@ -415,9 +424,12 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 		}
 		if req == nil {
 			b = append(b, raw...)
-		} else if b, err = cod.Append(b, req); err != nil {
+		} else if b, err = appendBody(cod, b, req, conn.MaxSend()); err != nil {
 			scratchPool.Put(sp)
 			ep.outstanding.Add(-1)
+			if errors.Is(err, codec.ErrTooLarge) {
+				return nil, nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
+			}
 			return nil, nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
 		}
 		if c.tel != nil {
@@ -464,6 +476,16 @@ done:
 		return nil, nil, st
 	}
 	return resp, r.body, nil
+}
+
+// appendBody encodes req behind b, stopping as soon as the message passes limit bytes
+// when the codec can (codec.LimitAppender): an oversized request is refused after the
+// encoding of what comes before its large field, not all of it.
+func appendBody(cod codec.Codec, b []byte, req any, limit int) ([]byte, error) {
+	if la, ok := cod.(codec.LimitAppender); ok {
+		return la.AppendLimit(b, req, limit)
+	}
+	return cod.Append(b, req)
 }
 
 // callRegistered encodes the request (req with cod, or raw as it is) straight into a

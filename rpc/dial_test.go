@@ -106,3 +106,35 @@ func TestNewClient(t *testing.T) {
 		t.Fatalf("WaitForReady call once the server is up: %v", err)
 	}
 }
+
+// Big is a request with a large field, encoded by msgpack (no size is known before
+// encoding).
+type Big struct {
+	Name string
+	Data []byte
+}
+
+// TestRequestOverLimit: a request over the maximum message size is refused before it is
+// sent, with the limit named: raw bytes by their length, a msgpack struct as soon as its
+// encoding passes the limit.
+func TestRequestOverLimit(t *testing.T) {
+	e := start(t, nil)
+	huge := make([]byte, 200<<20) // over the default 64 MiB
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"raw bytes", func() error { _, err := e.svc.Bytes(context.Background(), huge); return err }},
+		{"msgpack struct", func() error {
+			return e.client.Invoke(context.Background(), "/test.Svc/Echo", &Big{Name: "x", Data: huge}, new(Msg))
+		}},
+	} {
+		err := tc.call()
+		if !errors.Is(err, rpc.ErrResourceExhausted) || !strings.Contains(err.Error(), "maximum message size of 67108864 bytes") {
+			t.Errorf("%s: %v; want ResourceExhausted naming the 64 MiB limit", tc.name, err)
+		}
+	}
+	if _, err := e.svc.Echo(context.Background(), &Msg{Text: "after"}); err != nil {
+		t.Fatalf("the connection after refused requests: %v", err)
+	}
+}

@@ -10,7 +10,8 @@ import (
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
-// CallOption configures one call (see Header, Trailer, WaitForReady).
+// CallOption configures one call (see Trailer and WaitForReady). A handler sends metadata
+// back with SetTrailer; there are no separate response headers.
 type CallOption interface {
 	apply(*callInfo)
 }

@@ -609,6 +609,10 @@ func (c *Conn) Done() <-chan struct{} { return c.tornCh }
 // established about it.
 func (c *Conn) Peer() Peer { return c.peer }
 
+// MaxSend returns the largest payload this side may send on the connection: the smaller
+// of both sides' Config.MaxMessage. Larger ones fail with ErrTooLarge.
+func (c *Conn) MaxSend() int { return c.maxSend }
+
 // EagerLimit returns the largest payload this side sends inside a SEND; larger ones go
 // through a window.
 func (c *Conn) EagerLimit() int { return c.eager }
