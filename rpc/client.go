@@ -44,6 +44,7 @@ type endpoint struct {
 	outstanding atomic.Int64
 	lastHeard   atomic.Int64 // unix nanos of the last response: keepalive pings a connection silent since
 	lastErr     atomic.Value // error: why the last dial failed
+	tried       atomic.Bool  // the first dial has ended, either way
 }
 
 // Dial connects to target, one address ("host:port") or several separated by commas, and
@@ -62,13 +63,16 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		c.upMu.Lock()
 		up := c.up
 		c.upMu.Unlock()
-		if c.pick() != nil {
-			return c, nil
-		}
-		refused := true // by every endpoint, for a reason no retry changes
+		// Up once one endpoint is, and each has had its first try (so that the first
+		// calls spread over all the endpoints that answer at once).
+		tried, refused := true, true // refused: by every endpoint, for a reason no retry changes
 		for _, ep := range c.eps {
 			e, _ := ep.lastErr.Load().(error)
 			refused = refused && e != nil && permanent(e)
+			tried = tried && ep.tried.Load()
+		}
+		if tried && c.pick() != nil {
+			return c, nil
 		}
 		var done <-chan struct{} = ctx.Done()
 		if refused {
@@ -231,10 +235,12 @@ func (c *Client) maintain(ep *endpoint) {
 			cancel()
 			if err != nil {
 				ep.lastErr.Store(err)
+				ep.tried.Store(true)
 				c.signalUp() // Dial may be waiting to see that every endpoint refuses us
 			}
 			if err == nil {
 				ep.conn.Store(nc)
+				ep.tried.Store(true)
 				backoff = c.opts.backoffBase
 				c.signalUp()
 				continue
