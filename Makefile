@@ -48,7 +48,7 @@ BENCH_PATTERNS := $(strip $(foreach d,$(BENCH_DIRS),$(if $(wildcard $(d)/.),./$(
 
 # The steps of `make test`, in order. A step that cannot run on this machine (test-rxe: not
 # root, not Debian) reports a skip with $(call skip,...), which CI=true turns into a failure.
-TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace test-benchmarks test-otlp fuzz-smoke test-rxe test-faults
+TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace test-benchmarks test-otlp test-readme fuzz-smoke test-rxe test-faults
 
 # $(call header,title) prints a step header, with the time of day so that CI logs show
 # how long each step took.
@@ -126,6 +126,14 @@ test-benchmarks:
 test-otlp:
 	@$(call header,examples/otlp module: go vet, staticcheck and go test)
 	cd examples/otlp && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# test-readme follows the README's "Your own service in a new module" in a new module in
+# a temporary directory (go get -tool, go generate, the client started before the server):
+# behind the build tag readme because it runs the go command and downloads the new module's
+# dependencies through the module proxy.
+test-readme:
+	@$(call header,test-readme: the README's new-module recipe as two processes)
+	$(GO) vet -tags readme ./examples/readme/ && $(GO) test -tags readme -count=1 -timeout $(TEST_TIMEOUT) ./examples/readme/
 
 # fuzz-smoke and fuzz find every `func FuzzX(` in the module's test files and run each
 # target on its own (go test -fuzz takes one target per invocation).
