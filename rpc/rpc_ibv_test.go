@@ -56,6 +56,8 @@ func TestIBV(t *testing.T) {
 		{"Telemetry", TestTelemetry},
 		{"TelemetryDroppedConnection", TestTelemetryDroppedConnection},
 		{"TLS", TestTLS},
+		{"Evolution", TestEvolution},
+		{"DialWaits", TestDialWaits},
 	} {
 		t.Run(tc.name, tc.f)
 	}
