@@ -49,7 +49,12 @@ func TestDialWaits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	t0 := time.Now()
-	c, err := rpc.Dial(ctx, addr, rpc.WithBackoff(20*time.Millisecond, 100*time.Millisecond))
+	copts := []rpc.DialOption{rpc.WithBackoff(20*time.Millisecond, 100*time.Millisecond)}
+	if withDevices != nil {
+		_, c := withDevices(t)
+		copts = append(c, copts...)
+	}
+	c, err := rpc.Dial(ctx, addr, copts...)
 	if err != nil {
 		t.Fatalf("Dial before the server listened: %v", err)
 	}
