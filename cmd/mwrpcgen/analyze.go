@@ -64,6 +64,7 @@ func (s *service) generatedNames() []string {
 		"New" + s.name + "Client",
 		"Register" + s.name,
 		s.name + "ServiceDesc",
+		staleName(s.name),
 	}
 	for _, m := range s.methods {
 		names = append(names, handlerName(s, m))
@@ -75,6 +76,10 @@ func (s *service) generatedNames() []string {
 }
 
 // handlerName is the name of the generated server handler of s.m.
+// staleName is the alias the stale-stub check is spelled with: the compiler's error
+// quotes it.
+func staleName(service string) string { return "_" + service + "_stubs_are_stale_run_go_generate" }
+
 func handlerName(s *service, m *method) string { return "_" + s.name + "_" + m.name + "_Handler" }
 
 // bytesHandlerName is the name of the allocation-free handler of a raw method.
@@ -98,6 +103,7 @@ type pkgResult struct {
 	files      []genFile // the outputs, sorted by path
 	stale      []string  // earlier outputs that now hold no service, to delete
 	diags      []diag
+	warnings   []diag
 	found      map[string]bool // the -type names the package declares
 	services   int
 	loadFailed bool // the package could not be analyzed at all
@@ -119,7 +125,8 @@ type analyzer struct {
 	marked   map[*types.TypeName]bool
 	files    map[string]*ast.File // by absolute file name
 	diags    []diag
-	invalid  bool // a service's declaration involves an invalid type (a type error)
+	warnings []diag // what does not stop generation but the user should know
+	invalid  bool   // a service's declaration involves an invalid type (a type error)
 	services []*service
 }
 
@@ -200,6 +207,7 @@ func analyzePackage(ld *loader, pkg *packages.Package, names []string) *pkgResul
 		}
 	}
 	res.services = len(a.services)
+	res.warnings = sortDiags(a.warnings)
 	res.diags = sortDiags(a.diags)
 	if len(res.diags) > 0 {
 		return res
@@ -269,6 +277,17 @@ func (a *analyzer) before(p, q token.Pos) bool {
 
 func (a *analyzer) errorf(pos token.Pos, format string, args ...any) {
 	a.diags = append(a.diags, diag{pos: a.fset.Position(pos), msg: fmt.Sprintf(format, args...)})
+}
+
+// warnf records a warning at pos (once per position and message).
+func (a *analyzer) warnf(pos token.Pos, format string, args ...any) {
+	d := diag{pos: a.fset.Position(pos), msg: "warning: " + fmt.Sprintf(format, args...)}
+	for _, w := range a.warnings {
+		if w == d {
+			return
+		}
+	}
+	a.warnings = append(a.warnings, d)
 }
 
 // addNamed adds the object a -type flag names, which must be an interface type declared
@@ -438,7 +457,7 @@ func (a *analyzer) checkParam(pos token.Pos, name, what string, t types.Type) (p
 		a.errorf(pos, "%s: %s type %s cannot be used in generated code: %s", name, what, a.typeString(t), problem)
 		return p, false
 	}
-	return p, true
+	return p, a.checkTravel(name, what, t)
 }
 
 // classify reports how t travels, or false when it is not an allowed request or

@@ -174,7 +174,10 @@ func (e *emitter) service(s *service) {
 	e.printf("type %sClient struct{ cc %s.Invoker }\n", S, e.rpc)
 	e.printf("\n// New%sClient returns a client of service %s over cc (an *%s.Client).\n", S, S, e.rpc)
 	e.printf("func New%sClient(cc %s.Invoker) *%sClient { return &%sClient{cc: cc} }\n", S, e.rpc, S, S)
-	e.printf("\nvar _ %s = (*%sClient)(nil)\n", S, S)
+	// A stub older than its interface fails to build here, and the compiler's message
+	// names the remedy.
+	e.printf("\n// The line below fails to build when %s has methods these stubs lack; the\n// compiler's message then names the remedy.\ntype %s = *%sClient\n", S, staleName(S), S)
+	e.printf("\nvar _ %s = %s(nil)\n", S, staleName(S))
 	for _, m := range s.methods {
 		e.clientMethod(s, m, full)
 	}

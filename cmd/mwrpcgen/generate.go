@@ -19,6 +19,7 @@ type options struct {
 	env   []string  // extra environment for the go command (KEY=value)
 	types []string  // -type: the service interfaces; nil for those marked //mwrpc:service
 	log   io.Writer // where -v reports; nil for quiet
+	warn  io.Writer // where warnings go (unexported fields that do not travel); nil: nowhere
 }
 
 // generate loads the packages that patterns name and writes their generated files. It
@@ -31,6 +32,13 @@ func generate(opts options, patterns []string) ([]diag, error) {
 		return nil, err
 	}
 	results, diags := plan(ld, pkgs, opts.types, patterns)
+	if opts.warn != nil {
+		for _, r := range results {
+			for _, w := range r.warnings {
+				fmt.Fprintln(opts.warn, w.format(opts.dir))
+			}
+		}
+	}
 	if len(diags) > 0 {
 		return diags, nil
 	}

@@ -40,6 +40,7 @@ var goldenCases = []goldenCase{
 	{name: "badsvc", fails: true},
 	{name: "badtype", types: []string{"KV", "Missing", "Req", "Value", "Alias", "Fn"}, fails: true},
 	{name: "typeerr", types: []string{"KV"}, fails: true},
+	{name: "badfields", types: []string{"Svc"}, fails: true},
 }
 
 // The build configuration of the tests' loads: the buildtags case needs both.
@@ -306,4 +307,44 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("go test ./testdata/e2e: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// TestStaleStubFailsToBuild: after the interface gains a method, the stubs generated
+// before fail to build with a message that names go generate.
+func TestStaleStubFailsToBuild(t *testing.T) {
+	dir := caseDir(t, "pointer")
+	gen, err := os.ReadFile(filepath.Join(dir, "kv_mwrpc.go.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(dir, "kv.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := strings.Replace(string(src), "type KV interface {\n", "type KV interface {\n\tPing(ctx context.Context, req *GetReq) (*GetResp, error)\n", 1)
+	if newer == string(src) {
+		t.Fatal("testdata/pointer/kv.go: no KV interface to add a method to")
+	}
+	cfg := &packages.Config{
+		Mode: packages.NeedName | packages.NeedTypes | packages.NeedSyntax | packages.NeedTypesInfo,
+		Env:  append(os.Environ(), testEnv...),
+		Overlay: map[string][]byte{
+			filepath.Join(dir, "kv.go"):       []byte(newer),
+			filepath.Join(dir, "kv_mwrpc.go"): gen,
+		},
+	}
+	pkgs, err := packages.Load(cfg, "./testdata/pointer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, p := range pkgs {
+		for _, e := range p.Errors {
+			msgs = append(msgs, e.Msg)
+		}
+	}
+	joined := strings.Join(msgs, "\n")
+	if !strings.Contains(joined, "_KV_stubs_are_stale_run_go_generate") || !strings.Contains(joined, "missing method Ping") {
+		t.Fatalf("stale stubs: %q; want a build error naming _KV_stubs_are_stale_run_go_generate and the missing method", joined)
+	}
 }

@@ -62,7 +62,7 @@ import (
 
 // version is written into every generated file. Bump it whenever the generated code
 // changes, so that stale files show up as a diff.
-const version = "v0.1.0"
+const version = "v0.2.0"
 
 func main() {
 	dir, err := os.Getwd()
@@ -94,7 +94,7 @@ func run(dir string, args []string, stderr io.Writer) int {
 		}
 		return 2
 	}
-	opts := options{dir: dir, tags: *tags}
+	opts := options{dir: dir, tags: *tags, warn: stderr}
 	if *verbose {
 		opts.log = stderr
 	}

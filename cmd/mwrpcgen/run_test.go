@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +38,12 @@ func TestRun(t *testing.T) {
 		stderr string            // the exact report; with "..." at the end, its start
 		files  map[string]string // the generated files afterwards, by name
 	}
+	// GetReq with an unexported field: a warning, and the same stubs.
+	hidden := strings.Replace(marked, "type GetReq struct{ Key string }", "type GetReq struct {\n\tKey    string\n\tsecret int\n}", 1)
+	if hidden == marked {
+		t.Fatal("testdata/pointer/kv.go: cannot add a field to GetReq")
+	}
+	hiddenLine := strings.Count(hidden[:strings.Index(hidden, "\tsecret int")], "\n") + 1
 	writeKV := func(src string) func(t *testing.T) {
 		return func(t *testing.T) { writeFile(t, filepath.Join(dir, "kv.go"), src) }
 	}
@@ -90,6 +97,13 @@ func TestRun(t *testing.T) {
 			},
 			args: nil, code: 1,
 			stderr: "store.go:14:2: KV.Put: request type map[string]int is not supported; use a pointer to a struct, a struct, []byte or a basic type\n",
+			files:  map[string]string{"store_mwrpc.go": golden},
+		},
+		{
+			name:   "unexported field",
+			before: func(t *testing.T) { writeFile(t, filepath.Join(dir, "store.go"), hidden) },
+			args:   nil, code: 0,
+			stderr: fmt.Sprintf("store.go:%d:2: warning: KV.Get: request field GetReq.secret is unexported: it does not travel (the other side gets its zero value)\n", hiddenLine),
 			files:  map[string]string{"store_mwrpc.go": golden},
 		},
 		{
