@@ -104,3 +104,17 @@ func TestEvolution(t *testing.T) {
 		}
 	})
 }
+
+// TestRegisterSameServiceName: two services of one name cannot be registered on one
+// server; the panic says why and what to do.
+func TestRegisterSameServiceName(t *testing.T) {
+	srv := rpc.NewServer()
+	srv.RegisterService(&rpc.ServiceDesc{ServiceName: "api.Users", Methods: []rpc.MethodDesc{{MethodName: "Get"}}}, struct{}{})
+	defer func() {
+		r := recover()
+		if msg, _ := r.(string); !strings.Contains(msg, "api.Users") || !strings.Contains(msg, "already registered") || !strings.Contains(msg, "//mwrpc:service") {
+			t.Fatalf("registering a second api.Users: %v", r)
+		}
+	}()
+	srv.RegisterService(&rpc.ServiceDesc{ServiceName: "api.Users", Methods: []rpc.MethodDesc{{MethodName: "List"}}}, struct{}{})
+}

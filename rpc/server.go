@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,12 @@ func (s *Server) RegisterService(sd *ServiceDesc, impl any) {
 	defer s.mu.Unlock()
 	if s.tr != nil {
 		panic(fmt.Sprintf("rpc: RegisterService(%s) after Serve", sd.ServiceName))
+	}
+	for _, m := range s.methods {
+		if strings.HasPrefix(m.full, "/"+sd.ServiceName+"/") {
+			panic(fmt.Sprintf("rpc: RegisterService(%s): a service of that name is already registered (%T); two packages of one name declare the same <package>.<Interface>: give one a wire name with a //mwrpc:service line (see docs/evolution.md)",
+				sd.ServiceName, m.impl))
+		}
 	}
 	for i := range sd.Methods {
 		md := &sd.Methods[i]

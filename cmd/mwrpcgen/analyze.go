@@ -49,6 +49,7 @@ func (m *method) raw() bool { return m.req.kind == kindBytes && m.resp.kind == k
 // service is one service interface and its methods.
 type service struct {
 	name    string // the interface's name
+	wire    string // the name calls carry: <package>.<Interface>, or the marker's
 	obj     *types.TypeName
 	spec    *ast.TypeSpec
 	file    string // absolute path of the file that declares it
@@ -118,16 +119,17 @@ type genFile struct {
 
 // analyzer finds and checks the services of one package.
 type analyzer struct {
-	pkg      *packages.Package
-	fset     *token.FileSet
-	self     *types.Package
-	specs    map[*types.TypeName]*ast.TypeSpec
-	marked   map[*types.TypeName]bool
-	files    map[string]*ast.File // by absolute file name
-	diags    []diag
-	warnings []diag // what does not stop generation but the user should know
-	invalid  bool   // a service's declaration involves an invalid type (a type error)
-	services []*service
+	pkg       *packages.Package
+	fset      *token.FileSet
+	self      *types.Package
+	specs     map[*types.TypeName]*ast.TypeSpec
+	marked    map[*types.TypeName]bool
+	wireNames map[*types.TypeName]string // the names //mwrpc:service lines give
+	files     map[string]*ast.File       // by absolute file name
+	diags     []diag
+	warnings  []diag // what does not stop generation but the user should know
+	invalid   bool   // a service's declaration involves an invalid type (a type error)
+	services  []*service
 }
 
 // analyzePackage finds the services of pkg (those named in types, or those marked with
@@ -157,12 +159,13 @@ func analyzePackage(ld *loader, pkg *packages.Package, names []string) *pkgResul
 	}
 
 	a := &analyzer{
-		pkg:    pkg,
-		fset:   pkg.Fset,
-		self:   pkg.Types,
-		specs:  make(map[*types.TypeName]*ast.TypeSpec),
-		marked: make(map[*types.TypeName]bool),
-		files:  make(map[string]*ast.File),
+		pkg:       pkg,
+		fset:      pkg.Fset,
+		self:      pkg.Types,
+		specs:     make(map[*types.TypeName]*ast.TypeSpec),
+		marked:    make(map[*types.TypeName]bool),
+		wireNames: make(map[*types.TypeName]string),
+		files:     make(map[string]*ast.File),
 	}
 	a.indexDecls()
 
@@ -245,8 +248,9 @@ func (a *analyzer) indexDecls() {
 				if doc == nil && !gd.Lparen.IsValid() {
 					doc = gd.Doc
 				}
-				if hasMarker(doc) {
+				if name, ok := marker(doc); ok {
 					a.marked[tn] = true
+					a.wireNames[tn] = name
 				}
 			}
 		}
@@ -254,16 +258,30 @@ func (a *analyzer) indexDecls() {
 }
 
 // hasMarker reports whether the doc comment has the line //mwrpc:service.
-func hasMarker(doc *ast.CommentGroup) bool {
+// marker finds the //mwrpc:service line in doc and the wire name it gives, if any
+// ("//mwrpc:service acme.kv.v1.KV"), as a proto package names a service.
+func marker(doc *ast.CommentGroup) (name string, ok bool) {
 	if doc == nil {
-		return false
+		return "", false
 	}
 	for _, c := range doc.List {
-		if strings.TrimRight(c.Text, " \t") == serviceMarker {
-			return true
+		rest, found := strings.CutPrefix(strings.TrimRight(c.Text, " \t"), serviceMarker)
+		if found && (rest == "" || rest[0] == ' ' || rest[0] == '\t') {
+			return strings.TrimSpace(rest), true
 		}
 	}
-	return false
+	return "", false
+}
+
+// validWireName reports what is wrong with a service name given by the marker, or "".
+func validWireName(name string) string {
+	if strings.ContainsAny(name, "/ \t") {
+		return "it may not contain a slash or a space"
+	}
+	if len(name) > 200 {
+		return "it is longer than 200 bytes"
+	}
+	return ""
 }
 
 // before orders positions by file name, then offset.
@@ -344,10 +362,18 @@ func (a *analyzer) addService(tn *types.TypeName) {
 	iface := named.Underlying().(*types.Interface)
 	s := &service{
 		name: tn.Name(),
+		wire: a.self.Name() + "." + tn.Name(),
 		obj:  tn,
 		spec: a.specs[tn],
 		file: a.fset.PositionFor(tn.Pos(), false).Filename,
 		pos:  a.fset.Position(tn.Pos()),
+	}
+	if name, ok := a.wireNames[tn]; ok && name != "" {
+		if problem := validWireName(name); problem != "" {
+			a.errorf(tn.Pos(), "%s: %s %s: %s", s.name, serviceMarker, name, problem)
+			return
+		}
+		s.wire = name
 	}
 	switch {
 	case !tn.Exported():

@@ -166,7 +166,7 @@ func (e *emitter) printf(format string, args ...any) { fmt.Fprintf(e.b, format, 
 // service writes the client, the registration function, the service descriptor and the
 // method handlers of s.
 func (e *emitter) service(s *service) {
-	S, full := s.name, e.pkgName+"."+s.name
+	S, full := s.name, s.wire
 	e.printf("\n// %sServiceName is the full name of service %s.\n", S, S)
 	e.printf("const %sServiceName = %q\n", S, full)
 

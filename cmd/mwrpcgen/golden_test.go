@@ -36,6 +36,7 @@ var goldenCases = []goldenCase{
 	{name: "imports", types: []string{"Catalog"}},
 	{name: "discover", removed: []string{"old_mwrpc.go"}},
 	{name: "buildtags"},
+	{name: "wirename"},
 	{name: "badsig", types: []string{"Bad", "Good"}, fails: true},
 	{name: "badsvc", fails: true},
 	{name: "badtype", types: []string{"KV", "Missing", "Req", "Value", "Alias", "Fn"}, fails: true},

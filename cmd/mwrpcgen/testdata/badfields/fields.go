@@ -23,7 +23,7 @@ type GetRequest struct {
 	Fn      func() error
 	Ptr     unsafe.Pointer
 	C       complex128
-	Skipped chan int `msgpack:"-"`
+	Skipped chan int  `msgpack:"-"`
 	When    time.Time // encodes itself
 	Opts    *Options
 	hidden  int

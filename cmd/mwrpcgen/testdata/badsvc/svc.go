@@ -57,3 +57,10 @@ type in struct{}
 type Local interface {
 	Get(ctx context.Context, req *in) (*Req, error)
 }
+
+// BadName names itself with a slash.
+//
+//mwrpc:service acme/BadName
+type BadName interface {
+	Get(ctx context.Context, req *struct{}) (*struct{}, error)
+}
