@@ -18,16 +18,20 @@
 //
 //	//mwrpc:service
 //
-// The usual way to run it is from a go:generate line in the package that declares the
-// services:
+// which may also name the service on the wire (by default "<package name>.<Interface>"),
+// as a proto package does: "//mwrpc:service acme.kv.v1.KV".
 //
-//	//go:generate go run github.com/mwrpc/mwrpc/cmd/mwrpcgen -type KV
+// The usual way to run it is from a go:generate line in the package that declares the
+// services, with mwrpcgen a tool dependency of the module (go get -tool
+// github.com/mwrpc/mwrpc/cmd/mwrpcgen):
+//
+//	//go:generate go tool mwrpcgen -type KV
 //
 // For the services declared in kv.go, mwrpcgen writes kv_mwrpc.go next to it (copying
 // kv.go's build constraints, including those implied by a _GOOS or _GOARCH file name
 // suffix). For service KV the file declares
 //
-//	const KVServiceName = "<package name>.KV"
+//	const KVServiceName = "<package name>.KV"   // or the marker's name
 //	type KVClient struct{ ... }              // implements KV over an rpc.Invoker
 //	func NewKVClient(cc rpc.Invoker) *KVClient
 //	func RegisterKV(s *rpc.Server, impl KV)
@@ -38,9 +42,14 @@
 // --exit-code` checks that the generated code is current. Files are rewritten only when
 // their contents change.
 //
-// When a package's service has a method of the wrong shape, mwrpcgen reports every such
-// problem, as file:line:col, the method and what is allowed, writes nothing for that
-// package, and exits with status 1. Generated files already in the package are ignored
+// and a check that stops the build, with a message naming go generate, when the interface
+// has methods the stubs lack.
+//
+// When a package's service has a method of the wrong shape, or a request or response
+// field the msgpack codec cannot carry (a channel, a function, unsafe.Pointer, a complex
+// number, an interface other than any: reported at the field, with its path), mwrpcgen
+// reports every such problem, as file:line:col, writes nothing for that package, and exits
+// with status 1. Unexported fields, which do not travel, get a warning. Generated files already in the package are ignored
 // while loading it (they may be stale), and code that uses what is about to be generated
 // (RegisterKV, NewKVClient) does not stop generation.
 //
