@@ -134,6 +134,14 @@ type readOp struct {
 	live bool
 }
 
+// grantedCredits is how many of the peer's receive slots this side uses: what the peer
+// offers, but no more than this side's own Credits. The send slots are sized from it, so a
+// hello that offers thousands of credits cannot make this side register hundreds of
+// megabytes of send slots for one connection (a pool-exhaustion lockout).
+func grantedCredits(cfg *Config, peer wire.Hello) int {
+	return min(int(peer.Credits), cfg.Credits)
+}
+
 func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	cfg := &t.cfg
 	c := &Conn{
@@ -141,8 +149,8 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		eager:   min(cfg.EagerThreshold, int(peer.SlotSize)-wire.HeaderLen),
 		maxSend: min(cfg.MaxMessage, int(peer.MaxMessage)),
 		maxRecv: uint32(cfg.MaxMessage),
-		credits: int(peer.Credits),
-		avail:   int(peer.Credits),
+		credits: grantedCredits(cfg, peer),
+		avail:   grantedCredits(cfg, peer),
 
 		ctrlAvail: recvCtrlSlots,
 		calls:     make(map[uint64]*call),
@@ -188,7 +196,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 // queue depths. Every work request may complete into the poller's CQ, so sendWR + recvWR
 // is what the connection commits of the CQ (poller.committed).
 func queueSizes(cfg *Config, peer wire.Hello) (nsend, nread, sendWR, recvWR int) {
-	nsend = int(peer.Credits) + recvCtrlSlots + 4
+	nsend = grantedCredits(cfg, peer) + recvCtrlSlots + 4
 	nread = cfg.Credits + recvCtrlSlots
 	// A window's bind and its LOCAL_INV; the READs of the peer's large messages.
 	return nsend, nread, nsend + 2*cfg.Windows + nread, cfg.Credits + recvCtrlSlots

@@ -410,3 +410,52 @@ func TestPeerCloseIsQuiet(t *testing.T) {
 		})
 	}
 }
+
+// TestHelloCreditsClamped: a peer offering far more credits than this side's Credits does
+// not make this side register send slots for all of them (what two such hellos once did
+// to the whole pool); calls still work.
+func TestHelloCreditsClamped(t *testing.T) {
+	_, _, sendDefault, _ := queueSizes(&Config{Credits: DefaultCredits, Windows: DefaultWindows}, wire.Hello{Credits: 16124})
+	_, _, sendOwn, _ := queueSizes(&Config{Credits: DefaultCredits, Windows: DefaultWindows}, wire.Hello{Credits: DefaultCredits})
+	if sendDefault != sendOwn {
+		t.Fatalf("a hello offering 16124 credits sizes %d send work requests, %d for one offering %d", sendDefault, sendOwn, DefaultCredits)
+	}
+	fb := fabrics[0]
+	cdev, sdev := fb.open(t)
+	server, err := New(sdev, echo, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	greedy, err := New(cdev, nil, Config{Credits: 4096}) // offers the server 4096 receive slots
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer greedy.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go server.Serve(ln)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := greedy.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Call(ctx, []byte("still works"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Release()
+	inUse := 0
+	for _, cl := range server.Stats().Pool.Classes {
+		inUse += cl.InUse
+	}
+	// Receive slots (Credits + 32) and send slots (granted credits + 36): about 200.
+	if limit := 2 * (DefaultCredits + recvCtrlSlots + 4 + DefaultCredits + recvCtrlSlots); inUse > limit {
+		t.Fatalf("the server holds %d pooled buffers for one connection offering 4096 credits, want at most %d", inUse, limit)
+	}
+	_ = c.Close()
+}
