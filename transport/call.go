@@ -120,7 +120,7 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 	h := wire.Header{Kind: wire.KindRequest, CallID: cl.id}
 	var err error
 	if large != nil {
-		err = c.sendLarge(ctx, &h, large, revoke{})
+		err = c.sendLarge(ctx, &h, large, revoke{}, sendWait)
 	} else {
 		_, err = c.send(ctx, &h, eager, nil, revoke{}, sendWait)
 	}

@@ -110,6 +110,11 @@ type Config struct {
 	Pool pool.Config
 	// Connect are the queue-pair attributes; the zero value means cm.DefaultParams().
 	Connect cm.Params
+	// CreditTimeout is how long a response may wait for the peer to return a credit
+	// (repost a receive) before the connection is failed as stalled and its handlers
+	// released: a peer that stops reading replies cannot hold the handler pool. Zero
+	// means DefaultCreditTimeout.
+	CreditTimeout time.Duration
 	// HandshakeTimeout bounds connection setup; zero means 10s.
 	HandshakeTimeout time.Duration
 	// PeerTimeout is how long a silent peer host has before its connections fail with
@@ -140,6 +145,7 @@ const (
 	DefaultWindows        = 64
 	DefaultLease          = 10 * time.Second
 	DefaultPeerTimeout    = 15 * time.Second
+	DefaultCreditTimeout  = 10 * time.Second
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -178,6 +184,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = DefaultPeerTimeout
+	}
+	if c.CreditTimeout == 0 {
+		c.CreditTimeout = DefaultCreditTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

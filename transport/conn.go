@@ -300,9 +300,10 @@ func (c *Conn) returnCredits() {
 type sendMode uint8
 
 const (
-	sendWait    sendMode = iota // a counted message: wait for a credit
-	sendTry                     // a counted message: fail with errNoCredit rather than wait
-	sendControl                 // a Release: uses a control slot, never waits
+	sendWait     sendMode = iota // a counted message: wait for a credit
+	sendResponse                 // a response: wait for a credit, at most Config.CreditTimeout
+	sendTry                      // a counted message: fail with errNoCredit rather than wait
+	sendControl                  // a Release: uses a control slot, never waits
 )
 
 var errNoCredit = errors.New("transport: no credit")
@@ -313,13 +314,14 @@ var errNoCredit = errors.New("transport: no credit")
 // reports whether the message was posted: if not, bind was not either.
 func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
 	if !c.ready.Load() {
-		if mode != sendWait {
+		if mode != sendWait && mode != sendResponse {
 			return false, errNoCredit // queued; flushed once the connection is ready
 		}
 		if err := c.waitReady(ctx); err != nil {
 			return false, err
 		}
 	}
+	var stall time.Time // when a response gives up waiting for a credit
 	c.mu.Lock()
 	for {
 		if c.err != nil {
@@ -336,12 +338,22 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 		if ok {
 			break
 		}
-		if mode != sendWait {
+		if mode != sendWait && mode != sendResponse {
 			c.mu.Unlock()
 			return false, errNoCredit
 		}
-		if err := c.waitLocked(ctx); err != nil {
+		if mode == sendResponse && stall.IsZero() {
+			// A handler may not wait forever on a peer that stopped reposting receives:
+			// that would hold the handler pool (issue 16's handler starvation).
+			stall = time.Now().Add(c.t.cfg.CreditTimeout)
+		}
+		if err := c.waitLockedUntil(ctx, stall); err != nil {
 			c.mu.Unlock()
+			if errors.Is(err, errStalled) {
+				c.t.counters.stalled.Add(1)
+				c.fail(fmt.Errorf("%w: %w: no credit for %v", ErrUnavailable, errStalled, c.t.cfg.CreditTimeout))
+				return false, c.failure()
+			}
 			return false, err
 		}
 	}
@@ -420,18 +432,34 @@ func (c *Conn) popInvLocked() uint32 {
 }
 
 // waitLocked waits, with c.mu held (and released meanwhile), until something changes.
-func (c *Conn) waitLocked(ctx context.Context) error {
+func (c *Conn) waitLocked(ctx context.Context) error { return c.waitLockedUntil(ctx, time.Time{}) }
+
+// errStalled: the peer returned no credit for Config.CreditTimeout while a response
+// waited for one.
+var errStalled = errors.New("the peer stopped returning credits (it does not repost its receives)")
+
+// waitLockedUntil is waitLocked that also gives up with errStalled at until, if set (a
+// timer only then).
+func (c *Conn) waitLockedUntil(ctx context.Context, until time.Time) error {
 	if c.wake == nil {
 		c.wake = make(chan struct{})
 	}
 	ch := c.wake
 	c.waiters++
 	c.mu.Unlock()
+	var expired <-chan time.Time
+	if !until.IsZero() {
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		expired = t.C
+	}
 	var err error
 	select {
 	case <-ch:
 	case <-ctx.Done():
 		err = ctx.Err()
+	case <-expired:
+		err = errStalled
 	}
 	c.mu.Lock()
 	c.waiters--
@@ -454,7 +482,7 @@ func (c *Conn) failure() error {
 
 // sendLarge exposes buf (n bytes) through the next window and announces it. The window
 // (and buf) belong to the binding from then on, until the peer or a LOCAL_INV revokes it.
-func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv revoke) error {
+func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv revoke, mode sendMode) error {
 	w, err := c.nextWindow(ctx)
 	if err != nil {
 		buf.Release()
@@ -467,7 +495,7 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv 
 		return fmt.Errorf("transport: %w", err)
 	}
 	h.Flags, h.Len, h.RKey, h.Addr = wire.FlagLarge, uint32(buf.Len()), w.RKey(), buf.Addr()
-	posted, err := c.send(ctx, h, nil, &bind, rv, sendWait)
+	posted, err := c.send(ctx, h, nil, &bind, rv, mode)
 	if posted {
 		c.t.counters.bound.Add(1)
 	}

@@ -459,3 +459,56 @@ func TestHelloCreditsClamped(t *testing.T) {
 	}
 	_ = c.Close()
 }
+
+// TestStalledPeer: a client that never releases its responses (so never reposts receives
+// nor returns credits) cannot hold the server's handlers: after CreditTimeout the server
+// fails the connection, counts it, and its handlers return.
+func TestStalledPeer(t *testing.T) {
+	fb := fabrics[0]
+	cdev, sdev := fb.open(t)
+	server, err := New(sdev, echo, Config{CreditTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	client, err := New(cdev, nil, Config{Credits: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go server.Serve(ln)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []*Response
+	var failed error
+	for i := 0; i < 12 && failed == nil; i++ { // the client's 4 credits run out after 4
+		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, err := c.Call(cctx, []byte("never released"))
+		ccancel()
+		if err != nil {
+			failed = err
+			break
+		}
+		held = append(held, resp)
+	}
+	if !errors.Is(failed, ErrUnavailable) {
+		t.Fatalf("calls on a connection whose client holds every response: %v, want Unavailable once the server gives up", failed)
+	}
+	for deadline := time.Now().Add(5 * time.Second); server.Stats().Stalled != 1 || server.Stats().Handlers != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("server stats %+v: want 1 stalled connection and no handler running", server.Stats())
+		}
+	}
+	for _, r := range held {
+		r.Release()
+	}
+}

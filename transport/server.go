@@ -140,11 +140,11 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 	if len(payload) > c.maxSend {
 		h.Status = StatusResourceExhausted
 		msg := fmt.Appendf(nil, "mwrpc: response of %d bytes exceeds the maximum message size %d", len(payload), c.maxSend)
-		_, err := c.send(ctx, &h, msg, nil, sc.inv, sendWait)
+		_, err := c.send(ctx, &h, msg, nil, sc.inv, sendResponse)
 		return errors.Join(fmt.Errorf("transport: response of %d bytes (max %d): %w", len(payload), c.maxSend, ErrTooLarge), err)
 	}
 	if len(payload) <= c.eager {
-		_, err := c.send(ctx, &h, payload, nil, sc.inv, sendWait)
+		_, err := c.send(ctx, &h, payload, nil, sc.inv, sendResponse)
 		return err
 	}
 	buf := w.buf
@@ -157,12 +157,12 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 			// The caller still gets an answer (and its window revoked).
 			h.Status = StatusResourceExhausted
 			msg := fmt.Appendf(nil, "mwrpc: no registered memory for a response of %d bytes: %v", len(payload), err)
-			_, serr := c.send(ctx, &h, msg, nil, sc.inv, sendWait)
+			_, serr := c.send(ctx, &h, msg, nil, sc.inv, sendResponse)
 			return errors.Join(fmt.Errorf("transport: response buffer: %w", err), serr)
 		}
 		copy(buf.Bytes(), payload)
 	}
-	return c.sendLarge(ctx, &h, buf, sc.inv)
+	return c.sendLarge(ctx, &h, buf, sc.inv, sendResponse)
 }
 
 // callCtx is a handler's context: canceled when the caller cancels or the connection

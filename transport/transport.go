@@ -422,6 +422,7 @@ type Stats struct {
 	RevokedPeer  uint64 // our windows revoked by the peer's SEND_WITH_INV
 	Reclaimed    uint64 // our windows revoked by LOCAL_INV (lease expiry)
 	EagerBytes   uint64 // payload bytes sent inside SENDs
+	Stalled      uint64 // connections failed because the peer returned no credit for CreditTimeout
 	ReadBytes    uint64 // payload bytes fetched with RDMA READ
 	Conns        int    // connections set up and not yet closed
 	// WindowsExposed are the windows of live connections bound now (or being revoked):
@@ -433,7 +434,7 @@ type Stats struct {
 }
 
 type counters struct {
-	calls, served, bound, reads, revoked, reclaimed, eagerBytes, readBytes atomic.Uint64
+	calls, served, bound, reads, revoked, reclaimed, eagerBytes, readBytes, stalled atomic.Uint64
 }
 
 // Stats returns a snapshot of the transport's counters. It costs about a nanosecond per
@@ -450,6 +451,6 @@ func (t *Transport) Stats() Stats {
 	t.mu.Unlock()
 	return Stats{Calls: c.calls.Load(), Served: c.served.Load(), WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
 		RevokedPeer: c.revoked.Load(), Reclaimed: c.reclaimed.Load(),
-		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
+		EagerBytes: c.eagerBytes.Load(), Stalled: c.stalled.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
 		Handlers: t.workers.Running(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }
