@@ -110,6 +110,11 @@ type Config struct {
 	Pool pool.Config
 	// Connect are the queue-pair attributes; the zero value means cm.DefaultParams().
 	Connect cm.Params
+	// MaxCallsPerConn bounds the calls one connection may have in its handlers at once;
+	// beyond it a request is answered StatusResourceExhausted without running, so that no
+	// single peer takes the whole handler pool. Zero means a quarter of Handlers (at
+	// least Credits: small requests never exceed that, each holding a receive slot).
+	MaxCallsPerConn int
 	// CreditTimeout is how long a response may wait for the peer to return a credit
 	// (repost a receive) before the connection is failed as stalled and its handlers
 	// released: a peer that stops reading replies cannot hold the handler pool. Zero
@@ -187,6 +192,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CreditTimeout == 0 {
 		c.CreditTimeout = DefaultCreditTimeout
+	}
+	if c.MaxCallsPerConn == 0 {
+		c.MaxCallsPerConn = max(c.Handlers/4, c.Credits)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

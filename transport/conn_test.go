@@ -512,3 +512,49 @@ func TestStalledPeer(t *testing.T) {
 		r.Release()
 	}
 }
+
+// TestMaxCallsPerConn: a connection with MaxCallsPerConn calls in its handlers gets
+// ResourceExhausted for the next at once, and the server counts it; the handlers it has
+// keep running.
+func TestMaxCallsPerConn(t *testing.T) {
+	release := make(chan struct{})
+	block := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		<-release
+		_ = w.Write(StatusOK, req)
+	})
+	e := newEnv(t, fabrics[0], block, Config{MaxCallsPerConn: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			resp, err := e.conn.Call(ctx, []byte("held"))
+			if err == nil {
+				resp.Release()
+			}
+			errs <- err
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); e.server.Stats().Handlers < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first two calls never reached their handlers")
+		}
+	}
+	resp, err := e.conn.Call(ctx, []byte("one too many"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status() != StatusResourceExhausted || !strings.Contains(string(resp.Bytes()), "MaxCallsPerConn is 2") {
+		t.Fatalf("third call: status %d %q, want ResourceExhausted naming MaxCallsPerConn", resp.Status(), resp.Bytes())
+	}
+	resp.Release()
+	if n := e.server.Stats().Crowded; n != 1 {
+		t.Fatalf("Stats.Crowded = %d, want 1", n)
+	}
+	close(release)
+	for i := 0; i < 2; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

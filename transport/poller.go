@@ -510,12 +510,22 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	}
 	c.serving[h.CallID] = sc
 	dead := c.err != nil
+	// No single connection may take more than its share of the handlers.
+	crowded := len(c.serving) > c.t.cfg.MaxCallsPerConn
 	c.mu.Unlock()
 	if dead { // fail already canceled the calls it knew of: this one starts canceled
 		sc.ctx.cancel(context.Canceled)
 	}
 	c.t.running.Add(1)
 	c.t.counters.served.Add(1)
+	if crowded {
+		c.t.counters.crowded.Add(1)
+		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv,
+			fmt.Sprintf("mwrpc: too many calls in flight on this connection (Config.MaxCallsPerConn is %d)", c.t.cfg.MaxCallsPerConn))
+		sc.w.sent = true
+		sc.finish()
+		return
+	}
 	if err := c.t.workers.Invoke(sc); err != nil {
 		// Overloaded: answer at once, without running anything.
 		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv,

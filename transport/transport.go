@@ -423,6 +423,7 @@ type Stats struct {
 	Reclaimed    uint64 // our windows revoked by LOCAL_INV (lease expiry)
 	EagerBytes   uint64 // payload bytes sent inside SENDs
 	Stalled      uint64 // connections failed because the peer returned no credit for CreditTimeout
+	Crowded      uint64 // requests refused because their connection had MaxCallsPerConn in flight
 	ReadBytes    uint64 // payload bytes fetched with RDMA READ
 	Conns        int    // connections set up and not yet closed
 	// WindowsExposed are the windows of live connections bound now (or being revoked):
@@ -434,7 +435,7 @@ type Stats struct {
 }
 
 type counters struct {
-	calls, served, bound, reads, revoked, reclaimed, eagerBytes, readBytes, stalled atomic.Uint64
+	calls, served, bound, reads, revoked, reclaimed, eagerBytes, readBytes, stalled, crowded atomic.Uint64
 }
 
 // Stats returns a snapshot of the transport's counters. It costs about a nanosecond per
@@ -451,6 +452,6 @@ func (t *Transport) Stats() Stats {
 	t.mu.Unlock()
 	return Stats{Calls: c.calls.Load(), Served: c.served.Load(), WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
 		RevokedPeer: c.revoked.Load(), Reclaimed: c.reclaimed.Load(),
-		EagerBytes: c.eagerBytes.Load(), Stalled: c.stalled.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
+		EagerBytes: c.eagerBytes.Load(), Stalled: c.stalled.Load(), Crowded: c.crowded.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
 		Handlers: t.workers.Running(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }
