@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 )
 
@@ -56,14 +57,37 @@ func appendMD(b []byte, md MD) ([]byte, int) {
 	slices.Sort(keys) // deterministic bytes
 	for _, k := range keys {
 		for _, v := range md[k] {
-			b = binary.LittleEndian.AppendUint16(b, uint16(len(k)))
-			b = append(b, k...)
-			b = binary.LittleEndian.AppendUint32(b, uint32(len(v)))
-			b = append(b, v...)
+			b = appendMDEntry(b, k, v)
 			n++
 		}
 	}
 	return b, n
+}
+
+// appendMDEntry appends one md entry.
+func appendMDEntry(b []byte, k, v string) []byte {
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(k)))
+	b = append(b, k...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(v)))
+	return append(b, v...)
+}
+
+// mdEntries yields the n md entries of b, which skipMD has checked.
+func mdEntries(b []byte, n int) iter.Seq2[[]byte, []byte] {
+	return func(yield func(k, v []byte) bool) {
+		off := 0
+		for i := 0; i < n; i++ {
+			kl := int(binary.LittleEndian.Uint16(b[off:]))
+			k := b[off+2 : off+2+kl]
+			off += 2 + kl
+			vl := int(binary.LittleEndian.Uint32(b[off:]))
+			v := b[off+4 : off+4+vl]
+			off += 4 + vl
+			if !yield(k, v) {
+				return
+			}
+		}
+	}
 }
 
 func checkMD(md MD) error {
@@ -198,14 +222,8 @@ func decodeMD(b []byte, n int) MD {
 		return nil
 	}
 	md := make(MD, n)
-	off := 0
-	for i := 0; i < n; i++ {
-		kl := int(binary.LittleEndian.Uint16(b[off:]))
-		k := string(b[off+2 : off+2+kl])
-		off += 2 + kl
-		vl := int(binary.LittleEndian.Uint32(b[off:]))
-		md[k] = append(md[k], string(b[off+4:off+4+vl]))
-		off += 4 + vl
+	for k, v := range mdEntries(b, n) {
+		md[string(k)] = append(md[string(k)], string(v))
 	}
 	return md
 }

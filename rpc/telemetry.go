@@ -107,8 +107,11 @@ type setKey struct {
 // maxAttrSets bounds the cache of attribute sets (a client may call any method name).
 const maxAttrSets = 4096
 
+// tracerEntry is the tracer of one provider. Only providers of a comparable type are
+// cached (comparing others would panic).
 type tracerEntry struct {
 	tp     trace.TracerProvider
+	typ    reflect.Type
 	tracer trace.Tracer
 	on     bool
 }
@@ -160,21 +163,15 @@ func (t *telemetry) tracer() (trace.Tracer, bool) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	e := t.tracers.Load()
-	if e != nil && sameProvider(e.tp, tp) {
+	typ := reflect.TypeOf(tp)
+	if e := t.tracers.Load(); e != nil && e.typ == typ && e.tp == tp { // same type: comparable
 		return e.tracer, e.on
 	}
-	e = &tracerEntry{tp: tp, tracer: tp.Tracer(ScopeName), on: !isNoopTracerProvider(tp)}
-	if reflect.TypeOf(tp).Comparable() {
+	e := &tracerEntry{tp: tp, typ: typ, tracer: tp.Tracer(ScopeName), on: !isNoopTracerProvider(tp)}
+	if typ.Comparable() {
 		t.tracers.Store(e)
 	}
 	return e.tracer, e.on
-}
-
-// sameProvider compares two providers without panicking on uncomparable types.
-func sameProvider(a, b trace.TracerProvider) bool {
-	ta := reflect.TypeOf(a)
-	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
 }
 
 // isNoopTracerProvider: the API's noop provider, or the global placeholder that no SDK
@@ -378,10 +375,7 @@ func (a *mdInjector) Set(k, v string) {
 	if _, own := a.md[k]; own || a.n >= maxMDEntries || len(k) > maxMDKeyLen {
 		return
 	}
-	a.b = binary.LittleEndian.AppendUint16(a.b, uint16(len(k)))
-	a.b = append(a.b, k...)
-	a.b = binary.LittleEndian.AppendUint32(a.b, uint32(len(v)))
-	a.b = append(a.b, v...)
+	a.b = appendMDEntry(a.b, k, v)
 	a.n++
 }
 
@@ -393,16 +387,10 @@ type mdExtractor struct {
 
 // Get returns the first value of key (lowercase, as propagators ask).
 func (x *mdExtractor) Get(key string) string {
-	off := 0
-	for i := 0; i < x.n; i++ {
-		kl := int(binary.LittleEndian.Uint16(x.b[off:]))
-		k := x.b[off+2 : off+2+kl]
-		off += 2 + kl
-		vl := int(binary.LittleEndian.Uint32(x.b[off:]))
+	for k, v := range mdEntries(x.b, x.n) {
 		if string(k) == key {
-			return string(x.b[off+4 : off+4+vl])
+			return string(v)
 		}
-		off += 4 + vl
 	}
 	return ""
 }
@@ -410,12 +398,8 @@ func (x *mdExtractor) Get(key string) string {
 // Keys returns every key.
 func (x *mdExtractor) Keys() []string {
 	keys := make([]string, 0, x.n)
-	off := 0
-	for i := 0; i < x.n; i++ {
-		kl := int(binary.LittleEndian.Uint16(x.b[off:]))
-		keys = append(keys, string(x.b[off+2:off+2+kl]))
-		off += 2 + kl
-		off += 4 + int(binary.LittleEndian.Uint32(x.b[off:]))
+	for k := range mdEntries(x.b, x.n) {
+		keys = append(keys, string(k))
 	}
 	return keys
 }
