@@ -420,30 +420,9 @@ func TestHelloCreditsClamped(t *testing.T) {
 	if sendDefault != sendOwn {
 		t.Fatalf("a hello offering 16124 credits sizes %d send work requests, %d for one offering %d", sendDefault, sendOwn, DefaultCredits)
 	}
-	fb := fabrics[0]
-	cdev, sdev := fb.open(t)
-	server, err := New(sdev, echo, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
-	greedy, err := New(cdev, nil, Config{Credits: 4096}) // offers the server 4096 receive slots
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer greedy.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go server.Serve(ln)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := greedy.Dial(ctx, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	server, c := dialPair(t, Config{}, Config{Credits: 4096}) // the client offers 4096 receive slots
 	resp, err := c.Call(ctx, []byte("still works"))
 	if err != nil {
 		t.Fatal(err)
@@ -464,30 +443,9 @@ func TestHelloCreditsClamped(t *testing.T) {
 // nor returns credits) cannot hold the server's handlers: after CreditTimeout the server
 // fails the connection, counts it, and its handlers return.
 func TestStalledPeer(t *testing.T) {
-	fb := fabrics[0]
-	cdev, sdev := fb.open(t)
-	server, err := New(sdev, echo, Config{CreditTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
-	client, err := New(cdev, nil, Config{Credits: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go server.Serve(ln)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	server, c := dialPair(t, Config{CreditTimeout: 200 * time.Millisecond}, Config{Credits: 4})
 	var held []*Response
 	var failed error
 	for i := 0; i < 12 && failed == nil; i++ { // the client's 4 credits run out after 4
@@ -557,4 +515,34 @@ func TestMaxCallsPerConn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// dialPair is an echo server with scfg and a client with ccfg on the first fabric, and
+// the client's connection to the server; all are closed at the test's cleanup.
+func dialPair(t *testing.T, scfg, ccfg Config) (*Transport, *Conn) {
+	t.Helper()
+	cdev, sdev := fabrics[0].open(t)
+	server, err := New(sdev, echo, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close() })
+	client, err := New(cdev, nil, ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go server.Serve(ln)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return server, c
 }
