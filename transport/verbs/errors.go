@@ -22,7 +22,26 @@ var (
 	ErrNoMemory = errors.New("cannot allocate or pin memory")
 	// ErrUnsupported is a feature the provider or device does not have.
 	ErrUnsupported = errors.New("not supported")
+
+	// ErrRemoteAccess is why a QP moved to ERR when a peer's READ, WRITE or
+	// SEND_WITH_INV named a key, range or right this side does not grant
+	// (IBV_EVENT_QP_ACCESS_ERR). See FaultReporter.
+	ErrRemoteAccess = errors.New("a peer's remote access was refused")
+	// ErrPeerProtocol is why a QP moved to ERR when the peer sent what its responder
+	// cannot take: a malformed frame, a request the QP does not allow, a message whose
+	// bytes stopped coming (IBV_EVENT_QP_REQ_ERR, IBV_EVENT_QP_FATAL). See FaultReporter.
+	ErrPeerProtocol = errors.New("the peer broke the wire protocol")
 )
+
+// FaultReporter is implemented by queue pairs that can say why they moved to ERR by
+// themselves (what libibverbs reports as an affiliated asynchronous event): a consumer
+// that sees its receives flush can tell an attack or a broken peer from a peer that left.
+type FaultReporter interface {
+	// Fault returns why the QP moved to ERR on its own (wrapping ErrRemoteAccess or
+	// ErrPeerProtocol), or nil. An event may be reported a moment after the completions
+	// it flushed.
+	Fault() error
+}
 
 // PostError reports which work request of a PostSend or PostRecv batch was refused.
 // Requests before Index were queued; Index and after were not.

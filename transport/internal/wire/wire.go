@@ -197,3 +197,53 @@ func ParseHello(b []byte, h *Hello) ([]byte, error) {
 	}
 	return b[HelloLen:], nil
 }
+
+// Refusal is what a server sends in place of its hello when it will not take a
+// connection, so that the client can say why instead of "connection reset":
+//
+//	0 "MWNO"  4 reason u8  5 reserved (zero) up to HelloLen
+//
+// It is as long as a hello, and it is sent before any credentials' handshake (turning a
+// connection away must cost the server less than taking it), so a TLS client finds its
+// first five bytes where it expects a TLS record header.
+type Refusal uint8
+
+// Refusal reasons.
+const (
+	RefusedConns   Refusal = 1 // the server holds its maximum of connections
+	RefusedHost    Refusal = 2 // the server holds its maximum of connections from this host
+	RefusedClosing Refusal = 3 // the server is shutting down
+)
+
+var refusalMagic = [4]byte{'M', 'W', 'N', 'O'}
+
+// ErrRefused is wrapped by the error ParseRefusal returns.
+var ErrRefused = errors.New("the server refused the connection")
+
+func (r Refusal) String() string {
+	switch r {
+	case RefusedConns:
+		return "it holds its maximum of connections"
+	case RefusedHost:
+		return "it holds its maximum of connections from this host"
+	case RefusedClosing:
+		return "it is shutting down"
+	}
+	return fmt.Sprintf("reason %d", uint8(r))
+}
+
+// AppendRefusal appends a refusal record of HelloLen bytes to b.
+func AppendRefusal(b []byte, r Refusal) []byte {
+	b = append(b, refusalMagic[:]...)
+	b = append(b, byte(r))
+	return append(b, make([]byte, HelloLen-5)...)
+}
+
+// RefusalError returns, when b (its first five bytes at least: a TLS client has no more)
+// starts a refusal record, an error wrapping ErrRefused that says why; otherwise nil.
+func RefusalError(b []byte) error {
+	if len(b) < 5 || [4]byte(b[:4]) != refusalMagic {
+		return nil
+	}
+	return fmt.Errorf("%w: %v", ErrRefused, Refusal(b[4]))
+}

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -120,4 +121,29 @@ func FuzzParseHello(f *testing.F) {
 			t.Fatalf("accepted %x, re-encodes to %x", b[:HelloLen], enc)
 		}
 	})
+}
+
+func TestRefusal(t *testing.T) {
+	for _, r := range []Refusal{RefusedConns, RefusedHost, RefusedClosing} {
+		b := AppendRefusal(nil, r)
+		if len(b) != HelloLen {
+			t.Fatalf("%v: refusal of %d bytes, want %d (as long as a hello)", r, len(b), HelloLen)
+		}
+		var h Hello
+		if _, err := ParseHello(b, &h); err == nil {
+			t.Fatalf("%v: a refusal parses as a hello", r)
+		}
+		for _, n := range []int{5, HelloLen} { // a TLS client sees only a record header's five bytes
+			err := RefusalError(b[:n])
+			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), r.String()) {
+				t.Fatalf("%v from %d bytes: %v", r, n, err)
+			}
+		}
+	}
+	if err := RefusalError(AppendHello(nil, &Hello{Version: Version, SlotSize: 4096, Credits: 64, MaxMessage: 1})); err != nil {
+		t.Fatalf("a hello reads as a refusal: %v", err)
+	}
+	if err := RefusalError([]byte("MWN")); err != nil {
+		t.Fatalf("three bytes read as a refusal: %v", err)
+	}
 }

@@ -198,7 +198,7 @@ func (q *cq) bookkeep(wcs []verbs.WorkCompletion) {
 		wc := &wcs[i]
 		switch {
 		case wc.Status != verbs.WCSuccess:
-			q.dev.markError(wc.QPNum)
+			q.dev.markError(wc.QPNum, nil)
 		case wc.Flags&verbs.WCWithInv != 0:
 			q.dev.invalidated(wc.InvalidatedRKey)
 		}

@@ -264,21 +264,29 @@ func (d *Device) asyncEvent() (more bool) {
 	if rc != 0 {
 		return false
 	}
+	if qpn < 0 {
+		return true
+	}
 	switch typ {
-	case C.IBV_EVENT_QP_FATAL, C.IBV_EVENT_QP_REQ_ERR, C.IBV_EVENT_QP_ACCESS_ERR:
-		if qpn >= 0 {
-			d.markError(uint32(qpn))
-		}
+	case C.IBV_EVENT_QP_FATAL:
+		d.markError(uint32(qpn), nil)
+	case C.IBV_EVENT_QP_REQ_ERR:
+		d.markError(uint32(qpn), fmt.Errorf("ibv: qp %d: IBV_EVENT_QP_REQ_ERR (the peer sent a request the responder cannot take): %w", qpn, verbs.ErrPeerProtocol))
+	case C.IBV_EVENT_QP_ACCESS_ERR:
+		d.markError(uint32(qpn), fmt.Errorf("ibv: qp %d: IBV_EVENT_QP_ACCESS_ERR (the peer named a key, range or right this side does not grant): %w", qpn, verbs.ErrRemoteAccess))
 	}
 	return true
 }
 
-// markError notes that the QP has gone to ERR on its own.
-func (d *Device) markError(qpn uint32) {
+// markError notes that the QP has gone to ERR on its own, and why when fault is set.
+func (d *Device) markError(qpn uint32, fault error) {
 	d.mu.Lock()
 	q := d.qps[qpn]
 	d.mu.Unlock()
 	if q != nil {
+		if fault != nil {
+			q.fault.CompareAndSwap(nil, &fault)
+		}
 		q.errored.Store(true)
 	}
 }

@@ -44,8 +44,9 @@ type qp struct {
 	sigAll bool
 	qpn    uint32
 
-	state     atomic.Uint32 // the last state known (Modify, State); the NIC may have moved on to ERR
-	errored   atomic.Bool   // the NIC moved the QP to ERR (an error completion or event)
+	state     atomic.Uint32         // the last state known (Modify, State); the NIC may have moved on to ERR
+	errored   atomic.Bool           // the NIC moved the QP to ERR (an error completion or event)
+	fault     atomic.Pointer[error] // why, from an asynchronous event (Fault)
 	destroyed atomic.Bool
 
 	mu  sync.Mutex // Modify, State, Destroy
@@ -679,3 +680,15 @@ func (q *qp) Destroy() error {
 	q.pd.unuse()
 	return relErr
 }
+
+// Fault returns why the QP moved to ERR on its own, from its affiliated asynchronous event
+// (IBV_EVENT_QP_ACCESS_ERR, IBV_EVENT_QP_REQ_ERR), or nil. The event may come a moment
+// after the completions it flushed.
+func (q *qp) Fault() error {
+	if p := q.fault.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+var _ verbs.FaultReporter = (*qp)(nil)

@@ -325,14 +325,14 @@ func (q *QP) transmit(l link, h *header, payload [][]byte) {
 		err = l.send(h, payload)
 	}
 	if err != nil {
-		q.linkDown()
+		q.linkDown(nil)
 	}
 }
 
 // flushTx writes what the link gathered; every transmitting loop ends with it. txMu is held.
 func (q *QP) flushTx(l link) {
 	if err := l.flush(); err != nil {
-		q.linkDown()
+		q.linkDown(nil)
 	}
 }
 

@@ -1,9 +1,12 @@
 package soft
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -41,7 +44,7 @@ func (l *inprocLink) setDeadline(time.Time) {}
 func (l *inprocLink) close() {
 	// The peer learns at once, as from an RDMA CM disconnect.
 	if p := l.peer; p.linkTo(l.local) {
-		p.linkDown()
+		p.linkDown(nil)
 	}
 }
 
@@ -89,6 +92,38 @@ type tcpLink struct {
 	src   connSource
 	fr    frameReader
 	buf   bufSource
+	guard stallGuard
+}
+
+// stallGuard bounds how long a frame, once begun, may stop arriving: a peer that sends a
+// frame's first bytes and then nothing would otherwise hold the reader (and the receive
+// it consumed) forever. It sets a read deadline only while a frame is incomplete, so an
+// idle stream and a small frame that came in one read cost nothing.
+type stallGuard struct {
+	conn  interface{ SetReadDeadline(time.Time) error }
+	limit *atomic.Int64 // nanoseconds; QP.stallLimit
+	armed bool
+}
+
+// arm (re)starts the bound before a read of the current frame's bytes.
+func (g *stallGuard) arm() {
+	if g == nil || g.conn == nil {
+		return
+	}
+	if d := g.limit.Load(); d > 0 {
+		_ = g.conn.SetReadDeadline(time.Now().Add(time.Duration(d)))
+		g.armed = true
+	}
+}
+
+func (g *stallGuard) isArmed() bool { return g == nil || g.armed }
+
+// disarm lifts the bound between frames.
+func (g *stallGuard) disarm() {
+	if g != nil && g.armed {
+		_ = g.conn.SetReadDeadline(time.Time{})
+		g.armed = false
+	}
 }
 
 func (l *tcpLink) send(h *header, payload [][]byte) error {
@@ -152,9 +187,13 @@ func (l *tcpLink) readLoop() {
 	var h header
 	l.src.r = l.conn
 	l.fr.r = l.conn
+	l.guard = stallGuard{conn: l.conn, limit: &l.q.stallLimit}
+	l.src.guard, l.fr.guard = &l.guard, &l.guard
+	var err error
 	for {
-		small, err := l.fr.next(&h)
-		if err != nil {
+		l.guard.disarm()
+		var small []byte
+		if small, err = l.fr.next(&h); err != nil {
 			break // the stream ended, or a peer that breaks the protocol is dropped
 		}
 		var src payloadSource = &l.src
@@ -183,7 +222,21 @@ func (l *tcpLink) readLoop() {
 		}
 	}
 	_ = l.conn.Close()
-	l.q.linkDown()
+	l.q.linkDown(streamFault(err))
+}
+
+// streamFault tells why the stream ended apart from the peer leaving (its end, or ours):
+// a malformed frame, or a frame whose bytes stopped coming (the guard's deadline). A
+// stream closed in the middle of a frame counts as the peer leaving (a killed process does
+// that).
+func streamFault(err error) error {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("soft: the peer stopped sending in the middle of a frame: %w", verbs.ErrPeerProtocol)
+	case errors.Is(err, errFrame):
+		return fmt.Errorf("soft: %w: %w", verbs.ErrPeerProtocol, err)
+	}
+	return nil
 }
 
 // frameReader splits a stream into frames (wire.go). It reads a frame's header and up to
@@ -196,6 +249,7 @@ type frameReader struct {
 	have  int    // rb[:have] are the stream's next bytes, from the current frame's start
 	used  int    // bytes of rb the current frame takes
 	batch []byte // the frames of the current BATCH not returned yet (in rb)
+	guard *stallGuard
 }
 
 // next reads the next frame's header into h. A small frame's payload (h.len <= smallMax)
@@ -255,6 +309,9 @@ func (f *frameReader) nextInBatch(h *header) ([]byte, error) {
 // max(n, headerLen+smallMax) bytes past its start.
 func (f *frameReader) fill(n int) error {
 	for f.have < n {
+		if f.have > 0 && !f.guard.isArmed() { // the frame has begun: it must keep coming
+			f.guard.arm()
+		}
 		m, err := f.r.Read(f.rb[f.have:max(n, headerLen+smallMax)])
 		f.have += m
 		if err != nil && f.have < n {
@@ -290,9 +347,10 @@ func (s *bufSource) fill(q *QP, dst []byte) error {
 
 // connSource reads a frame's payload from the stream.
 type connSource struct {
-	r    io.Reader
-	left int64
-	junk []byte
+	r     io.Reader
+	left  int64
+	junk  []byte
+	guard *stallGuard
 }
 
 func (s *connSource) fill(q *QP, dst []byte) error {
@@ -301,11 +359,29 @@ func (s *connSource) fill(q *QP, dst []byte) error {
 	}
 	// The reader defers its CQs' notifications (see readLoop), but not while it waits.
 	q.eachCQ((*cq).endDefer)
-	n, err := io.ReadFull(s.r, dst)
+	n, err := s.readFull(dst)
 	q.eachCQ((*cq).beginDefer)
 	s.left -= int64(n)
 	q.dev.stats.socketRx.Add(uint64(n))
 	return err
+}
+
+// readFull is io.ReadFull with the stall guard re-armed before every read: a large
+// payload may take long, but it must keep coming.
+func (s *connSource) readFull(dst []byte) (int, error) {
+	n := 0
+	for n < len(dst) {
+		s.guard.arm()
+		m, err := s.r.Read(dst[n:])
+		n += m
+		if err != nil {
+			if err == io.EOF && n > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // discard drops what the responder did not take of the current payload.
@@ -317,7 +393,7 @@ func (s *connSource) discard(q *QP) error {
 		s.junk = make([]byte, 32<<10)
 	}
 	for s.left > 0 {
-		n, err := io.ReadFull(s.r, s.junk[:min(s.left, int64(len(s.junk)))])
+		n, err := s.readFull(s.junk[:min(s.left, int64(len(s.junk)))])
 		s.left -= int64(n)
 		q.dev.stats.discarded.Add(uint64(n))
 		if err != nil {

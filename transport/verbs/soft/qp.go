@@ -51,14 +51,19 @@ type QP struct {
 
 	state     verbs.QPState
 	destroyed bool
-	access    verbs.Access
-	remote    verbs.Endpoint
-	maxDestRd int
-	maxRd     int
-	rnrTimer  time.Duration // ours, announced in RNR NAKs
-	timeout   time.Duration
-	retryCnt  int
-	rnrRetry  int
+	fault     error // why the QP moved to ERR on its own (verbs.FaultReporter)
+	// stallLimit is how long a frame, once begun on the stream, may stop arriving before
+	// the link is dropped: the local ACK timeout times the retries, the budget a requester
+	// gives an unanswered packet (TCP fabric).
+	stallLimit atomic.Int64
+	access     verbs.Access
+	remote     verbs.Endpoint
+	maxDestRd  int
+	maxRd      int
+	rnrTimer   time.Duration // ours, announced in RNR NAKs
+	timeout    time.Duration
+	retryCnt   int
+	rnrRetry   int
 
 	stream net.Conn // attached, not yet started (TCP fabric)
 	link   link
@@ -306,6 +311,7 @@ func (q *QP) Modify(a verbs.QPAttr) error {
 			q.timeout = defaultTimeout
 		}
 		q.retryCnt, q.rnrRetry = a.RetryCnt, a.RNRRetry
+		q.stallLimit.Store(int64(q.timeout) * int64(q.retryCnt+1))
 	default:
 		return fmt.Errorf("soft: modify QP %d from %v to %v: transition not allowed: %w", q.qpn, from, to, verbs.ErrInvalid)
 	}
@@ -334,6 +340,7 @@ func (q *QP) connect(remote verbs.Endpoint) error {
 		}
 		tl := &tcpLink{q: q, conn: q.stream}
 		q.stream = nil
+		q.stallLimit.CompareAndSwap(0, int64(defaultTimeout)*(7+1)) // until RTS sets its own
 		l = tl
 		q.wg.Add(1)
 		go tl.readLoop()
@@ -697,14 +704,29 @@ func (q *QP) toError(inflight verbs.WCStatus) {
 	q.kick() // the engine still sends a queued NAK
 }
 
+// Fault returns why the QP moved to ERR on its own: a peer's request its responder refused
+// (wrapping verbs.ErrRemoteAccess or verbs.ErrPeerProtocol), a malformed frame or a
+// message cut off on the stream (verbs.ErrPeerProtocol); nil otherwise.
+func (q *QP) Fault() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.fault
+}
+
+var _ verbs.FaultReporter = (*QP)(nil)
+
 // linkDown handles the loss of the link: the peer is gone, as an RDMA CM disconnect or a
 // transport retry timeout would report. The work request in flight completes with
-// RETRY_EXC_ERR and the rest flush.
-func (q *QP) linkDown() {
+// RETRY_EXC_ERR and the rest flush. fault, if set, says the peer broke
+// the protocol on the stream (Fault reports it).
+func (q *QP) linkDown(fault error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed || q.state == verbs.QPStateReset || q.state == verbs.QPStateError {
 		return
+	}
+	if fault != nil {
+		q.setFault(fmt.Errorf("qp %d: %w", q.qpn, fault))
 	}
 	q.toError(verbs.WCRetryExcErr)
 }

@@ -294,10 +294,12 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 		wc.Opcode, wc.Flags, wc.ImmData = verbs.WCRecvRDMAWithImm, verbs.WCWithImm, h.imm
 		if h.len > 0 {
 			if q.access&verbs.AccessRemoteWrite == 0 {
+				q.setFault(q.protocolFault(h, "the QP does not allow remote writes"))
 				return q.refuse(h, &wc, verbs.WCRemInvReqErr, synInvalid)
 			}
 			b, m, why := q.resolveRemote(h.rkey, h.raddr, uint64(h.len), verbs.AccessRemoteWrite)
 			if why != "" {
+				q.setFault(q.accessFault(h, h.rkey, h.raddr, h.len, why))
 				return q.refuse(h, &wc, verbs.WCRemAccessErr, synAccess)
 			}
 			segs, wmr = append(q.rxSegs[:0], b), m
@@ -313,6 +315,7 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 		}
 		if uint64(h.len) > room {
 			q.releaseRx()
+			q.setFault(q.protocolFault(h, fmt.Sprintf("it does not fit the %d-byte receive", room)))
 			return q.refuse(h, &wc, verbs.WCLocLenErr, synInvalid)
 		}
 	}
@@ -340,6 +343,7 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 		wc.Flags, wc.ImmData = verbs.WCWithImm, h.imm
 	case opSendInv:
 		if why := q.invalidate(h.imm, true); why != "" {
+			q.setFault(q.accessFault(h, h.imm, 0, 0, why))
 			wc.Status = verbs.WCRemInvReqErr
 			q.rcq.push(wc)
 			q.respond(header{op: opNak, syn: synInvalid, psn: h.psn})
@@ -388,6 +392,7 @@ func (q *QP) reject(h *header, syn syndrome) error {
 
 func (q *QP) onWrite(h *header, src payloadSource) error {
 	if q.access&verbs.AccessRemoteWrite == 0 {
+		q.setFault(q.protocolFault(h, "the QP does not allow remote writes"))
 		return q.reject(h, synInvalid)
 	}
 	var b []byte
@@ -395,6 +400,7 @@ func (q *QP) onWrite(h *header, src payloadSource) error {
 	if h.len > 0 {
 		var why string
 		if b, m, why = q.resolveRemote(h.rkey, h.raddr, uint64(h.len), verbs.AccessRemoteWrite); why != "" {
+			q.setFault(q.accessFault(h, h.rkey, h.raddr, h.len, why))
 			return q.reject(h, synAccess)
 		}
 	}
@@ -421,12 +427,14 @@ const maxPendingReads = 2 * maxRdAtom
 
 func (q *QP) onRead(h *header) error {
 	if q.access&verbs.AccessRemoteRead == 0 || q.maxDestRd == 0 || len(q.outq)-q.outHead >= maxPendingReads {
+		q.setFault(q.protocolFault(h, "the QP does not allow remote reads, or more are outstanding than it allows"))
 		return q.reject(h, synInvalid)
 	}
 	f := outFrame{h: header{op: opReadResp, psn: h.psn, len: h.rlen}}
 	if h.rlen > 0 { // a zero-length READ touches no memory, so its key is not checked
 		b, m, why := q.resolveRemote(h.rkey, h.raddr, uint64(h.rlen), verbs.AccessRemoteRead)
 		if why != "" {
+			q.setFault(q.accessFault(h, h.rkey, h.raddr, h.rlen, why))
 			return q.reject(h, synAccess)
 		}
 		f.data, f.mr = b, m
@@ -453,4 +461,22 @@ func (q *QP) respond(h header) {
 		q.ackPending, q.ackDue = false, false
 	}
 	q.outq = append(q.outq, outFrame{h: h})
+}
+
+// setFault records why the QP is about to move to ERR on its own: the first reason
+// only (verbs.FaultReporter). q.mu is held.
+func (q *QP) setFault(err error) {
+	if q.fault == nil {
+		q.fault = err
+	}
+}
+
+// accessFault says which of the peer's requests named a key or range it may not use.
+func (q *QP) accessFault(h *header, rkey uint32, addr uint64, n uint32, why string) error {
+	return fmt.Errorf("soft: qp %d: the peer's %v (rkey 0x%x, %d bytes at 0x%x): %s: %w", q.qpn, h.op, rkey, n, addr, why, verbs.ErrRemoteAccess)
+}
+
+// protocolFault says which of the peer's requests the responder could not take.
+func (q *QP) protocolFault(h *header, why string) error {
+	return fmt.Errorf("soft: qp %d: the peer's %v of %d bytes: %s: %w", q.qpn, h.op, h.len, why, verbs.ErrPeerProtocol)
 }

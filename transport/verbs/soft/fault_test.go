@@ -1,0 +1,117 @@
+package soft
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// rawPeer connects a and b over TCP and returns a's stream: writing on it speaks for a on
+// the wire, as a hostile peer would (a's QP is left idle meanwhile).
+func rawPeer(t *testing.T, a, b *host) net.Conn {
+	t.Helper()
+	var mu sync.Mutex
+	var dialed net.Conn
+	connectVia(t, b, a, func(c net.Conn) net.Conn { // a accepts: the wrapped stream is a's
+		mu.Lock()
+		dialed = c
+		mu.Unlock()
+		return c
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	return dialed
+}
+
+// waitFault polls q until it is in ERR and returns its fault.
+func waitFault(t *testing.T, h *host) error {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for h.qp.State() != verbs.QPStateError {
+		if time.Now().After(deadline) {
+			t.Fatalf("QP still %v after 5s", h.qp.State())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return h.qp.(verbs.FaultReporter).Fault()
+}
+
+// TestFaultFrameStall: a peer that sends a frame's first bytes and then nothing loses the
+// link after the stall limit, and the QP says why; an idle stream is never bounded.
+func TestFaultFrameStall(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		bytes func() []byte
+	}{
+		{"header cut off", func() []byte { return appendHeader(nil, &header{op: opSend, len: 100})[:7] }},
+		{"small payload cut off", func() []byte { return enc(opSend, 100)[:headerLen+10] }},
+		{"large payload cut off", func() []byte {
+			return append(appendHeader(nil, &header{op: opSend, len: 4096}), make([]byte, smallMax+500)...)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newHost(t, mustOpen(t), 1<<16), newHost(t, mustOpen(t), 1<<16)
+			defer a.close(t)
+			defer b.close(t)
+			peer := rawPeer(t, a, b)
+			b.qp.(*QP).stallLimit.Store(int64(50 * time.Millisecond))
+			must(t, b.qp.PostRecv([]verbs.RecvWR{{WRID: 2, SGL: []verbs.SGE{verbs.SGEFor(b.mr, 0, 8192)}}}))
+			time.Sleep(150 * time.Millisecond) // idle, longer than the limit: nothing happens
+			if s := b.qp.State(); s != verbs.QPStateRTS {
+				t.Fatalf("an idle stream moved the QP to %v", s)
+			}
+			if _, err := peer.Write(tc.bytes()); err != nil {
+				t.Fatal(err)
+			}
+			err := waitFault(t, b)
+			if !errors.Is(err, verbs.ErrPeerProtocol) || !strings.Contains(err.Error(), "middle of a frame") {
+				t.Fatalf("fault: %v", err)
+			}
+		})
+	}
+}
+
+// TestFaultMalformedFrame: a frame the reader cannot parse ends the link with a fault.
+func TestFaultMalformedFrame(t *testing.T) {
+	a, b := newHost(t, mustOpen(t), 1<<16), newHost(t, mustOpen(t), 1<<16)
+	defer a.close(t)
+	defer b.close(t)
+	peer := rawPeer(t, a, b)
+	if _, err := peer.Write(make([]byte, headerLen)); err != nil { // opcode 0
+		t.Fatal(err)
+	}
+	if err := waitFault(t, b); !errors.Is(err, verbs.ErrPeerProtocol) || !strings.Contains(err.Error(), "malformed frame") {
+		t.Fatalf("fault: %v", err)
+	}
+}
+
+// TestFaultRemoteAccess: a READ with a key the target does not grant moves the target's QP
+// to ERR with a fault that names the key; the requester sees REM_ACCESS_ERR.
+func TestFaultRemoteAccess(t *testing.T) {
+	for name, open := range fabrics(t) {
+		t.Run(name, func(t *testing.T) {
+			a, b := newHost(t, open("a"), 1<<16), newHost(t, open("b"), 1<<16)
+			defer a.close(t)
+			defer b.close(t)
+			connect(t, a, b)
+			if err := b.qp.(verbs.FaultReporter).Fault(); err != nil {
+				t.Fatalf("fault before anything happened: %v", err)
+			}
+			const rkey = 0x123456
+			must(t, a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{verbs.SGEFor(a.mr, 0, 64)}, RemoteAddr: b.mr.Addr(), RKey: rkey}}))
+			if wc := a.poll(t); wc.Status != verbs.WCRemAccessErr {
+				t.Fatalf("requester: %v", wc)
+			}
+			err := waitFault(t, b)
+			if !errors.Is(err, verbs.ErrRemoteAccess) || !strings.Contains(err.Error(), "rkey 0x123456") {
+				t.Fatalf("fault: %v", err)
+			}
+		})
+	}
+}
