@@ -63,9 +63,19 @@ var (
 	ErrTooLarge = wire.ErrTooLarge
 	// ErrHandshake: the peer is not an mwrpc transport of a compatible version.
 	ErrHandshake = errors.New("mwrpc: handshake failed")
-	// ErrCapacity: a new connection would over-commit the pollers' completion queues
-	// (wrapped with ErrUnavailable). Raise Config.Pollers, or lower Credits and Windows.
+	// ErrCapacity: a new connection would exceed Config.MaxConns or over-commit the
+	// pollers' completion queues (wrapped with ErrUnavailable). Raise Config.Pollers or
+	// MaxConns, or lower Credits and Windows.
 	ErrCapacity = errors.New("mwrpc: transport at capacity")
+	// ErrRefused: the server turned the connection away before setting it up, at its
+	// MaxConns or MaxConnsPerHost or while shutting down (wrapped with ErrUnavailable);
+	// the error says which. Retry later, or elsewhere.
+	ErrRefused = wire.ErrRefused
+	// ErrProtocol: the connection failed because the peer broke the protocol: a
+	// malformed message, a window revoked that was never exposed, more credits returned
+	// than given, or a remote access the NIC refused (verbs.ErrRemoteAccess, a bad or
+	// stale rkey). Wrapped with ErrUnavailable.
+	ErrProtocol = errors.New("mwrpc: the peer broke the protocol")
 )
 
 // Config tunes a Transport. The zero value is usable.
@@ -120,8 +130,26 @@ type Config struct {
 	// released: a peer that stops reading replies cannot hold the handler pool. Zero
 	// means DefaultCreditTimeout.
 	CreditTimeout time.Duration
-	// HandshakeTimeout bounds connection setup; zero means 10s.
+	// HandshakeTimeout bounds connection setup; zero means 10s. A peer that connects and
+	// then says nothing, or stops halfway through the hello or the TLS handshake, is
+	// dropped after it.
 	HandshakeTimeout time.Duration
+	// MaxConns bounds the connections the transport holds at once, set up or being set
+	// up, made by Dial or accepted by Serve. Serve turns a connection beyond it away at
+	// once, before any handshake, with a refusal the client reports as ErrRefused; Dial
+	// fails with ErrCapacity. Zero means as many as the pollers' completion queues hold
+	// (Pollers × CQDepth over a connection's share: about 156 per poller at the defaults).
+	MaxConns int
+	// MaxConnsPerHost bounds the connections Serve holds from one peer IP address, so that
+	// no single host takes the whole connection table; beyond it a connection is turned
+	// away like one beyond MaxConns. Zero means a quarter of MaxConns (at least 1).
+	MaxConnsPerHost int
+	// IdleTimeout is how long a connection Serve accepted may go without a request
+	// before the server sends GOAWAY (the client's rpc layer reconnects when it next
+	// needs to) and, if the peer still holds on, closes it: idle connections cannot keep
+	// the table full forever. Keepalive pings do not count as requests. Zero means
+	// DefaultIdleTimeout; negative means never.
+	IdleTimeout time.Duration
 	// PeerTimeout is how long a silent peer host has before its connections fail with
 	// ErrUnavailable: TCP keepalive on the bootstrap connection, which each side keeps
 	// open (unless it is the QP's wire) and watches, so that a peer process that exits or
@@ -151,6 +179,7 @@ const (
 	DefaultLease          = 10 * time.Second
 	DefaultPeerTimeout    = 15 * time.Second
 	DefaultCreditTimeout  = 10 * time.Second
+	DefaultIdleTimeout    = 5 * time.Minute
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -190,6 +219,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = DefaultPeerTimeout
 	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
 	if c.CreditTimeout == 0 {
 		c.CreditTimeout = DefaultCreditTimeout
 	}
@@ -210,6 +242,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("transport: max message %d outside 1..%d", c.MaxMessage, 1<<31-1)
 	case c.PeerTimeout < time.Second:
 		return c, fmt.Errorf("transport: peer timeout %v below 1s (TCP keepalive counts in seconds)", c.PeerTimeout)
+	case c.MaxConns < 0 || c.MaxConnsPerHost < 0:
+		return c, fmt.Errorf("transport: max conns %d and max conns per host %d must not be negative", c.MaxConns, c.MaxConnsPerHost)
 	case c.CQDepth < 0:
 		return c, fmt.Errorf("transport: CQ depth %d is negative", c.CQDepth)
 	case c.Windows < 1 || c.Pollers < 1 || c.Handlers < 1:

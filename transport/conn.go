@@ -89,6 +89,21 @@ type Conn struct {
 	cqe      int      // completions committed of the poller's CQ (Transport.mu)
 	goAway   sync.Once
 	awayCh   chan struct{} // closed when the peer sent GOAWAY
+
+	// Admission (Transport.mu): the connection counts against MaxConns (and, host set,
+	// MaxConnsPerHost) until teardown; accepted ones are subject to IdleTimeout.
+	admitted bool
+	host     string
+	accepted bool
+	requests atomic.Uint64 // requests dispatched: what IdleTimeout watches
+	idle     idleWatch     // the poller's
+}
+
+// idleWatch is the poller's view of a connection's idleness (IdleTimeout).
+type idleWatch struct {
+	seen  uint64    // requests when last looked at
+	since time.Time // when they last changed, or a call was last in the handlers
+	away  time.Time // when GOAWAY went out for idleness; zero if it has not
 }
 
 type pendingInv struct {
@@ -350,7 +365,7 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 		if err := c.waitLockedUntil(ctx, stall); err != nil {
 			c.mu.Unlock()
 			if errors.Is(err, errStalled) {
-				c.t.counters.stalled.Add(1)
+				c.t.counters.events[evStalled].Add(1)
 				c.fail(fmt.Errorf("%w: %w: no credit for %v", ErrUnavailable, errStalled, c.t.cfg.CreditTimeout))
 				return false, c.failure()
 			}
@@ -546,7 +561,7 @@ func (c *Conn) nextWindow(ctx context.Context) (*pool.Window, error) {
 func (c *Conn) invalidated(rkey uint32) {
 	b, err := c.ws.Invalidated(rkey)
 	if err != nil {
-		c.fail(fmt.Errorf("peer revoked unknown window 0x%x: %w", rkey, err))
+		c.fail(fmt.Errorf("%w: it revoked window 0x%x, which it was not given: %w", ErrProtocol, rkey, err))
 		return
 	}
 	if b.Buf != nil {
@@ -572,6 +587,11 @@ func (c *Conn) fail(cause error) {
 		c.mu.Unlock()
 		return
 	}
+	if fr, ok := c.qp.(verbs.FaultReporter); ok && !errors.Is(cause, ErrProtocol) {
+		if fault := fr.Fault(); fault != nil { // the NIC says why: the peer's doing
+			cause = fmt.Errorf("%w: %w", ErrProtocol, fault) // the flush it caused says less
+		}
+	}
 	if errors.Is(cause, ErrUnavailable) {
 		c.err = cause
 	} else {
@@ -590,15 +610,23 @@ func (c *Conn) fail(cause error) {
 	c.wakeLocked()
 	err := c.err
 	c.mu.Unlock()
-	if cause != errClosed && c.ready.Load() {
+	switch {
+	case errors.Is(cause, ErrProtocol):
+		// Counted and logged even during setup: a hostile peer need not finish it.
+		c.t.counters.events[evProtocol].Add(1)
+		if errors.Is(cause, verbs.ErrRemoteAccess) {
+			c.t.counters.access.Add(1)
+		}
+		c.t.events.log(evProtocol, slog.LevelWarn, "mwrpc: connection failed: the peer broke the protocol", "peer", c.peerAddr(), "qp", c.qp.Num(), "err", err)
+	case cause != errClosed && c.ready.Load():
 		// Nobody else may hear why it ended (a server's side never has a caller to tell,
 		// an idle client's neither); a peer that closed its side is the normal end, and
-		// so is a flush that its going caused.
+		// so is a flush that its going caused, and an idle connection closed.
 		level := slog.LevelWarn
-		if errors.Is(cause, errPeerClosed) || errors.Is(cause, errFlushed) {
+		if errors.Is(cause, errPeerClosed) || errors.Is(cause, errFlushed) || errors.Is(cause, errIdle) {
 			level = slog.LevelDebug
 		}
-		c.t.cfg.Logger.Log(context.Background(), level, "mwrpc: connection failed", "qp", c.qp.Num(), "err", err)
+		c.t.events.log(evFailed, level, "mwrpc: connection failed", "peer", c.peerAddr(), "qp", c.qp.Num(), "err", err)
 	}
 	for _, cl := range calls {
 		cl.finish(err)
@@ -607,6 +635,45 @@ func (c *Conn) fail(cause error) {
 		u.ctx.cancelGen(u.gen, context.Canceled)
 	}
 	c.p.retire(c)
+}
+
+// peerAddr is the peer's address for a log line.
+func (c *Conn) peerAddr() string {
+	if c.peer.Addr == nil {
+		return ""
+	}
+	return c.peer.Addr.String()
+}
+
+// errIdle ends a connection Serve accepted that stayed idle past Config.IdleTimeout and
+// GOAWAY.
+var errIdle = errors.New("idle past Config.IdleTimeout (GOAWAY sent, and the peer held on)")
+
+// checkIdle runs on the poller every tick for a connection Serve accepted: one with no
+// request for IdleTimeout gets GOAWAY (a client moves its next calls to a new connection
+// and closes this one), and if it is still open and idle min(IdleTimeout, 5s) later, it
+// is closed.
+func (c *Conn) checkIdle(now time.Time, limit time.Duration) {
+	n := c.requests.Load()
+	c.mu.Lock()
+	busy, dead := len(c.serving) > 0, c.err != nil
+	c.mu.Unlock()
+	w := &c.idle
+	if dead {
+		return
+	}
+	if n != w.seen || busy || w.since.IsZero() {
+		w.seen, w.since, w.away = n, now, time.Time{}
+		return
+	}
+	switch {
+	case w.away.IsZero() && now.Sub(w.since) >= limit:
+		w.away = now
+		c.queueCtrl(wire.Header{Kind: wire.KindGoAway}, revoke{})
+	case !w.away.IsZero() && now.Sub(w.away) >= min(limit, 5*time.Second):
+		c.t.counters.idleClosed.Add(1)
+		c.fail(fmt.Errorf("%w: %w", ErrUnavailable, errIdle))
+	}
 }
 
 // Close closes the connection: calls in flight fail with ErrUnavailable, and the queue
@@ -741,7 +808,7 @@ func (c *Conn) watchPeer() {
 	n, err := c.boot.Read(b[:])
 	switch {
 	case n > 0:
-		c.fail(fmt.Errorf("%w: the peer wrote on the bootstrap connection after setup", ErrUnavailable))
+		c.fail(fmt.Errorf("%w: %w: the peer wrote on the bootstrap connection after setup", ErrUnavailable, ErrProtocol))
 	case err == io.EOF:
 		c.fail(fmt.Errorf("%w: %w", ErrUnavailable, errPeerClosed))
 	default:

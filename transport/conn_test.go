@@ -339,7 +339,7 @@ func TestCQCapacity(t *testing.T) {
 	for _, fb := range fabrics {
 		t.Run(fb.name, func(t *testing.T) {
 			_, _, sendWR, recvWR := queueSizes(&Config{Credits: DefaultCredits, Windows: DefaultWindows}, wire.Hello{Credits: DefaultCredits})
-			cfg := Config{CQDepth: 2*(sendWR+recvWR) + 10} // two connections per poller, on each side
+			cfg := Config{CQDepth: 2*(sendWR+recvWR) + 10, MaxConnsPerHost: 10} // two connections per poller, on each side
 			e := newEnv(t, fb, echo, cfg)
 			addr := e.addr
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -181,7 +182,7 @@ func (p *poller) run() {
 		}
 	}()
 	cfg := &p.t.cfg
-	timer := time.NewTimer(cfg.Lease / 4)
+	timer := time.NewTimer(p.t.tick)
 	defer timer.Stop()
 	lastReap := time.Now()
 	var idleSince time.Time
@@ -210,7 +211,7 @@ func (p *poller) run() {
 		}
 		// Idle: what waited for a quiet moment.
 		p.housekeeping()
-		if now := time.Now(); now.Sub(lastReap) >= cfg.Lease/4 {
+		if now := time.Now(); now.Sub(lastReap) >= p.t.tick {
 			lastReap = now
 			p.reap(now)
 		}
@@ -239,7 +240,7 @@ func (p *poller) run() {
 		if empty, err := p.arm(); err != nil || !empty {
 			continue
 		}
-		timer.Reset(cfg.Lease / 4)
+		timer.Reset(p.t.tick)
 		if locked {
 			runtime.UnlockOSThread()
 			locked = false
@@ -280,12 +281,17 @@ func (p *poller) drainRetired() {
 	p.housekeeping()
 }
 
-// reap reclaims windows whose lease expired: the peer never released them.
+// reap reclaims windows whose lease expired (the peer never released them) and closes
+// idle connections (Config.IdleTimeout).
 func (p *poller) reap(now time.Time) {
 	var buf [16]*pool.Window
+	idle := p.t.cfg.IdleTimeout
 	for _, c := range *p.conns.Load() {
 		for _, w := range c.ws.Expired(now, p.t.cfg.Lease, buf[:0]) {
 			c.reclaim(w)
+		}
+		if idle > 0 && c.accepted && c.ready.Load() {
+			c.checkIdle(now, idle)
 		}
 	}
 }
@@ -341,7 +347,7 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 	h := &c.rxHdr // only the poller receives: a scratch header, so nothing escapes per message
 	payload, err := wire.ParseHeader(s.buf.Bytes()[:wc.ByteLen], h, c.maxRecv)
 	if err != nil {
-		c.fail(fmt.Errorf("peer sent a bad message: %w", err))
+		c.fail(fmt.Errorf("%w: it sent a bad message: %w", ErrProtocol, err))
 		return
 	}
 	if wc.Flags&verbs.WCWithInv != 0 {
@@ -355,8 +361,8 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 		c.ctrlAvail += int(h.CtrlCredits)
 		if c.avail > c.credits || c.ctrlAvail > recvCtrlSlots {
 			c.mu.Unlock()
-			c.fail(fmt.Errorf("peer sent a bad message: %w: it returned more credits than it was given (%d of %d counted, %d of %d control)",
-				wire.ErrMalformed, c.avail, c.credits, c.ctrlAvail, recvCtrlSlots))
+			c.fail(fmt.Errorf("%w: it sent a bad message: %w: it returned more credits than it was given (%d of %d counted, %d of %d control)",
+				ErrProtocol, wire.ErrMalformed, c.avail, c.credits, c.ctrlAvail, recvCtrlSlots))
 			return
 		}
 		if c.waiters > 0 {
@@ -518,8 +524,10 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	}
 	c.t.running.Add(1)
 	c.t.counters.served.Add(1)
+	c.requests.Add(1)
 	if crowded {
-		c.t.counters.crowded.Add(1)
+		c.t.counters.events[evCrowded].Add(1)
+		c.t.events.log(evCrowded, slog.LevelWarn, "mwrpc: request refused: too many calls in flight on its connection", "peer", c.peerAddr(), "max", c.t.cfg.MaxCallsPerConn)
 		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv,
 			fmt.Sprintf("mwrpc: too many calls in flight on this connection (Config.MaxCallsPerConn is %d)", c.t.cfg.MaxCallsPerConn))
 		sc.w.sent = true
@@ -528,6 +536,8 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	}
 	if err := c.t.workers.Invoke(sc); err != nil {
 		// Overloaded: answer at once, without running anything.
+		c.t.counters.events[evOverloaded].Add(1)
+		c.t.events.log(evOverloaded, slog.LevelWarn, "mwrpc: request refused: every handler is busy", "peer", c.peerAddr(), "handlers", c.t.cfg.Handlers)
 		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv,
 			fmt.Sprintf("mwrpc: server overloaded: all %d handlers busy", c.t.cfg.Handlers))
 		sc.w.sent = true

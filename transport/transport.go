@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -37,10 +39,15 @@ type Transport struct {
 	testHookBeforeRelease atomic.Pointer[func(*Conn)]
 
 	counters counters
+	events   eventLog
+	tick     time.Duration // how often an idle poller reaps leases and idle connections
 	nextConn atomic.Uint32
 	mu       sync.Mutex
 	conns    map[*Conn]struct{}
 	setup    map[net.Conn]struct{} // streams of connections being set up
+	open     int                   // connections admitted: set up, or being set up
+	hosts    map[string]int        // of those, the ones Serve accepted, by peer IP
+	seeing   chan struct{}         // bounds the goroutines seeing refused connections out
 	setupWG  sync.WaitGroup
 	closed   bool
 	wg       sync.WaitGroup // pollers and watchPeer
@@ -132,7 +139,13 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 		_ = pd.Dealloc()
 		return nil, fmt.Errorf("transport: %w", err)
 	}
-	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, conns: make(map[*Conn]struct{}), setup: make(map[net.Conn]struct{})}
+	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, conns: make(map[*Conn]struct{}), setup: make(map[net.Conn]struct{}),
+		hosts: make(map[string]int), seeing: make(chan struct{}, 64)}
+	t.events.logger = cfg.Logger
+	t.tick = cfg.Lease / 4
+	if cfg.IdleTimeout > 0 {
+		t.tick = max(min(t.tick, cfg.IdleTimeout/4), time.Millisecond)
+	}
 	t.workers, err = ants.NewPoolWithFunc(cfg.Handlers, runServerCall, ants.WithNonblocking(true))
 	if err != nil {
 		_ = bp.Close()
@@ -149,7 +162,85 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 		t.wg.Add(1)
 		go p.run()
 	}
+	if t.cfg.MaxConns == 0 { // what the completion queues hold at the most a connection commits
+		_, _, sendWR, recvWR := queueSizes(&t.cfg, wire.Hello{Credits: uint32(t.cfg.Credits)})
+		for _, p := range t.pollers {
+			t.cfg.MaxConns += p.cq.Cap() / (sendWR + recvWR)
+		}
+		t.cfg.MaxConns = max(t.cfg.MaxConns, 1)
+	}
+	if t.cfg.MaxConnsPerHost == 0 {
+		t.cfg.MaxConnsPerHost = max(t.cfg.MaxConns/4, 1)
+	}
 	return t, nil
+}
+
+// admit counts a connection in, or says why not: Config.MaxConns, or for one Serve
+// accepted (host set: the peer's IP), Config.MaxConnsPerHost. leave counts it out.
+func (t *Transport) admit(host string) (wire.Refusal, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.closed:
+		return wire.RefusedClosing, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+	case t.open >= t.cfg.MaxConns:
+		return wire.RefusedConns, fmt.Errorf("transport: %w: %w: %d connections open or being set up (Config.MaxConns; by default what the completion queues of Config.Pollers hold)",
+			ErrUnavailable, ErrCapacity, t.open)
+	case host != "" && t.hosts[host] >= t.cfg.MaxConnsPerHost:
+		return wire.RefusedHost, fmt.Errorf("transport: %w: %w: %d connections from %s (Config.MaxConnsPerHost)", ErrUnavailable, ErrCapacity, t.hosts[host], host)
+	}
+	t.open++
+	if host != "" {
+		t.hosts[host]++
+	}
+	return 0, nil
+}
+
+func (t *Transport) leave(host string) {
+	t.mu.Lock()
+	t.leaveLocked(host)
+	t.mu.Unlock()
+}
+
+func (t *Transport) leaveLocked(host string) {
+	t.open--
+	if host != "" {
+		if t.hosts[host]--; t.hosts[host] <= 0 {
+			delete(t.hosts, host)
+		}
+	}
+}
+
+// hostOf is the key MaxConnsPerHost counts by: the peer's IP address.
+func hostOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	return a.String()
+}
+
+// refuse turns nc away with a refusal record in the place of the server's hello, so the
+// client can say why. The client's hello may be unread: closing over it would reset the
+// connection and could destroy the refusal before the client reads it, so the stream is
+// half-closed and drained first, by one of a bounded number of goroutines (beyond them it
+// is closed at once: under a flood, a reset is answer enough).
+func (t *Transport) refuse(nc net.Conn, r wire.Refusal) {
+	_ = nc.SetDeadline(time.Now().Add(time.Second))
+	_, _ = nc.Write(wire.AppendRefusal(nil, r))
+	select {
+	case t.seeing <- struct{}{}:
+	default:
+		_ = nc.Close()
+		return
+	}
+	go func() {
+		defer func() { <-t.seeing }()
+		if tc, ok := nc.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(nc, 64<<10))
+		_ = nc.Close()
+	}()
 }
 
 // Pool returns the transport's registered buffer pool, for callers that build large
@@ -163,8 +254,13 @@ func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w: %w", ErrUnavailable, err) // the net error names the address
 	}
-	c, err := t.setupConn(ctx, nc, address, roleClient)
+	if _, err := t.admit(""); err != nil {
+		_ = nc.Close()
+		return nil, fmt.Errorf("%s: %w", address, err)
+	}
+	c, err := t.setupConn(ctx, nc, address, roleClient, "")
 	if err != nil {
+		t.leave("")
 		return nil, fmt.Errorf("%s: %w", address, err)
 	}
 	return c, nil
@@ -181,11 +277,20 @@ func (t *Transport) Serve(ln net.Listener) error {
 			}
 			return err
 		}
+		host := hostOf(nc.RemoteAddr())
+		if r, err := t.admit(host); err != nil {
+			t.counters.events[evRefused].Add(1)
+			t.events.log(evRefused, slog.LevelWarn, "mwrpc: connection refused", "peer", nc.RemoteAddr().String(), "err", err)
+			t.refuse(nc, r)
+			continue
+		}
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), t.cfg.HandshakeTimeout)
 			defer cancel()
-			if _, err := t.setupConn(ctx, nc, "", roleServer); err != nil { // nc is closed: the peer sees it
-				t.cfg.Logger.Warn("mwrpc: connection setup failed", "peer", nc.RemoteAddr().String(), "err", err)
+			if _, err := t.setupConn(ctx, nc, "", roleServer, host); err != nil { // nc is closed: the peer sees it
+				t.leave(host)
+				t.counters.events[evSetup].Add(1)
+				t.events.log(evSetup, slog.LevelWarn, "mwrpc: connection setup failed", "peer", nc.RemoteAddr().String(), "err", err)
 			}
 		}()
 	}
@@ -201,7 +306,15 @@ func (t *Transport) isClosed() bool {
 // sides must): the hello exchange, a queue pair connected with cm, receive slots posted.
 // The stream belongs to the connection (or is closed) afterwards.
 func (t *Transport) NewConn(ctx context.Context, nc net.Conn) (*Conn, error) {
-	return t.setupConn(ctx, nc, "", roleNone)
+	if _, err := t.admit(""); err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	c, err := t.setupConn(ctx, nc, "", roleNone, "")
+	if err != nil {
+		t.leave("")
+	}
+	return c, err
 }
 
 // handshakeRole says which side of the credentials' handshake setupConn runs.
@@ -214,8 +327,10 @@ const (
 )
 
 // setupConn sets a connection up over nc, after the credentials' handshake when the
-// transport has credentials and role asks for one.
-func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string, role handshakeRole) (*Conn, error) {
+// transport has credentials and role asks for one. The connection was admitted (with host,
+// for one Serve accepted); when setup fails the caller counts it out, otherwise it counts
+// itself out when it is torn down.
+func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string, role handshakeRole, host string) (*Conn, error) {
 	// Close aborts setups in progress (by closing their streams) and waits for them, so
 	// that no connection outlives the pollers it was assigned to.
 	t.mu.Lock()
@@ -249,7 +364,7 @@ func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string
 			return nil, fmt.Errorf("transport: %w: %w", ErrHandshake, err)
 		}
 	}
-	c, err := t.newConn(ctx, stream, peer)
+	c, err := t.newConn(ctx, stream, peer, host, role == roleServer)
 	if err != nil {
 		_ = stream.Close()
 		return nil, err
@@ -264,7 +379,7 @@ type Peer struct {
 	AuthInfo credentials.AuthInfo
 }
 
-func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer) (*Conn, error) {
+func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, host string, accepted bool) (*Conn, error) {
 	cfg := &t.cfg
 	hello := wire.Hello{Version: wire.Version, SlotSize: uint32(cfg.SlotSize), Credits: uint32(cfg.Credits),
 		Inline: uint32(cfg.EagerThreshold), MaxMessage: uint32(cfg.MaxMessage)}
@@ -322,6 +437,7 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer) (*C
 		return nil, err
 	}
 	t.conns[c] = struct{}{}
+	c.admitted, c.host, c.accepted = true, host, accepted // teardown counts it out from here on
 	if c.boot != nil {
 		t.wg.Add(1)
 		go c.watchPeer()
@@ -338,6 +454,8 @@ func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) err
 	}
 	if _, err := wire.ParseHello(in, peer); err != nil {
 		switch {
+		case wire.RefusalError(in) != nil:
+			return fmt.Errorf("transport: %w: %w", ErrUnavailable, wire.RefusalError(in))
 		case bytes.HasPrefix(in, credentials.PlaintextRefusal[:6]):
 			err = fmt.Errorf("%w: the server requires TLS: configure transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
 		case in[0] == 0x16 && in[1] == 0x03: // a TLS record: handshake
@@ -410,6 +528,10 @@ func (t *Transport) forget(c *Conn) {
 	c.p.committed -= c.cqe
 	c.cqe = 0
 	delete(t.conns, c)
+	if c.admitted {
+		c.admitted = false
+		t.leaveLocked(c.host)
+	}
 	t.mu.Unlock()
 }
 
@@ -424,6 +546,12 @@ type Stats struct {
 	EagerBytes   uint64 // payload bytes sent inside SENDs
 	Stalled      uint64 // connections failed because the peer returned no credit for CreditTimeout
 	Crowded      uint64 // requests refused because their connection had MaxCallsPerConn in flight
+	Overloaded   uint64 // requests refused because every handler was busy
+	Refused      uint64 // connections Serve turned away (MaxConns, MaxConnsPerHost)
+	SetupFailed  uint64 // connections Serve accepted whose setup failed (hello, TLS, timeout)
+	Protocol     uint64 // connections failed because the peer broke the protocol (ErrProtocol)
+	Access       uint64 // of those, the ones whose peer named a key or range it may not use
+	IdleClosed   uint64 // connections closed after IdleTimeout without a request
 	ReadBytes    uint64 // payload bytes fetched with RDMA READ
 	Conns        int    // connections set up and not yet closed
 	// WindowsExposed are the windows of live connections bound now (or being revoked):
@@ -435,7 +563,8 @@ type Stats struct {
 }
 
 type counters struct {
-	calls, served, bound, reads, revoked, reclaimed, eagerBytes, readBytes, stalled, crowded atomic.Uint64
+	calls, served, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed atomic.Uint64
+	events                                                                                    [numEvents]atomic.Uint64
 }
 
 // Stats returns a snapshot of the transport's counters. It costs about a nanosecond per
@@ -452,6 +581,9 @@ func (t *Transport) Stats() Stats {
 	t.mu.Unlock()
 	return Stats{Calls: c.calls.Load(), Served: c.served.Load(), WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
 		RevokedPeer: c.revoked.Load(), Reclaimed: c.reclaimed.Load(),
-		EagerBytes: c.eagerBytes.Load(), Stalled: c.stalled.Load(), Crowded: c.crowded.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
+		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
+		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),
+		Refused: c.events[evRefused].Load(), SetupFailed: c.events[evSetup].Load(), Protocol: c.events[evProtocol].Load(),
+		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(),
 		Handlers: t.workers.Running(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }
