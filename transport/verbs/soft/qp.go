@@ -81,7 +81,9 @@ type QP struct {
 	ackT       *time.Timer
 	ackOn      bool
 
-	// Receive queue.
+	// Receive queue, or the shared one the QP takes its receives from (then rq is empty).
+	srq    *srq
+	rxWQE  rwqe // the receive last taken from srq; owned by the holder of rxMu
 	rq     []rwqe
 	rqHead uint64
 	rqTail uint64
@@ -144,6 +146,15 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	if !ok1 || !ok2 || scq == nil || rcq == nil || scq.dev != p.dev || rcq.dev != p.dev {
 		return nil, fmt.Errorf("soft: create QP: send and receive CQs must be CQs of device %s: %w", p.dev.name, verbs.ErrInvalid)
 	}
+	var s *srq
+	if a.SRQ != nil {
+		var ok bool
+		if s, ok = a.SRQ.(*srq); !ok || s == nil || s.pd != p {
+			return nil, fmt.Errorf("soft: create QP: the SRQ must be an SRQ of this PD: %w", verbs.ErrInvalid)
+		}
+		// As in libibverbs, the receive capacities are ignored.
+		a.Cap.MaxRecvWR, a.Cap.MaxRecvSGE = 0, 0
+	}
 	c := a.Cap
 	switch {
 	case c.MaxSendWR < 0 || c.MaxSendWR > maxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > maxQPWR:
@@ -165,6 +176,14 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 		p.unuse()
 		return nil, err
 	}
+	if s != nil {
+		if err := s.users.Acquire("soft: create QP: SRQ"); err != nil {
+			rcq.unuse()
+			scq.unuse()
+			p.unuse()
+			return nil, err
+		}
+	}
 	q := &QP{
 		dev: p.dev, pd: p, typ: a.Type, scq: scq, rcq: rcq, cap: c, sigAll: a.SigAll,
 		initPSN: rand.Uint32() & psnMask,
@@ -175,6 +194,10 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 		txMRs:   make([]*mr, 0, maxSGE),
 		rxMRs:   make([]*mr, 0, maxSGE),
 		wake:    make(chan struct{}, 1),
+		srq:     s,
+	}
+	if s != nil {
+		q.rxWQE.sges = make([]verbs.SGE, 0, s.attr.MaxSGE)
 	}
 	q.nextPSN = q.initPSN
 	for i := range q.sq {
@@ -187,6 +210,9 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
+		if s != nil {
+			s.users.Release()
+		}
 		rcq.unuse()
 		scq.unuse()
 		p.unuse()
@@ -429,6 +455,9 @@ func (q *QP) Destroy() error {
 	d.mu.Lock()
 	delete(d.qps, q.qpn)
 	d.mu.Unlock()
+	if q.srq != nil { // its receives stay for the other QPs
+		q.srq.users.Release()
+	}
 	q.scq.unuse()
 	q.rcq.unuse()
 	q.pd.unuse()
@@ -611,6 +640,8 @@ func (q *QP) postRecv(wr *verbs.RecvWR) error {
 	switch {
 	case q.destroyed:
 		return fmt.Errorf("soft: QP %d: %w", q.qpn, verbs.ErrClosed)
+	case q.srq != nil:
+		return fmt.Errorf("soft: QP %d takes its receives from an SRQ; post them there: %w", q.qpn, verbs.ErrInvalid)
 	case len(wr.SGL) > q.cap.MaxRecvSGE:
 		return fmt.Errorf("soft: receive with %d SGEs (max_recv_sge %d): %w", len(wr.SGL), q.cap.MaxRecvSGE, verbs.ErrInvalid)
 	case q.state == verbs.QPStateReset:

@@ -277,16 +277,25 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 	case opWrite:
 		return q.onWrite(h, src)
 	}
-	// SEND, SEND_WITH_IMM, SEND_WITH_INV and WRITE_WITH_IMM consume a receive.
-	if q.rqHead == q.rqTail {
+	// SEND, SEND_WITH_IMM, SEND_WITH_INV and WRITE_WITH_IMM consume a receive: the oldest
+	// of the QP's own, or of its SRQ's.
+	var r *rwqe
+	switch {
+	case q.srq != nil:
+		if q.srq.take(&q.rxWQE) {
+			r = &q.rxWQE
+		}
+	case q.rqHead != q.rqTail:
+		r = &q.rq[q.rqHead%uint64(len(q.rq))]
+		q.rqHead++
+	}
+	if r == nil {
 		q.dev.stats.rnrNaks.Add(1)
 		q.respond(header{op: opNak, syn: synRNR, psn: h.psn, imm: uint32(q.rnrTimer / time.Microsecond)})
 		q.mu.Unlock()
 		q.kick()
 		return nil
 	}
-	r := &q.rq[q.rqHead%uint64(len(q.rq))]
-	q.rqHead++
 	wc := verbs.WorkCompletion{WRID: r.wrid, Opcode: verbs.WCRecv, ByteLen: h.len, QPNum: q.qpn}
 	var segs [][]byte
 	var wmr *mr
@@ -323,17 +332,14 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 		wmr.release()
 	}
 	q.mu.Lock()
-	if err != nil {
-		if q.state != verbs.QPStateError {
-			wc.Status = verbs.WCWRFlushErr
-			q.rcq.push(wc)
-		}
+	if err != nil || q.state == verbs.QPStateError {
+		// The stream broke, or the QP went to ERR while the payload was placed: the
+		// receive was consumed for this QP (the flush did not see it), so it completes
+		// here, flushed.
+		wc.Status = verbs.WCWRFlushErr
+		q.rcq.push(wc)
 		q.mu.Unlock()
 		return err
-	}
-	if q.state == verbs.QPStateError { // flushed while the payload was placed
-		q.mu.Unlock()
-		return nil
 	}
 	switch h.op {
 	case opSendImm:
