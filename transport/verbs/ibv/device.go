@@ -93,6 +93,9 @@ func (d *Device) init() error {
 		MaxQPRdAtom:     int(a.max_qp_rd_atom),
 		MaxQPInitRdAtom: int(a.max_qp_init_rd_atom),
 		MWType2:         a.device_cap_flags&(C.IBV_DEVICE_MEM_WINDOW_TYPE_2A|C.IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0,
+		MaxSRQ:          int(a.max_srq),
+		MaxSRQWR:        int(a.max_srq_wr),
+		MaxSRQSGE:       int(a.max_srq_sge),
 	}
 	d.attr.MaxInlineData = maxInline(d.name, d.ctx)
 	d.rxe = isRXE(d.name)
