@@ -234,6 +234,7 @@ func caseQ3(e *env) {
 	e.expectNoWC(r.c.rcq, quiet, "C's receive CQ after the refused posts")
 
 	c := r.srq.Cap()
+	e.Logf("SRQ created for 8 receives of 1 SGE reports Cap %+v", c)
 	sges := make([]verbs.SGE, c.MaxSGE+1)
 	for i := range sges {
 		sges[i] = verbs.SGEFor(r.rbuf, i*8, 8)
