@@ -167,8 +167,7 @@ type StreamQP interface {
 	AttachStream(conn net.Conn) error
 }
 
-// SRQAttr sizes a shared receive queue (ibv_srq_attr, less srq_limit, which the model
-// does not have: see docs/verbs.md).
+// SRQAttr sizes a shared receive queue (ibv_srq_attr, less srq_limit: see SRQ.ArmLimit).
 type SRQAttr struct {
 	MaxWR  int // receives the queue holds
 	MaxSGE int // scatter/gather elements per receive
@@ -192,6 +191,15 @@ type SRQ interface {
 	// PostRecv queues receive work requests in order, reporting failure as QP.PostRecv
 	// does: a *PostError naming the first request that was not queued.
 	PostRecv(wrs []RecvWR) error
+	// ArmLimit arms the SRQ's limit (ibv_modify_srq with IBV_SRQ_LIMIT): when a receive is
+	// taken and fewer than n remain posted, LimitReached gets one token and the limit
+	// disarms (IBV_EVENT_SRQ_LIMIT_REACHED), so that the consumer can post more before a
+	// sender meets RNR. Arming never signals by itself: a limit above the receives posted
+	// fires when the next one is taken. n 0 disarms it; n above Cap().MaxWR fails with
+	// ErrInvalid.
+	ArmLimit(n int) error
+	// LimitReached returns the channel the armed limit signals on. It holds one token.
+	LimitReached() <-chan struct{}
 	// Destroy releases the SRQ. It fails with ErrBusy while a QP uses it; the receives
 	// still posted are dropped without completions, as ibv_destroy_srq drops them.
 	Destroy() error

@@ -45,9 +45,10 @@ type Device struct {
 
 	mu      sync.Mutex
 	closed  bool
-	objects int            // live PDs and CQs
-	qps     map[uint32]*qp // by QP number
-	mws     map[uint32]*mw // by key index
+	objects int              // live PDs and CQs
+	qps     map[uint32]*qp   // by QP number
+	mws     map[uint32]*mw   // by key index
+	srqs    map[uintptr]*srq // by ibv_srq address, for their asynchronous events
 }
 
 // Open opens the RDMA device called name, or the first device when name is empty.
@@ -64,7 +65,7 @@ func Open(name string) (*Device, error) {
 		}
 		return nil, errnoErr("open device "+what, syscall.Errno(cerr))
 	}
-	d := &Device{name: C.GoString(&found[0]), ctx: ctx, qps: make(map[uint32]*qp), mws: make(map[uint32]*mw)}
+	d := &Device{name: C.GoString(&found[0]), ctx: ctx, qps: make(map[uint32]*qp), mws: make(map[uint32]*mw), srqs: make(map[uintptr]*srq)}
 	if err := d.init(); err != nil {
 		C.ibv_close_device(ctx)
 		return nil, err
@@ -259,11 +260,13 @@ func (d *Device) unuse() {
 }
 
 // asyncEvent takes one asynchronous event; it reports whether there may be more. QP errors
-// mark the QP so that receives posted to it afterwards are flushed.
+// mark the QP so that receives posted to it afterwards are flushed; an SRQ's limit event
+// signals its LimitReached.
 func (d *Device) asyncEvent() (more bool) {
 	var typ C.int
 	var qpn C.int64_t
-	rc := C.mwibv_async_event(d.ctx, &typ, &qpn)
+	var sp C.uintptr_t
+	rc := C.mwibv_async_event(d.ctx, &typ, &qpn, &sp)
 	if rc != 0 {
 		return false
 	}
@@ -271,6 +274,13 @@ func (d *Device) asyncEvent() (more bool) {
 	case C.IBV_EVENT_QP_FATAL, C.IBV_EVENT_QP_REQ_ERR, C.IBV_EVENT_QP_ACCESS_ERR:
 		if qpn >= 0 {
 			d.markError(uint32(qpn))
+		}
+	case C.IBV_EVENT_SRQ_LIMIT_REACHED:
+		d.mu.Lock()
+		s := d.srqs[uintptr(sp)]
+		d.mu.Unlock()
+		if s != nil {
+			s.limitReached()
 		}
 	}
 	return true

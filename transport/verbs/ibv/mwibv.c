@@ -335,7 +335,7 @@ int mwibv_cq_event(struct ibv_comp_channel *ch)
 	return 0;
 }
 
-int mwibv_async_event(struct ibv_context *ctx, int *type, int64_t *qpn)
+int mwibv_async_event(struct ibv_context *ctx, int *type, int64_t *qpn, uintptr_t *srq)
 {
 	struct ibv_async_event ev;
 
@@ -346,7 +346,12 @@ int mwibv_async_event(struct ibv_context *ctx, int *type, int64_t *qpn)
 	}
 	*type = ev.event_type;
 	*qpn = -1;
+	*srq = 0;
 	switch (ev.event_type) {
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+	case IBV_EVENT_SRQ_ERR:
+		*srq = (uintptr_t)ev.element.srq;
+		break;
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_REQ_ERR:
 	case IBV_EVENT_QP_ACCESS_ERR:

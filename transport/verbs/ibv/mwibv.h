@@ -108,8 +108,8 @@ int mwibv_poll(struct ibv_cq *cq, struct ibv_wc *scratch, struct mwibv_wc *out, 
 // one, 1 when none is pending, or an errno.
 int mwibv_cq_event(struct ibv_comp_channel *ch);
 // mwibv_async_event takes one asynchronous event and acknowledges it: 0 when it got one
-// (with its type and, for QP events, the QP number, else -1), 1 when none is pending, or
-// an errno.
-int mwibv_async_event(struct ibv_context *ctx, int *type, int64_t *qpn);
+// (with its type and, for QP events, the QP number, else -1; for SRQ events the SRQ, else
+// 0), 1 when none is pending, or an errno.
+int mwibv_async_event(struct ibv_context *ctx, int *type, int64_t *qpn, uintptr_t *srq);
 
 #endif

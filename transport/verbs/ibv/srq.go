@@ -31,6 +31,8 @@ type srq struct {
 	rsge      []C.struct_ibv_sge
 	perWR     int
 	destroyed bool
+
+	limitCh chan struct{} // IBV_EVENT_SRQ_LIMIT_REACHED
 }
 
 // CreateSRQ creates a shared receive queue with ibv_create_srq (verbs.SRQCreator). Cap()
@@ -63,7 +65,7 @@ func (p *pd) CreateSRQ(a verbs.SRQAttr) (verbs.SRQ, error) {
 		got.MaxWR = max(got.MaxWR, int(sa.max_wr))
 		got.MaxSGE = max(got.MaxSGE, int(sa.max_sge))
 	}
-	s := &srq{dev: d, pd: p, c: c, attr: got, perWR: max(got.MaxSGE, 1)}
+	s := &srq{dev: d, pd: p, c: c, attr: got, perWR: max(got.MaxSGE, 1), limitCh: make(chan struct{}, 1)}
 	n := min(got.MaxWR, maxBatch)
 	s.rq = C.mwibv_srq_alloc(c, C.int(n), C.int(got.MaxSGE))
 	if s.rq == nil {
@@ -73,7 +75,40 @@ func (p *pd) CreateSRQ(a verbs.SRQAttr) (verbs.SRQ, error) {
 	}
 	s.rwr = unsafe.Slice(s.rq.wr, n)
 	s.rsge = unsafe.Slice(s.rq.sge, n*s.perWR)
+	d.mu.Lock()
+	d.srqs[uintptr(unsafe.Pointer(c))] = s
+	d.mu.Unlock()
 	return s, nil
+}
+
+// ArmLimit arms the SRQ's limit with ibv_modify_srq (IBV_SRQ_LIMIT). The kernel sends
+// IBV_EVENT_SRQ_LIMIT_REACHED, which the device's event watcher turns into a token on
+// LimitReached.
+func (s *srq) ArmLimit(n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.destroyed:
+		return fmt.Errorf("ibv: arm SRQ limit: %w", verbs.ErrClosed)
+	case n < 0 || n > s.attr.MaxWR:
+		return fmt.Errorf("ibv: arm SRQ limit %d (0..%d): %w", n, s.attr.MaxWR, verbs.ErrInvalid)
+	}
+	var a C.struct_ibv_srq_attr
+	a.srq_limit = C.uint32_t(n)
+	if rc := C.ibv_modify_srq(s.c, &a, C.IBV_SRQ_LIMIT); rc != 0 {
+		return errnoErr(fmt.Sprintf("arm SRQ limit %d", n), syscall.Errno(rc))
+	}
+	return nil
+}
+
+// LimitReached returns the channel the armed limit signals on.
+func (s *srq) LimitReached() <-chan struct{} { return s.limitCh }
+
+func (s *srq) limitReached() {
+	select {
+	case s.limitCh <- struct{}{}:
+	default:
+	}
 }
 
 // Cap returns the capacities the device granted.
@@ -140,6 +175,10 @@ func (s *srq) Destroy() error {
 			return errnoErr("destroy SRQ", syscall.Errno(rc))
 		}
 		s.destroyed = true
+		d := s.dev
+		d.mu.Lock()
+		delete(d.srqs, uintptr(unsafe.Pointer(s.c)))
+		d.mu.Unlock()
 		C.mwibv_rq_free(s.rq)
 		s.rq, s.rwr, s.rsge = nil, nil, nil
 		return nil

@@ -26,6 +26,8 @@ type srq struct {
 	ring      []rwqe
 	head      uint64
 	tail      uint64
+	limit     uint64 // armed: signal limitCh once fewer receives remain; 0 when not
+	limitCh   chan struct{}
 	destroyed bool
 }
 
@@ -53,7 +55,7 @@ func (p *pd) CreateSRQ(a verbs.SRQAttr) (verbs.SRQ, error) {
 		d.unuseSRQ()
 		return nil, err
 	}
-	s := &srq{dev: d, pd: p, attr: a, ring: make([]rwqe, a.MaxWR)}
+	s := &srq{dev: d, pd: p, attr: a, ring: make([]rwqe, a.MaxWR), limitCh: make(chan struct{}, 1)}
 	for i := range s.ring {
 		s.ring[i].sges = make([]verbs.SGE, 0, a.MaxSGE)
 	}
@@ -113,8 +115,34 @@ func (s *srq) take(dst *rwqe) bool {
 	dst.wrid = r.wrid
 	dst.sges = append(dst.sges[:0], r.sges...)
 	s.head++
+	if s.limit > 0 && s.tail-s.head < s.limit {
+		s.limit = 0 // one event per arming, as IBV_EVENT_SRQ_LIMIT_REACHED
+		select {
+		case s.limitCh <- struct{}{}:
+		default:
+		}
+	}
 	return true
 }
+
+// ArmLimit arms the limit: once a receive is taken and fewer than n remain, LimitReached
+// gets a token. As on rxe, arming does not look at the receives posted: a limit above
+// them fires when the next receive is taken, not at once.
+func (s *srq) ArmLimit(n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.destroyed:
+		return fmt.Errorf("soft: arm SRQ limit: %w", verbs.ErrClosed)
+	case n < 0 || n > s.attr.MaxWR:
+		return fmt.Errorf("soft: arm SRQ limit %d (0..%d): %w", n, s.attr.MaxWR, verbs.ErrInvalid)
+	}
+	s.limit = uint64(n)
+	return nil
+}
+
+// LimitReached returns the channel the armed limit signals on.
+func (s *srq) LimitReached() <-chan struct{} { return s.limitCh }
 
 // Destroy releases the SRQ; it fails with verbs.ErrBusy while QPs are attached. Posted
 // receives are dropped without completions.

@@ -18,6 +18,7 @@ func srqCases() []testCase {
 		{"Q4b", "srq_qp_error_keeps_receives", func(e *env) { caseQ4(e, false) }},
 		{"Q5", "srq_destroy_busy", caseQ5},
 		{"Q6", "srq_send_with_inv", caseQ6},
+		{"Q7", "srq_limit", caseQ7},
 	}
 }
 
@@ -351,4 +352,72 @@ func caseQ6(e *env) {
 	e.checkWC(fmt.Sprintf("READ with the rkey %#x invalidated through the SRQ", k1), wc, r.qs, wr.WRID, verbs.WCRemAccessErr, 0)
 	e.waitState(r.qc, verbs.QPStateError, "C's QP after refusing the READ")
 	e.expectNoWC(r.c.rcq, quiet, "C's receive CQ: the receive posted to the SRQ must not flush with C's QP")
+}
+
+// Q7: the SRQ limit. Arming it above the SRQ's capacity fails with ErrInvalid; above the
+// receives posted it is accepted, stays quiet, and fires when the next receive is taken.
+// Armed at 2 with 3 posted, it signals LimitReached once, when the receive taken leaves 1,
+// and not again until it is armed anew; 0 disarms it.
+func caseQ7(e *env) {
+	r := e.newSRQRig(1, 8, nil)
+	vs := r.post(4)
+	c := r.srq.Cap().MaxWR
+	e.errIs(fmt.Sprintf("ArmLimit(%d) of an SRQ of capacity %d", c+1, c), r.srq.ArmLimit(c+1), verbs.ErrInvalid)
+	if err := r.srq.ArmLimit(5); err != nil {
+		e.Fatalf("ArmLimit(5) with 4 receives posted: %v", err)
+	}
+	e.noLimit(r.srq, "armed at 5 with 4 receives posted, none taken yet")
+	m := 0
+	use := func(v recv) { // one SEND into receive v
+		e.t.Helper()
+		wr := r.send(0, m)
+		r.received(e.poll1(r.c.rcq, fmt.Sprintf("C's receive %d", m)), 0, m, v)
+		r.sent(0, wr)
+		m++
+	}
+	use(vs[0])
+	e.waitLimit(r.srq, "armed at 5 with 4 receives posted, then one taken")
+	if err := r.srq.ArmLimit(2); err != nil {
+		e.Fatalf("ArmLimit(2) with 3 receives posted: %v", err)
+	}
+	use(vs[1])
+	e.noLimit(r.srq, "with 2 receives left and the limit at 2")
+	use(vs[2])
+	e.waitLimit(r.srq, "with 1 receive left and the limit at 2")
+	use(vs[3])
+	e.noLimit(r.srq, "after the limit fired once (it disarms)")
+	vs = r.post(3)
+	if err := r.srq.ArmLimit(3); err != nil {
+		e.Fatalf("ArmLimit(3) with 3 receives posted: %v", err)
+	}
+	use(vs[0])
+	e.waitLimit(r.srq, "rearmed at 3, with 2 receives left")
+	if err := r.srq.ArmLimit(2); err != nil {
+		e.Fatalf("ArmLimit(2) with 2 receives posted: %v", err)
+	}
+	if err := r.srq.ArmLimit(0); err != nil {
+		e.Fatalf("ArmLimit(0): %v", err)
+	}
+	use(vs[1])
+	e.noLimit(r.srq, "disarmed with ArmLimit(0)")
+}
+
+// waitLimit waits for srq's limit event within the timeout.
+func (e *env) waitLimit(srq verbs.SRQ, what string) {
+	e.t.Helper()
+	select {
+	case <-srq.LimitReached():
+	case <-time.After(e.timeout):
+		e.Errorf("SRQ limit %s: no LimitReached within %v", what, e.timeout)
+	}
+}
+
+// noLimit checks that srq's limit does not signal within the quiet period.
+func (e *env) noLimit(srq verbs.SRQ, what string) {
+	e.t.Helper()
+	select {
+	case <-srq.LimitReached():
+		e.Errorf("SRQ limit %s: LimitReached signalled, want no event", what)
+	case <-time.After(quiet):
+	}
 }
