@@ -88,6 +88,10 @@ type QP struct {
 	rqHead uint64
 	rqTail uint64
 	ePSN   uint32
+	// rxTaken: the responder took a receive (its completion is rxWC) and is placing the
+	// payload without q.mu; a move to ERR meanwhile flushes it before the queue's others.
+	rxTaken bool
+	rxWC    verbs.WorkCompletion
 
 	// Responder output, sent by the engine before any request: one coalesced ACK, then
 	// READ responses and NAKs in order.
@@ -376,6 +380,7 @@ func (q *QP) connect(remote verbs.Endpoint) error {
 // is held; it is released while the goroutines stop.
 func (q *QP) reset() {
 	q.state = verbs.QPStateReset
+	q.rxTaken = false // a receive being placed is dropped too, without a completion
 	q.shutdownLocked()
 	for ; q.sqHead < q.sqTail; q.sqHead++ {
 		q.clearSlot(q.slot(q.sqHead))
@@ -696,7 +701,8 @@ func (q *QP) completeSQ() {
 
 // toError moves the QP to ERR: every outstanding send work request completes (the one in
 // flight with inflight if that is not zero, the rest with WR_FLUSH_ERR, finished ones with
-// their status) and every posted receive flushes. q.mu is held.
+// their status) and every posted receive flushes: the one being placed first, then the
+// receive queue's (an SRQ's receives stay in the SRQ). q.mu is held.
 func (q *QP) toError(inflight verbs.WCStatus) {
 	if q.state == verbs.QPStateError {
 		return
@@ -721,6 +727,12 @@ func (q *QP) toError(inflight verbs.WCStatus) {
 	}
 	q.sqNext = q.sqTail
 	q.rdOut, q.halted, q.rnrWait = 0, false, false
+	if q.rxTaken { // taken first, so flushed first: the only one of an SRQ's receives
+		q.rxTaken = false
+		wc := q.rxWC
+		wc.Status = verbs.WCWRFlushErr
+		q.rcq.push(wc)
+	}
 	for ; q.rqHead < q.rqTail; q.rqHead++ {
 		r := &q.rq[q.rqHead%uint64(len(q.rq))]
 		q.rcq.push(verbs.WorkCompletion{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn})

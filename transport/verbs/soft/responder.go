@@ -325,6 +325,9 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 			return q.refuse(h, &wc, verbs.WCLocLenErr, synInvalid)
 		}
 	}
+	// The receive is this QP's now, whether it came from rq or the SRQ: a move to ERR
+	// while the payload is placed completes it first, flushed (toError).
+	q.rxTaken, q.rxWC = true, wc
 	q.mu.Unlock()
 	err := scatter(q, src, segs, h.len)
 	q.releaseRx()
@@ -332,12 +335,15 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 		wmr.release()
 	}
 	q.mu.Lock()
-	if err != nil || q.state == verbs.QPStateError {
-		// The stream broke, or the QP went to ERR while the payload was placed: the
-		// receive was consumed for this QP (the flush did not see it), so it completes
-		// here, flushed.
-		wc.Status = verbs.WCWRFlushErr
-		q.rcq.push(wc)
+	taken := q.rxTaken
+	q.rxTaken = false
+	if !taken || err != nil || q.state == verbs.QPStateError {
+		// Flushed by toError meanwhile (or dropped by a reset); or the stream broke, which
+		// ends the QP: the receive completes flushed.
+		if taken {
+			wc.Status = verbs.WCWRFlushErr
+			q.rcq.push(wc)
+		}
 		q.mu.Unlock()
 		return err
 	}

@@ -3,6 +3,7 @@ package soft
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -194,5 +195,99 @@ func TestSRQRecvAllocs(t *testing.T) {
 	round() // warm up the QPs' scratch
 	if n := testing.AllocsPerRun(200, round); n > 0 {
 		t.Errorf("%.1f allocations per SEND received through an SRQ, want 0", n)
+	}
+}
+
+// stallConn lets a test stop a stream reader in the middle of a payload: once armed, it
+// hands out at most 1 KiB per read, and after 4 KiB it blocks until released.
+type stallConn struct {
+	net.Conn
+	mu      sync.Mutex
+	armed   bool
+	n       int
+	stalled chan struct{} // closed when a read blocks
+	release chan struct{}
+}
+
+func (c *stallConn) arm() {
+	c.mu.Lock()
+	c.armed = true
+	c.mu.Unlock()
+}
+
+func (c *stallConn) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	armed, n := c.armed, c.n
+	c.mu.Unlock()
+	if armed {
+		if n >= 4096 {
+			select {
+			case <-c.stalled:
+			default:
+				close(c.stalled)
+			}
+			<-c.release
+		}
+		b = b[:min(len(b), 1024)]
+	}
+	k, err := c.Conn.Read(b)
+	if armed {
+		c.mu.Lock()
+		c.n += k
+		c.mu.Unlock()
+	}
+	return k, err
+}
+
+// TestFlushReceiveBeingPlaced moves a QP to ERR while its responder places a SEND's
+// payload into a receive it took (TCP fabric, the stream reader held up mid-payload). The
+// receive completes WR_FLUSH_ERR, before the QP's other receive (rq) or alone, the SRQ's
+// other receive staying in the SRQ (srq); nothing completes twice.
+func TestFlushReceiveBeingPlaced(t *testing.T) {
+	for _, mode := range []string{"rq", "srq"} {
+		t.Run(mode, func(t *testing.T) {
+			c := newHost(t, mustOpen(t), 1<<20)
+			var s *host
+			if mode == "srq" {
+				s = newSRQHost(t, mustOpen(t), 1<<20, 8)
+			} else {
+				s = newHost(t, mustOpen(t), 1<<20)
+			}
+			defer c.close(t)
+			defer s.close(t)
+			sc := &stallConn{stalled: make(chan struct{}), release: make(chan struct{})}
+			connectVia(t, c, s, func(conn net.Conn) net.Conn { sc.Conn = conn; return sc })
+			recvs := []verbs.RecvWR{
+				{WRID: 1, SGL: []verbs.SGE{verbs.SGEFor(s.mr, 0, 64<<10)}},
+				{WRID: 2, SGL: []verbs.SGE{verbs.SGEFor(s.mr, 64<<10, 64<<10)}},
+			}
+			if s.srq != nil {
+				must(t, s.srq.PostRecv(recvs))
+			} else {
+				must(t, s.qp.PostRecv(recvs))
+			}
+			sc.arm()
+			must(t, c.qp.PostSend([]verbs.SendWR{{WRID: 9, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{verbs.SGEFor(c.mr, 0, 64<<10)}}}))
+			select {
+			case <-sc.stalled:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the stream reader never reached the payload")
+			}
+			must(t, s.qp.Modify(verbs.QPAttr{State: verbs.QPStateError}))
+			close(sc.release)
+			want := []uint64{1, 2}
+			if s.srq != nil {
+				want = want[:1]
+			}
+			for _, id := range want {
+				if wc := s.poll(t); wc.WRID != id || wc.Status != verbs.WCWRFlushErr || wc.QPNum != s.qp.Num() {
+					t.Fatalf("completion %v, want receive %d flushed on QP %d", wc, id, s.qp.Num())
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+			if n, _ := s.cq.Poll(s.wcs[:]); n != 0 {
+				t.Fatalf("%d more completions: %v", n, s.wcs[:n])
+			}
+		})
 	}
 }
