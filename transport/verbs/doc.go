@@ -1,6 +1,7 @@
 // Package verbs is a Go model of the subset of libibverbs that mwrpc uses: devices,
 // protection domains, memory regions, memory windows (type 1 and type 2), reliable-connected
-// queue pairs, completion queues, work requests and work completions.
+// queue pairs, shared receive queues, completion queues, work requests and work
+// completions.
 //
 // The package holds only the model: interfaces, typed enums and helpers whose semantics
 // follow libibverbs and the IBTA specification exactly (see docs/verbs.md and the

@@ -46,7 +46,7 @@ type FaultReporter interface {
 // PostError reports which work request of a PostSend or PostRecv batch was refused.
 // Requests before Index were queued; Index and after were not.
 type PostError struct {
-	Op    string // "post_send" or "post_recv"
+	Op    string // "post_send", "post_recv" or "post_srq_recv"
 	Index int
 	Err   error
 }

@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"fmt"
 	"net"
 	"time"
 )
@@ -31,6 +32,9 @@ type DeviceAttr struct {
 	MaxQPInitRdAtom int    // max_rd_atomic: READs a QP keeps outstanding as requester
 	MaxInlineData   int    // largest inline send
 	MWType2         bool   // type-2 memory windows are supported
+	MaxSRQ          int    // shared receive queues (0: the device has none)
+	MaxSRQWR        int    // receives one shared receive queue holds
+	MaxSRQSGE       int    // scatter/gather elements per shared receive
 }
 
 // PD is a protection domain: MRs, MWs and QPs of one PD may be used together; a key of one
@@ -90,6 +94,11 @@ type QPInitAttr struct {
 	RecvCQ CQ
 	Cap    QPCap
 	SigAll bool // every send work request generates a completion
+	// SRQ, when not nil, is the shared receive queue the QP takes its receives from
+	// instead of a receive queue of its own: Cap.MaxRecvWR and Cap.MaxRecvSGE are ignored
+	// (Cap() reports 0 for them), and PostRecv on the QP fails with ErrInvalid. The SRQ
+	// must belong to the QP's PD. Its receives still complete on RecvCQ.
+	SRQ SRQ
 }
 
 // Endpoint is what a peer needs to connect its queue pair to this one: the QP number, the
@@ -140,6 +149,7 @@ type QP interface {
 	// naming the first request that was not queued; the ones before it were.
 	PostSend(wrs []SendWR) error
 	// PostRecv queues receive work requests in order, reporting failure as PostSend does.
+	// A QP created with an SRQ has no receive queue of its own and refuses it (ErrInvalid).
 	PostRecv(wrs []RecvWR) error
 	// Destroy flushes and releases the QP.
 	Destroy() error
@@ -155,6 +165,63 @@ type StreamQP interface {
 	// AttachStream makes conn the QP's wire. The QP owns conn from then on and closes it
 	// on Destroy.
 	AttachStream(conn net.Conn) error
+}
+
+// SRQAttr sizes a shared receive queue (ibv_srq_attr, less srq_limit: see SRQ.ArmLimit).
+type SRQAttr struct {
+	MaxWR  int // receives the queue holds
+	MaxSGE int // scatter/gather elements per receive
+}
+
+// SRQ is a shared receive queue (ibv_srq): one pool of receives that any number of RC
+// queue pairs of its PD consume, so that a server's receive buffers do not grow with its
+// connections. A SEND (or SEND_WITH_IMM, SEND_WITH_INV, WRITE_WITH_IMM) arriving on an
+// attached QP takes the oldest receive posted to the SRQ, whichever QP it comes for; the
+// completion goes to that QP's receive CQ and names it in QPNum. When the SRQ is empty the
+// QP answers with an RNR NAK, as it would with an empty receive queue of its own.
+//
+// Receives posted to an SRQ belong to it, not to a QP: destroying a QP, or its move to
+// ERR, leaves them for the others (only a receive the QP had already consumed completes
+// there, with an error status). The SRQ has no error state of its own.
+type SRQ interface {
+	// Cap returns the capacities the provider granted, at least those asked for.
+	Cap() SRQAttr
+	// PD returns the SRQ's protection domain.
+	PD() PD
+	// PostRecv queues receive work requests in order, reporting failure as QP.PostRecv
+	// does: a *PostError naming the first request that was not queued.
+	PostRecv(wrs []RecvWR) error
+	// ArmLimit arms the SRQ's limit (ibv_modify_srq with IBV_SRQ_LIMIT): when a receive is
+	// taken and fewer than n remain posted, LimitReached gets one token and the limit
+	// disarms (IBV_EVENT_SRQ_LIMIT_REACHED), so that the consumer can post more before a
+	// sender meets RNR. Arming never signals by itself: a limit above the receives posted
+	// fires when the next one is taken. n 0 disarms it; n above Cap().MaxWR fails with
+	// ErrInvalid.
+	ArmLimit(n int) error
+	// LimitReached returns the channel the armed limit signals on. It holds one token.
+	LimitReached() <-chan struct{}
+	// Destroy releases the SRQ. It fails with ErrBusy while a QP uses it; the receives
+	// still posted are dropped without completions, as ibv_destroy_srq drops them.
+	Destroy() error
+}
+
+// SRQCreator is implemented by the protection domains of providers that have shared
+// receive queues (both of this module's do). It is a separate interface so that PD
+// implementations without them (test fakes) stay valid; use CreateSRQ.
+type SRQCreator interface {
+	PD
+	// CreateSRQ creates a shared receive queue on the PD (ibv_create_srq).
+	CreateSRQ(attr SRQAttr) (SRQ, error)
+}
+
+// CreateSRQ creates a shared receive queue on pd, or fails with ErrUnsupported if pd's
+// provider has none.
+func CreateSRQ(pd PD, attr SRQAttr) (SRQ, error) {
+	c, ok := pd.(SRQCreator)
+	if !ok {
+		return nil, fmt.Errorf("verbs: create SRQ: %T has no shared receive queues: %w", pd, ErrUnsupported)
+	}
+	return c.CreateSRQ(attr)
 }
 
 // CQ is a completion queue.

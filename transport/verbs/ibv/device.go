@@ -45,9 +45,10 @@ type Device struct {
 
 	mu      sync.Mutex
 	closed  bool
-	objects int            // live PDs and CQs
-	qps     map[uint32]*qp // by QP number
-	mws     map[uint32]*mw // by key index
+	objects int              // live PDs and CQs
+	qps     map[uint32]*qp   // by QP number
+	mws     map[uint32]*mw   // by key index
+	srqs    map[uintptr]*srq // by ibv_srq address, for their asynchronous events
 }
 
 // Open opens the RDMA device called name, or the first device when name is empty.
@@ -64,7 +65,7 @@ func Open(name string) (*Device, error) {
 		}
 		return nil, errnoErr("open device "+what, syscall.Errno(cerr))
 	}
-	d := &Device{name: C.GoString(&found[0]), ctx: ctx, qps: make(map[uint32]*qp), mws: make(map[uint32]*mw)}
+	d := &Device{name: C.GoString(&found[0]), ctx: ctx, qps: make(map[uint32]*qp), mws: make(map[uint32]*mw), srqs: make(map[uintptr]*srq)}
 	if err := d.init(); err != nil {
 		C.ibv_close_device(ctx)
 		return nil, err
@@ -93,6 +94,9 @@ func (d *Device) init() error {
 		MaxQPRdAtom:     int(a.max_qp_rd_atom),
 		MaxQPInitRdAtom: int(a.max_qp_init_rd_atom),
 		MWType2:         a.device_cap_flags&(C.IBV_DEVICE_MEM_WINDOW_TYPE_2A|C.IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0,
+		MaxSRQ:          int(a.max_srq),
+		MaxSRQWR:        int(a.max_srq_wr),
+		MaxSRQSGE:       int(a.max_srq_sge),
 	}
 	d.attr.MaxInlineData = maxInline(d.name, d.ctx)
 	d.rxe = isRXE(d.name)
@@ -256,24 +260,36 @@ func (d *Device) unuse() {
 }
 
 // asyncEvent takes one asynchronous event; it reports whether there may be more. QP errors
-// mark the QP so that receives posted to it afterwards are flushed.
+// mark the QP so that receives posted to it afterwards are flushed; an SRQ's limit event
+// signals its LimitReached.
 func (d *Device) asyncEvent() (more bool) {
 	var typ C.int
 	var qpn C.int64_t
-	rc := C.mwibv_async_event(d.ctx, &typ, &qpn)
+	var sp C.uintptr_t
+	rc := C.mwibv_async_event(d.ctx, &typ, &qpn, &sp)
 	if rc != 0 {
 		return false
 	}
-	if qpn < 0 {
-		return true
-	}
 	switch typ {
 	case C.IBV_EVENT_QP_FATAL:
-		d.markError(uint32(qpn), nil)
+		if qpn >= 0 {
+			d.markError(uint32(qpn), nil)
+		}
 	case C.IBV_EVENT_QP_REQ_ERR:
-		d.markError(uint32(qpn), fmt.Errorf("ibv: qp %d: IBV_EVENT_QP_REQ_ERR (the peer sent a request the responder cannot take): %w", qpn, verbs.ErrPeerProtocol))
+		if qpn >= 0 {
+			d.markError(uint32(qpn), fmt.Errorf("ibv: qp %d: IBV_EVENT_QP_REQ_ERR (the peer sent a request the responder cannot take): %w", qpn, verbs.ErrPeerProtocol))
+		}
 	case C.IBV_EVENT_QP_ACCESS_ERR:
-		d.markError(uint32(qpn), fmt.Errorf("ibv: qp %d: IBV_EVENT_QP_ACCESS_ERR (the peer named a key, range or right this side does not grant): %w", qpn, verbs.ErrRemoteAccess))
+		if qpn >= 0 {
+			d.markError(uint32(qpn), fmt.Errorf("ibv: qp %d: IBV_EVENT_QP_ACCESS_ERR (the peer named a key, range or right this side does not grant): %w", qpn, verbs.ErrRemoteAccess))
+		}
+	case C.IBV_EVENT_SRQ_LIMIT_REACHED:
+		d.mu.Lock()
+		s := d.srqs[uintptr(sp)]
+		d.mu.Unlock()
+		if s != nil {
+			s.limitReached()
+		}
 	}
 	return true
 }

@@ -11,8 +11,9 @@
 // ibv.Open opens a device and returns a *Device, which implements verbs.Device with the
 // semantics of package verbs and its conformance suite (package verbstest); where rxe
 // deviates from the IBTA, the package's conformance test names the case and says why.
-// Registered memory comes from verbs.Map, never the Go heap. Each PostSend, PostRecv and
-// Poll is one cgo call over memory allocated once per queue pair or completion queue.
+// Registered memory comes from verbs.Map, never the Go heap. Each PostSend, PostRecv
+// (of a QP or a shared receive queue) and Poll is one cgo call over memory allocated once
+// per queue pair, shared receive queue or completion queue.
 //
 // Environment:
 //

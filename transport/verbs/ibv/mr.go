@@ -19,7 +19,7 @@ import (
 type pd struct {
 	dev   *Device
 	c     *C.struct_ibv_pd
-	users verbs.Users // MRs, MWs and QPs
+	users verbs.Users // MRs, MWs, QPs and SRQs
 }
 
 // AllocPD allocates a protection domain.
@@ -39,7 +39,7 @@ func (p *pd) use() error { return p.users.Acquire("ibv: PD") }
 func (p *pd) unuse()     { p.users.Release() }
 
 func (p *pd) Dealloc() error {
-	err := p.users.Close("ibv: dealloc PD", "MRs, MWs or QPs", func() error {
+	err := p.users.Close("ibv: dealloc PD", "MRs, MWs, QPs or SRQs", func() error {
 		if rc := C.ibv_dealloc_pd(p.c); rc != 0 {
 			return errnoErr("dealloc PD", syscall.Errno(rc))
 		}

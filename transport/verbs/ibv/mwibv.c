@@ -186,6 +186,15 @@ struct mwibv_rq *mwibv_rq_alloc(struct ibv_qp *qp, int cap, int max_sge)
 	return q;
 }
 
+struct mwibv_rq *mwibv_srq_alloc(struct ibv_srq *srq, int cap, int max_sge)
+{
+	struct mwibv_rq *q = mwibv_rq_alloc(NULL, cap, max_sge);
+
+	if (q)
+		q->srq = srq;
+	return q;
+}
+
 void mwibv_rq_free(struct mwibv_rq *q)
 {
 	if (!q)
@@ -278,7 +287,10 @@ int mwibv_post_recv(struct mwibv_rq *q, int n)
 
 	for (int i = 0; i < n; i++)
 		q->wr[i].next = i + 1 < n ? &q->wr[i + 1] : NULL;
-	rc = ibv_post_recv(q->qp, &q->wr[0], &badwr);
+	if (q->srq)
+		rc = ibv_post_srq_recv(q->srq, &q->wr[0], &badwr);
+	else
+		rc = ibv_post_recv(q->qp, &q->wr[0], &badwr);
 	if (rc == 0)
 		return 0;
 	*bad = badwr ? (int)(badwr - &q->wr[0]) : 0;
@@ -323,7 +335,7 @@ int mwibv_cq_event(struct ibv_comp_channel *ch)
 	return 0;
 }
 
-int mwibv_async_event(struct ibv_context *ctx, int *type, int64_t *qpn)
+int mwibv_async_event(struct ibv_context *ctx, int *type, int64_t *qpn, uintptr_t *srq)
 {
 	struct ibv_async_event ev;
 
@@ -334,7 +346,12 @@ int mwibv_async_event(struct ibv_context *ctx, int *type, int64_t *qpn)
 	}
 	*type = ev.event_type;
 	*qpn = -1;
+	*srq = 0;
 	switch (ev.event_type) {
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+	case IBV_EVENT_SRQ_ERR:
+		*srq = (uintptr_t)ev.element.srq;
+		break;
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_REQ_ERR:
 	case IBV_EVENT_QP_ACCESS_ERR:

@@ -43,10 +43,12 @@ struct mwibv_sq {
 	struct ibv_mw *mwcopy;
 };
 
-// mwibv_rq is the preallocated receive side of a queue pair. The Go side fills wr[i].wr_id,
-// wr[i].num_sge and the SGEs at sge[i * max_sge]; sg_list is linked once at allocation.
+// mwibv_rq is the preallocated receive side of a queue pair, or of a shared receive queue
+// (srq set, qp NULL). The Go side fills wr[i].wr_id, wr[i].num_sge and the SGEs at
+// sge[i * max_sge]; sg_list is linked once at allocation.
 struct mwibv_rq {
 	struct ibv_qp *qp;
+	struct ibv_srq *srq;
 	int cap;
 	int max_sge;
 	int bad; // set by mwibv_post_recv on failure
@@ -88,13 +90,15 @@ int mwibv_bind_type1(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, ui
 struct mwibv_sq *mwibv_sq_alloc(struct ibv_qp *qp, int cap, int max_sge);
 void mwibv_sq_free(struct mwibv_sq *q);
 struct mwibv_rq *mwibv_rq_alloc(struct ibv_qp *qp, int cap, int max_sge);
+struct mwibv_rq *mwibv_srq_alloc(struct ibv_srq *srq, int cap, int max_sge);
 void mwibv_rq_free(struct mwibv_rq *q);
 
 // mwibv_post_send posts in[0..n) with one ibv_post_send. It returns 0, or an errno with
 // q->bad set to the index of the first request that was not posted. (The index lives in
 // C memory so that the Go caller passes no pointer to its own stack, which would escape.)
 int mwibv_post_send(struct mwibv_sq *q, int n);
-// mwibv_post_recv posts wr[0..n) with one ibv_post_recv, reporting failure likewise.
+// mwibv_post_recv posts wr[0..n) with one ibv_post_recv (ibv_post_srq_recv for an SRQ's),
+// reporting failure likewise.
 int mwibv_post_recv(struct mwibv_rq *q, int n);
 // mwibv_poll polls up to n completions into scratch and converts them into out. It
 // returns how many, or a negative errno.
@@ -104,8 +108,8 @@ int mwibv_poll(struct ibv_cq *cq, struct ibv_wc *scratch, struct mwibv_wc *out, 
 // one, 1 when none is pending, or an errno.
 int mwibv_cq_event(struct ibv_comp_channel *ch);
 // mwibv_async_event takes one asynchronous event and acknowledges it: 0 when it got one
-// (with its type and, for QP events, the QP number, else -1), 1 when none is pending, or
-// an errno.
-int mwibv_async_event(struct ibv_context *ctx, int *type, int64_t *qpn);
+// (with its type and, for QP events, the QP number, else -1; for SRQ events the SRQ, else
+// 0), 1 when none is pending, or an errno.
+int mwibv_async_event(struct ibv_context *ctx, int *type, int64_t *qpn, uintptr_t *srq);
 
 #endif

@@ -43,6 +43,7 @@ type qp struct {
 	cap    verbs.QPCap
 	sigAll bool
 	qpn    uint32
+	srq    *srq // the shared receive queue it takes receives from, or nil
 
 	state     atomic.Uint32         // the last state known (Modify, State); the NIC may have moved on to ERR
 	errored   atomic.Bool           // the NIC moved the QP to ERR (an error completion or event)
@@ -90,6 +91,15 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	if !ok1 || !ok2 || scq == nil || rcq == nil || scq.dev != d || rcq.dev != d {
 		return nil, fmt.Errorf("ibv: create QP: send and receive CQs must be CQs of device %s: %w", d.name, verbs.ErrInvalid)
 	}
+	var s *srq
+	if a.SRQ != nil {
+		var ok bool
+		if s, ok = a.SRQ.(*srq); !ok || s == nil || s.pd != p {
+			return nil, fmt.Errorf("ibv: create QP: the SRQ must be an SRQ of this PD: %w", verbs.ErrInvalid)
+		}
+		// libibverbs ignores the receive capacities then; they are reported as 0.
+		a.Cap.MaxRecvWR, a.Cap.MaxRecvSGE = 0, 0
+	}
 	c := a.Cap
 	lim := d.attr
 	switch {
@@ -112,7 +122,18 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 		p.unuse()
 		return nil, err
 	}
+	if s != nil {
+		if err := s.users.Acquire("ibv: create QP: SRQ"); err != nil {
+			rcq.unuse()
+			scq.unuse()
+			p.unuse()
+			return nil, err
+		}
+	}
 	undo := func() {
+		if s != nil {
+			s.users.Release()
+		}
 		rcq.unuse()
 		scq.unuse()
 		p.unuse()
@@ -129,12 +150,15 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	ia.cap.max_send_sge = C.uint32_t(c.MaxSendSGE)
 	ia.cap.max_recv_sge = C.uint32_t(c.MaxRecvSGE)
 	ia.cap.max_inline_data = C.uint32_t(c.MaxInlineData)
+	if s != nil {
+		ia.srq = s.c
+	}
 	cq, err := C.ibv_create_qp(p.c, &ia)
 	if cq == nil {
 		undo()
 		return nil, errnoErr(fmt.Sprintf("%s: create %v QP %+v", d.name, a.Type, c), cErr(err))
 	}
-	q := &qp{dev: d, pd: p, c: cq, typ: a.Type, scq: scq, rcq: rcq, sigAll: a.SigAll, qpn: uint32(cq.qp_num), psn: newPSN()}
+	q := &qp{dev: d, pd: p, c: cq, typ: a.Type, scq: scq, rcq: rcq, sigAll: a.SigAll, qpn: uint32(cq.qp_num), psn: newPSN(), srq: s}
 	// ibv_create_qp may report the capacities asked for while the queues it made are
 	// larger (rxe rounds them up to a power of two, less one); ibv_query_qp reports those.
 	got := ia.cap
@@ -146,6 +170,9 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 		got.max_send_sge = max(got.max_send_sge, qa.cap.max_send_sge)
 		got.max_recv_sge = max(got.max_recv_sge, qa.cap.max_recv_sge)
 		got.max_inline_data = max(got.max_inline_data, qa.cap.max_inline_data)
+	}
+	if s != nil { // the QP has no receive queue of its own
+		got.max_recv_wr, got.max_recv_sge = 0, 0
 	}
 	q.cap = verbs.QPCap{
 		MaxSendWR: int(got.max_send_wr), MaxRecvWR: int(got.max_recv_wr),
@@ -169,15 +196,19 @@ func (q *qp) alloc() error {
 	rn := min(max(q.cap.MaxRecvWR, 1), maxBatch)
 	q.sPerWR, q.rPerWR = max(q.cap.MaxSendSGE, 1), max(q.cap.MaxRecvSGE, 1)
 	q.sq = C.mwibv_sq_alloc(q.c, C.int(sn), C.int(q.cap.MaxSendSGE))
-	q.rq = C.mwibv_rq_alloc(q.c, C.int(rn), C.int(q.cap.MaxRecvSGE))
-	if q.sq == nil || q.rq == nil {
+	if q.srq == nil { // an SRQ's QP posts no receives of its own
+		q.rq = C.mwibv_rq_alloc(q.c, C.int(rn), C.int(q.cap.MaxRecvSGE))
+	}
+	if q.sq == nil || (q.rq == nil && q.srq == nil) {
 		q.free()
 		return fmt.Errorf("ibv: create QP: allocate %d+%d work request slots: %w", sn, rn, verbs.ErrNoMemory)
 	}
 	q.sin = unsafe.Slice(q.sq.in, sn)
 	q.ssge = unsafe.Slice(q.sq.sge, sn*q.sPerWR)
-	q.rwr = unsafe.Slice(q.rq.wr, rn)
-	q.rsge = unsafe.Slice(q.rq.sge, rn*q.rPerWR)
+	if q.rq != nil {
+		q.rwr = unsafe.Slice(q.rq.wr, rn)
+		q.rsge = unsafe.Slice(q.rq.sge, rn*q.rPerWR)
+	}
 	return nil
 }
 
@@ -558,6 +589,10 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
 	if q.destroyed.Load() {
 		return &verbs.PostError{Op: "post_recv", Index: 0, Err: fmt.Errorf("ibv: QP %d: %w", q.qpn, verbs.ErrClosed)}
 	}
+	if q.srq != nil {
+		return &verbs.PostError{Op: "post_recv", Index: 0,
+			Err: fmt.Errorf("ibv: QP %d takes its receives from an SRQ; post them there: %w", q.qpn, verbs.ErrInvalid)}
+	}
 	if s := verbs.QPState(q.state.Load()); s == verbs.QPStateReset {
 		return &verbs.PostError{Op: "post_recv", Index: 0,
 			Err: fmt.Errorf("ibv: QP %d is in state RESET; post_recv needs INIT or later: %w", q.qpn, verbs.ErrInvalid)}
@@ -675,6 +710,9 @@ func (q *qp) Destroy() error {
 	d.mu.Lock()
 	delete(d.qps, q.qpn)
 	d.mu.Unlock()
+	if q.srq != nil {
+		q.srq.users.Release()
+	}
 	q.scq.unuse()
 	q.rcq.unuse()
 	q.pd.unuse()

@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -98,6 +99,112 @@ func BenchmarkPostSend(b *testing.B) {
 		}
 		if i%32 == 0 || i == b.N {
 			spin(b, c.cq, wc[:])
+		}
+	}
+}
+
+// BenchmarkRecvPingPong measures a 64-byte SEND ping-pong, each side's receives taken
+// from its QP's own receive queue (rq) or from an SRQ (srq): the client sends, the server
+// echoes from the receive's completion, and each side reposts the receive it used. The
+// SENDs are inline and unsignaled, so that the only completions are the receives.
+func BenchmarkRecvPingPong(b *testing.B) {
+	for _, fabric := range []string{"inproc", "tcp"} {
+		for _, mode := range []string{"rq", "srq"} {
+			b.Run(fabric+"/"+mode, func(b *testing.B) { benchPingPong(b, fabric, mode == "srq") })
+		}
+	}
+}
+
+func benchPingPong(b *testing.B, fabric string, srq bool) {
+	open := fabrics(b)[fabric]
+	var c, s *host
+	if srq {
+		c, s = newSRQHost(b, open("c"), 1<<16, 64), newSRQHost(b, open("s"), 1<<16, 64)
+	} else {
+		c, s = newHost(b, open("c"), 1<<16), newHost(b, open("s"), 1<<16)
+	}
+	connect(b, c, s)
+	b.Cleanup(func() { s.close(b); c.close(b) })
+	// repost gives a receive back to where it came from; each side keeps 32 posted.
+	repost := func(h *host, wrs []verbs.RecvWR) error {
+		if h.srq != nil {
+			return h.srq.PostRecv(wrs)
+		}
+		return h.qp.PostRecv(wrs)
+	}
+	for _, h := range []*host{c, s} {
+		for i := 0; i < 32; i++ {
+			must(b, repost(h, []verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{verbs.SGEFor(h.mr, i*64, 64)}}}))
+		}
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { // the server: echo every message from its receive's completion
+		echo := []verbs.SendWR{{WRID: 9, Opcode: verbs.WRSend, Flags: verbs.SendInline, SGL: []verbs.SGE{verbs.SGEFor(s.mr, 4096, 64)}}}
+		rwr := []verbs.RecvWR{{SGL: []verbs.SGE{{Length: 64, LKey: s.mr.LKey()}}}}
+		wcs := make([]verbs.WorkCompletion, 16)
+		for idle := 0; ; {
+			n, err := s.cq.Poll(wcs)
+			if err != nil {
+				done <- err
+				return
+			}
+			if n == 0 {
+				if idle++; idle < spinPolls {
+					runtime.Gosched()
+					continue
+				}
+				idle = 0
+				if err := s.cq.ReqNotify(); err != nil {
+					done <- err
+					return
+				}
+				if n, _ = s.cq.Poll(wcs); n == 0 {
+					select {
+					case <-s.cq.Notify():
+						continue
+					case <-stop:
+						done <- nil
+						return
+					}
+				}
+			}
+			for _, wc := range wcs[:n] {
+				if wc.Status != verbs.WCSuccess {
+					done <- fmt.Errorf("server: %v", wc)
+					return
+				}
+				rwr[0].WRID, rwr[0].SGL[0].Addr = wc.WRID, s.mr.Addr()+wc.WRID*64
+				if err := repost(s, rwr); err != nil {
+					done <- err
+					return
+				}
+				if err := s.qp.PostSend(echo); err != nil {
+					done <- err
+					return
+				}
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}()
+	ping := []verbs.SendWR{{WRID: 8, Opcode: verbs.WRSend, Flags: verbs.SendInline, SGL: []verbs.SGE{verbs.SGEFor(c.mr, 4096, 64)}}}
+	rwr := []verbs.RecvWR{{SGL: []verbs.SGE{{Length: 64, LKey: c.mr.LKey()}}}}
+	var wc [1]verbs.WorkCompletion
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.qp.PostSend(ping); err != nil {
+			b.Fatal(err)
+		}
+		w := spin(b, c.cq, wc[:])
+		rwr[0].WRID, rwr[0].SGL[0].Addr = w.WRID, c.mr.Addr()+w.WRID*64
+		if err := repost(c, rwr); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -108,6 +108,7 @@ type Device struct {
 	mu      sync.Mutex
 	closed  bool
 	objects int // live PDs and CQs
+	srqs    int // live shared receive queues, against maxSRQ
 	qps     map[uint32]*QP
 	nextQPN uint32
 
@@ -136,6 +137,7 @@ func (d *Device) Attr() verbs.DeviceAttr {
 		MaxQPWR: maxQPWR, MaxSGE: maxSGE, MaxCQE: maxCQE, MaxMR: maxKeys, MaxMW: maxKeys,
 		MaxMRSize: MaxMessage, MaxQPRdAtom: maxRdAtom, MaxQPInitRdAtom: maxRdAtom,
 		MaxInlineData: maxInlineData, MWType2: true,
+		MaxSRQ: maxSRQ, MaxSRQWR: maxSRQWR, MaxSRQSGE: maxSGE,
 	}
 }
 
@@ -257,14 +259,14 @@ func randomKey8() uint8 { return uint8(rand.Uint32()) }
 // pd is a protection domain.
 type pd struct {
 	dev   *Device
-	users verbs.Users // MRs, MWs and QPs
+	users verbs.Users // MRs, MWs, QPs and SRQs
 }
 
 func (p *pd) use() error { return p.users.Acquire("soft: PD") }
 func (p *pd) unuse()     { p.users.Release() }
 
 func (p *pd) Dealloc() error {
-	if err := p.users.Close("soft: dealloc PD", "MRs, MWs or QPs", nil); err != nil {
+	if err := p.users.Close("soft: dealloc PD", "MRs, MWs, QPs or SRQs", nil); err != nil {
 		return err
 	}
 	p.dev.unuse()

@@ -86,11 +86,17 @@ type QP struct {
 	ackT       *time.Timer
 	ackOn      bool
 
-	// Receive queue.
+	// Receive queue, or the shared one the QP takes its receives from (then rq is empty).
+	srq    *srq
+	rxWQE  rwqe // the receive last taken from srq; owned by the holder of rxMu
 	rq     []rwqe
 	rqHead uint64
 	rqTail uint64
 	ePSN   uint32
+	// rxTaken: the responder took a receive (its completion is rxWC) and is placing the
+	// payload without q.mu; a move to ERR meanwhile flushes it before the queue's others.
+	rxTaken bool
+	rxWC    verbs.WorkCompletion
 
 	// Responder output, sent by the engine before any request: one coalesced ACK, then
 	// READ responses and NAKs in order.
@@ -149,6 +155,15 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	if !ok1 || !ok2 || scq == nil || rcq == nil || scq.dev != p.dev || rcq.dev != p.dev {
 		return nil, fmt.Errorf("soft: create QP: send and receive CQs must be CQs of device %s: %w", p.dev.name, verbs.ErrInvalid)
 	}
+	var s *srq
+	if a.SRQ != nil {
+		var ok bool
+		if s, ok = a.SRQ.(*srq); !ok || s == nil || s.pd != p {
+			return nil, fmt.Errorf("soft: create QP: the SRQ must be an SRQ of this PD: %w", verbs.ErrInvalid)
+		}
+		// As in libibverbs, the receive capacities are ignored.
+		a.Cap.MaxRecvWR, a.Cap.MaxRecvSGE = 0, 0
+	}
 	c := a.Cap
 	switch {
 	case c.MaxSendWR < 0 || c.MaxSendWR > maxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > maxQPWR:
@@ -170,6 +185,14 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 		p.unuse()
 		return nil, err
 	}
+	if s != nil {
+		if err := s.users.Acquire("soft: create QP: SRQ"); err != nil {
+			rcq.unuse()
+			scq.unuse()
+			p.unuse()
+			return nil, err
+		}
+	}
 	q := &QP{
 		dev: p.dev, pd: p, typ: a.Type, scq: scq, rcq: rcq, cap: c, sigAll: a.SigAll,
 		initPSN: rand.Uint32() & psnMask,
@@ -180,6 +203,10 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 		txMRs:   make([]*mr, 0, maxSGE),
 		rxMRs:   make([]*mr, 0, maxSGE),
 		wake:    make(chan struct{}, 1),
+		srq:     s,
+	}
+	if s != nil {
+		q.rxWQE.sges = make([]verbs.SGE, 0, s.attr.MaxSGE)
 	}
 	q.nextPSN = q.initPSN
 	for i := range q.sq {
@@ -192,6 +219,9 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
+		if s != nil {
+			s.users.Release()
+		}
 		rcq.unuse()
 		scq.unuse()
 		p.unuse()
@@ -357,6 +387,7 @@ func (q *QP) connect(remote verbs.Endpoint) error {
 // is held; it is released while the goroutines stop.
 func (q *QP) reset() {
 	q.state = verbs.QPStateReset
+	q.rxTaken = false // a receive being placed is dropped too, without a completion
 	q.shutdownLocked()
 	for ; q.sqHead < q.sqTail; q.sqHead++ {
 		q.clearSlot(q.slot(q.sqHead))
@@ -436,6 +467,9 @@ func (q *QP) Destroy() error {
 	d.mu.Lock()
 	delete(d.qps, q.qpn)
 	d.mu.Unlock()
+	if q.srq != nil { // its receives stay for the other QPs
+		q.srq.users.Release()
+	}
 	q.scq.unuse()
 	q.rcq.unuse()
 	q.pd.unuse()
@@ -618,6 +652,8 @@ func (q *QP) postRecv(wr *verbs.RecvWR) error {
 	switch {
 	case q.destroyed:
 		return fmt.Errorf("soft: QP %d: %w", q.qpn, verbs.ErrClosed)
+	case q.srq != nil:
+		return fmt.Errorf("soft: QP %d takes its receives from an SRQ; post them there: %w", q.qpn, verbs.ErrInvalid)
 	case len(wr.SGL) > q.cap.MaxRecvSGE:
 		return fmt.Errorf("soft: receive with %d SGEs (max_recv_sge %d): %w", len(wr.SGL), q.cap.MaxRecvSGE, verbs.ErrInvalid)
 	case q.state == verbs.QPStateReset:
@@ -672,7 +708,8 @@ func (q *QP) completeSQ() {
 
 // toError moves the QP to ERR: every outstanding send work request completes (the one in
 // flight with inflight if that is not zero, the rest with WR_FLUSH_ERR, finished ones with
-// their status) and every posted receive flushes. q.mu is held.
+// their status) and every posted receive flushes: the one being placed first, then the
+// receive queue's (an SRQ's receives stay in the SRQ). q.mu is held.
 func (q *QP) toError(inflight verbs.WCStatus) {
 	if q.state == verbs.QPStateError {
 		return
@@ -697,6 +734,12 @@ func (q *QP) toError(inflight verbs.WCStatus) {
 	}
 	q.sqNext = q.sqTail
 	q.rdOut, q.halted, q.rnrWait = 0, false, false
+	if q.rxTaken { // taken first, so flushed first: the only one of an SRQ's receives
+		q.rxTaken = false
+		wc := q.rxWC
+		wc.Status = verbs.WCWRFlushErr
+		q.rcq.push(wc)
+	}
 	for ; q.rqHead < q.rqTail; q.rqHead++ {
 		r := &q.rq[q.rqHead%uint64(len(q.rq))]
 		q.rcq.push(verbs.WorkCompletion{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn})

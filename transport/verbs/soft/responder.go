@@ -277,16 +277,25 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 	case opWrite:
 		return q.onWrite(h, src)
 	}
-	// SEND, SEND_WITH_IMM, SEND_WITH_INV and WRITE_WITH_IMM consume a receive.
-	if q.rqHead == q.rqTail {
+	// SEND, SEND_WITH_IMM, SEND_WITH_INV and WRITE_WITH_IMM consume a receive: the oldest
+	// of the QP's own, or of its SRQ's.
+	var r *rwqe
+	switch {
+	case q.srq != nil:
+		if q.srq.take(&q.rxWQE) {
+			r = &q.rxWQE
+		}
+	case q.rqHead != q.rqTail:
+		r = &q.rq[q.rqHead%uint64(len(q.rq))]
+		q.rqHead++
+	}
+	if r == nil {
 		q.dev.stats.rnrNaks.Add(1)
 		q.respond(header{op: opNak, syn: synRNR, psn: h.psn, imm: uint32(q.rnrTimer / time.Microsecond)})
 		q.mu.Unlock()
 		q.kick()
 		return nil
 	}
-	r := &q.rq[q.rqHead%uint64(len(q.rq))]
-	q.rqHead++
 	wc := verbs.WorkCompletion{WRID: r.wrid, Opcode: verbs.WCRecv, ByteLen: h.len, QPNum: q.qpn}
 	var segs [][]byte
 	var wmr *mr
@@ -319,6 +328,9 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 			return q.refuse(h, &wc, verbs.WCLocLenErr, synInvalid)
 		}
 	}
+	// The receive is this QP's now, whether it came from rq or the SRQ: a move to ERR
+	// while the payload is placed completes it first, flushed (toError).
+	q.rxTaken, q.rxWC = true, wc
 	q.mu.Unlock()
 	err := scatter(q, src, segs, h.len)
 	q.releaseRx()
@@ -326,17 +338,17 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 		wmr.release()
 	}
 	q.mu.Lock()
-	if err != nil {
-		if q.state != verbs.QPStateError {
+	taken := q.rxTaken
+	q.rxTaken = false
+	if !taken || err != nil || q.state == verbs.QPStateError {
+		// Flushed by toError meanwhile (or dropped by a reset); or the stream broke, which
+		// ends the QP: the receive completes flushed.
+		if taken {
 			wc.Status = verbs.WCWRFlushErr
 			q.rcq.push(wc)
 		}
 		q.mu.Unlock()
 		return err
-	}
-	if q.state == verbs.QPStateError { // flushed while the payload was placed
-		q.mu.Unlock()
-		return nil
 	}
 	switch h.op {
 	case opSendImm:

@@ -11,12 +11,14 @@ import (
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
 )
 
-// host is one side of a test connection: a device with a PD, a CQ, a QP and some memory.
+// host is one side of a test connection: a device with a PD, a CQ, a QP (on an SRQ, for
+// newSRQHost) and some memory.
 type host struct {
 	dev *Device
 	pd  verbs.PD
 	cq  verbs.CQ
 	qp  verbs.QP
+	srq verbs.SRQ
 	mem *verbs.Memory
 	mr  verbs.MR
 	wcs [16]verbs.WorkCompletion
@@ -49,7 +51,11 @@ func newHost(t testing.TB, dev *Device, size int) *host {
 
 func (h *host) close(t testing.TB) {
 	t.Helper()
-	for _, err := range []error{h.qp.Destroy(), h.mr.Dereg(), h.mem.Unmap(), h.cq.Destroy(), h.pd.Dealloc(), h.dev.Close()} {
+	errs := []error{h.qp.Destroy()}
+	if h.srq != nil {
+		errs = append(errs, h.srq.Destroy())
+	}
+	for _, err := range append(errs, h.mr.Dereg(), h.mem.Unmap(), h.cq.Destroy(), h.pd.Dealloc(), h.dev.Close()) {
 		if err != nil {
 			t.Error(err)
 		}

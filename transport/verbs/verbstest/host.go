@@ -12,12 +12,14 @@ import (
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
 )
 
-// Release order at cleanup: QPs first (they use CQs, the PD, and type-2 windows are bound
-// to them), then windows (they pin regions), regions, mappings, CQs, PDs; the device last.
+// Release order at cleanup: QPs first (they use CQs, the PD, SRQs, and type-2 windows are
+// bound to them), then SRQs, windows (they pin regions), regions, mappings, CQs, PDs; the
+// device last.
 type rank int
 
 const (
 	rankQP rank = iota
+	rankSRQ
 	rankMW
 	rankMR
 	rankMem
@@ -25,7 +27,7 @@ const (
 	rankPD
 )
 
-var rankNames = [...]string{"QP", "MW", "MR", "mapping", "CQ", "PD"}
+var rankNames = [...]string{"QP", "SRQ", "MW", "MR", "mapping", "CQ", "PD"}
 
 // resource is one object a host created, released at the end of the case.
 type resource struct {
@@ -222,6 +224,7 @@ type qpOpt struct {
 	scq, rcq verbs.CQ
 	cap      verbs.QPCap
 	sigAll   bool
+	srq      verbs.SRQ // receives come from this shared receive queue
 }
 
 // qp creates a queue pair (in RESET), destroyed at cleanup.
@@ -250,6 +253,10 @@ func (h *host) qp(o qpOpt) verbs.QP {
 	if attr.Type == 0 {
 		attr.Type = verbs.QPTypeRC
 	}
+	if o.srq != nil {
+		attr.SRQ = o.srq
+		attr.Cap.MaxRecvWR, attr.Cap.MaxRecvSGE = 0, 0
+	}
 	if attr.SendCQ == nil {
 		attr.SendCQ = h.scq
 	}
@@ -272,8 +279,32 @@ func (h *host) qp(o qpOpt) verbs.QP {
 		c.MaxRecvSGE < attr.Cap.MaxRecvSGE || c.MaxInlineData < attr.Cap.MaxInlineData {
 		h.e.Errorf("%s: QP %d reports Cap %+v, less than the %+v asked for", h.name, qp.Num(), c, attr.Cap)
 	}
+	if o.srq != nil && (c.MaxRecvWR != 0 || c.MaxRecvSGE != 0) {
+		h.e.Errorf("%s: QP %d on an SRQ reports receive capacities %d/%d, want 0 (it has no receive queue)", h.name, qp.Num(), c.MaxRecvWR, c.MaxRecvSGE)
+	}
 	h.track(rankQP, fmt.Sprintf("QP %d", qp.Num()), qp, qp.Destroy)
 	return qp
+}
+
+// srq creates a shared receive queue on the host's PD, destroyed at cleanup after the
+// QPs. A device without SRQs fails the case's setup, saying so.
+func (h *host) srq(a verbs.SRQAttr) verbs.SRQ {
+	h.e.t.Helper()
+	if n := h.dev.Attr().MaxSRQ; n == 0 {
+		h.e.setupf("%s: device %s reports MaxSRQ 0: the SRQ cases need shared receive queues", h.name, h.dev.Name())
+	}
+	s, err := verbs.CreateSRQ(h.pd, a)
+	if err != nil {
+		h.e.setupf("%s: create SRQ %+v: %v", h.name, a, err)
+	}
+	if c := s.Cap(); c.MaxWR < a.MaxWR || c.MaxSGE < a.MaxSGE {
+		h.e.Errorf("%s: SRQ reports Cap %+v, less than the %+v asked for", h.name, c, a)
+	}
+	if s.PD() != h.pd {
+		h.e.Errorf("%s: SRQ.PD() is not the PD it was created on", h.name)
+	}
+	h.track(rankSRQ, fmt.Sprintf("SRQ(%d)", a.MaxWR), s, s.Destroy)
+	return s
 }
 
 // needsStream reports whether qp's provider carries its traffic over the connection cm
@@ -372,6 +403,7 @@ type rig struct {
 	readBuf verbs.MR // S: READ targets, as large as win
 
 	keys map[verbs.MW]uint32 // the current rkey of each type-2 window the rig bound
+	srq  verbs.SRQ           // C's shared receive queue (rigOpt.srq), which recvC posts to
 
 	sl *slots // shared by the rigs of newPair
 }
@@ -386,6 +418,7 @@ type rigOpt struct {
 	winSize   int          // bytes of win (64 KiB)
 	ccap      verbs.QPCap  // C's QP capacities
 	scap      verbs.QPCap  // S's QP capacities
+	srq       bool         // C's QPs take their receives from an SRQ (rig.srq)
 }
 
 const defaultWinAccess = verbs.AccessLocalWrite | verbs.AccessMWBind
@@ -412,7 +445,10 @@ func (e *env) newRig(o rigOpt) *rig {
 	r.cmsg = r.c.mr(defaultMsgBytes, verbs.AccessLocalWrite)
 	r.smsg = r.s.mr(defaultMsgBytes, verbs.AccessLocalWrite)
 	r.readBuf = r.s.mr(o.winSize, verbs.AccessLocalWrite)
-	r.qc = r.c.qp(qpOpt{cap: o.ccap})
+	if o.srq {
+		r.srq = r.c.srq(verbs.SRQAttr{MaxWR: defaultRecvWR, MaxSGE: defaultSGE})
+	}
+	r.qc = r.c.qp(qpOpt{cap: o.ccap, srq: r.srq})
 	r.qs = r.s.qp(qpOpt{cap: o.scap})
 	e.connect(r.qc, r.pc, r.qs, r.ps)
 	return r
@@ -424,7 +460,7 @@ func (r *rig) newPair() *rig {
 	r.e.t.Helper()
 	n := *r
 	n.keys = make(map[verbs.MW]uint32)
-	n.qc = r.c.qp(qpOpt{})
+	n.qc = r.c.qp(qpOpt{srq: r.srq})
 	n.qs = r.s.qp(qpOpt{})
 	r.e.connect(n.qc, r.pc, n.qs, r.ps)
 	return &n
@@ -482,8 +518,22 @@ func (r *rig) postRecv(qp verbs.QP, mr verbs.MR, off, n int) recv {
 	return v
 }
 
-// recvC posts an n-byte receive on C's QP; recvS on S's.
-func (r *rig) recvC(n int) recv { return r.postRecv(r.qc, r.cmsg, r.cRecvSlot(n), n) }
+// postSRQRecv posts one n-byte receive to srq from the given message buffer.
+func (r *rig) postSRQRecv(srq verbs.SRQ, mr verbs.MR, off, n int) recv {
+	r.e.t.Helper()
+	v := recv{wrid: r.e.newWRID(), mr: mr, off: off, n: n}
+	clear(v.bytes())
+	r.e.postSRQRecv(srq, verbs.RecvWR{WRID: v.wrid, SGL: []verbs.SGE{verbs.SGEFor(mr, off, n)}})
+	return v
+}
+
+// recvC posts an n-byte receive on C's QP (to C's SRQ, if the rig has one); recvS on S's.
+func (r *rig) recvC(n int) recv {
+	if r.srq != nil {
+		return r.postSRQRecv(r.srq, r.cmsg, r.cRecvSlot(n), n)
+	}
+	return r.postRecv(r.qc, r.cmsg, r.cRecvSlot(n), n)
+}
 func (r *rig) recvS(n int) recv { return r.postRecv(r.qs, r.smsg, r.sRecvSlot(n), n) }
 
 // sendWR builds a signaled send-type work request carrying payload from mr at off (the

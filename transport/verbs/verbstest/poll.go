@@ -25,6 +25,14 @@ func (e *env) postRecv(qp verbs.QP, wrs ...verbs.RecvWR) {
 	}
 }
 
+// postSRQRecv posts wrs to srq; a post-time error is a failure of the case.
+func (e *env) postSRQRecv(srq verbs.SRQ, wrs ...verbs.RecvWR) {
+	e.t.Helper()
+	if err := srq.PostRecv(wrs); err != nil {
+		e.Fatalf("post_srq_recv of %d WR(s): %v", len(wrs), err)
+	}
+}
+
 // pollN polls cq until exactly n completions arrived (it never takes more than n from the
 // queue) and returns them in order. Not getting them within the timeout fails the case:
 // no wait in the suite can hang.

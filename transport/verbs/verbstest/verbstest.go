@@ -29,6 +29,10 @@
 //	P1      8 QP pairs with SENDs and READs posted and reaped from several goroutines
 //	M1..M8  API misuse: post in RESET/INIT, full queues, double release, RegMR of Go heap
 //	        memory, invalid QP transitions, access-flag and SGE-count checks
+//	Q1..Q7  shared receive queues: receives taken in post order by the QPs of two peers,
+//	        RNR while the SRQ is empty, PostRecv refused on an SRQ's QP, receives kept
+//	        when a QP is destroyed or errs, Destroy refused while in use, SEND_WITH_INV
+//	        through an SRQ, the SRQ limit event
 //
 // CaseIDs lists them all. No case invalidates one binding twice (by LOCAL_INV or
 // SEND_WITH_INV): rxe's double-invalidation path dereferences freed state in the kernel.
@@ -130,6 +134,7 @@ func allCases() []testCase {
 	cs = append(cs, rotationCases()...)
 	cs = append(cs, concurrencyCases()...)
 	cs = append(cs, misuseCases()...)
+	cs = append(cs, srqCases()...)
 	return cs
 }
 

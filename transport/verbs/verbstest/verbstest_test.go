@@ -26,7 +26,7 @@ func TestCaseNames(t *testing.T) {
 			t.Errorf("case %s has no function", c.id)
 		}
 	}
-	for _, row := range strings.Fields("K1 B1 B2 B3 B4 B5 B6 R1 R2 R3 R4 R5 R6 I1 I2 I3 I4 I5 O1 O2 O3 O4 O5 S1 S2") {
+	for _, row := range strings.Fields("K1 B1 B2 B3 B4 B5 B6 R1 R2 R3 R4 R5 R6 I1 I2 I3 I4 I5 O1 O2 O3 O4 O5 S1 S2 Q1 Q2 Q3 Q4 Q5 Q6 Q7") {
 		if !rows[row] {
 			t.Errorf("row %s of the conformance table has no case", row)
 		}
