@@ -125,6 +125,11 @@ type Config struct {
 	// single peer takes the whole handler pool. Zero means a quarter of Handlers (at
 	// least Credits: small requests never exceed that, each holding a receive slot).
 	MaxCallsPerConn int
+	// MaxCallsPerHost bounds the calls all the connections Serve accepted from one peer
+	// IP address may have in the handlers at once, answered like MaxCallsPerConn beyond
+	// it: a host cannot take the handler pool by opening more connections. Zero means a
+	// quarter of Handlers.
+	MaxCallsPerHost int
 	// CreditTimeout is how long a response may wait for the peer to return a credit
 	// (repost a receive) before the connection is failed as stalled and its handlers
 	// released: a peer that stops reading replies cannot hold the handler pool. Zero
@@ -224,6 +229,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CreditTimeout == 0 {
 		c.CreditTimeout = DefaultCreditTimeout
+	}
+	if c.MaxCallsPerHost == 0 {
+		c.MaxCallsPerHost = max(c.Handlers/4, 1)
 	}
 	if c.MaxCallsPerConn == 0 {
 		c.MaxCallsPerConn = max(c.Handlers/4, c.Credits)

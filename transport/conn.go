@@ -90,10 +90,11 @@ type Conn struct {
 	goAway   sync.Once
 	awayCh   chan struct{} // closed when the peer sent GOAWAY
 
-	// Admission (Transport.mu): the connection counts against MaxConns (and, host set,
-	// MaxConnsPerHost) until teardown; accepted ones are subject to IdleTimeout.
+	// Admission: from when it is published (admitted, Transport.mu) until teardown the
+	// connection counts against MaxConns, and against its host's limits when Serve
+	// accepted it (host; those are subject to IdleTimeout too).
 	admitted bool
-	host     string
+	host     *hostState
 	accepted bool
 	requests atomic.Uint64 // requests dispatched: what IdleTimeout watches
 	idle     idleWatch     // the poller's

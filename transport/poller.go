@@ -516,9 +516,13 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	}
 	c.serving[h.CallID] = sc
 	dead := c.err != nil
-	// No single connection may take more than its share of the handlers.
+	// No single connection, nor host, may take more than its share of the handlers.
 	crowded := len(c.serving) > c.t.cfg.MaxCallsPerConn
 	c.mu.Unlock()
+	limit, what := c.t.cfg.MaxCallsPerConn, "on this connection (Config.MaxCallsPerConn"
+	if sc.host = c.host; sc.host != nil && sc.host.calls.Add(1) > int32(c.t.cfg.MaxCallsPerHost) && !crowded {
+		crowded, limit, what = true, c.t.cfg.MaxCallsPerHost, "from this host (Config.MaxCallsPerHost"
+	}
 	if dead { // fail already canceled the calls it knew of: this one starts canceled
 		sc.ctx.cancel(context.Canceled)
 	}
@@ -527,9 +531,9 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	c.requests.Add(1)
 	if crowded {
 		c.t.counters.events[evCrowded].Add(1)
-		c.t.events.log(evCrowded, slog.LevelWarn, "mwrpc: request refused: too many calls in flight on its connection", "peer", c.peerAddr(), "max", c.t.cfg.MaxCallsPerConn)
+		c.t.events.log(evCrowded, slog.LevelWarn, "mwrpc: request refused: too many calls in flight "+what+")", "peer", c.peerAddr(), "max", limit)
 		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv,
-			fmt.Sprintf("mwrpc: too many calls in flight on this connection (Config.MaxCallsPerConn is %d)", c.t.cfg.MaxCallsPerConn))
+			fmt.Sprintf("mwrpc: too many calls in flight %s is %d)", what, limit))
 		sc.w.sent = true
 		sc.finish()
 		return

@@ -21,6 +21,7 @@ type serverCall struct {
 	slot int       // receive slot holding req, or -1
 	buf  *pool.Buf // buffer holding a large req, or nil
 	inv  revoke    // the caller's request window, revoked by the response
+	host *hostState // counted in its calls (MaxCallsPerHost) until finish, or nil
 	ctx  *callCtx  // kept across reuse: a derived context's timer may still hold it
 	w    ResponseWriter
 }
@@ -65,6 +66,9 @@ func (sc *serverCall) finish() {
 	c.mu.Lock()
 	delete(c.serving, sc.id)
 	c.mu.Unlock()
+	if sc.host != nil {
+		sc.host.calls.Add(-1)
+	}
 	if sc.buf != nil {
 		sc.buf.Release()
 	} else if sc.slot >= 0 {

@@ -46,7 +46,7 @@ type Transport struct {
 	conns    map[*Conn]struct{}
 	setup    map[net.Conn]struct{} // streams of connections being set up
 	open     int                   // connections admitted: set up, or being set up
-	hosts    map[string]int        // of those, the ones Serve accepted, by peer IP
+	hosts    map[string]*hostState // of those, the ones Serve accepted, by peer IP
 	seeing   chan struct{}         // bounds the goroutines seeing refused connections out
 	setupWG  sync.WaitGroup
 	closed   bool
@@ -140,7 +140,7 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("transport: %w", err)
 	}
 	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, conns: make(map[*Conn]struct{}), setup: make(map[net.Conn]struct{}),
-		hosts: make(map[string]int), seeing: make(chan struct{}, 64)}
+		hosts: make(map[string]*hostState), seeing: make(chan struct{}, 64)}
 	t.events.logger = cfg.Logger
 	t.tick = cfg.Lease / 4
 	if cfg.IdleTimeout > 0 {
@@ -175,38 +175,53 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// admit counts a connection in, or says why not: Config.MaxConns, or for one Serve
-// accepted (host set: the peer's IP), Config.MaxConnsPerHost. leave counts it out.
-func (t *Transport) admit(host string) (wire.Refusal, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	switch {
-	case t.closed:
-		return wire.RefusedClosing, fmt.Errorf("transport: closed: %w", ErrUnavailable)
-	case t.open >= t.cfg.MaxConns:
-		return wire.RefusedConns, fmt.Errorf("transport: %w: %w: %d connections open or being set up (Config.MaxConns; by default what the completion queues of Config.Pollers hold)",
-			ErrUnavailable, ErrCapacity, t.open)
-	case host != "" && t.hosts[host] >= t.cfg.MaxConnsPerHost:
-		return wire.RefusedHost, fmt.Errorf("transport: %w: %w: %d connections from %s (Config.MaxConnsPerHost)", ErrUnavailable, ErrCapacity, t.hosts[host], host)
-	}
-	t.open++
-	if host != "" {
-		t.hosts[host]++
-	}
-	return 0, nil
+// hostState is what one peer host holds of the server: connections (Transport.mu) and
+// calls in the handlers (MaxCallsPerHost).
+type hostState struct {
+	ip    string
+	conns int
+	calls atomic.Int32
 }
 
-func (t *Transport) leave(host string) {
+// admit counts a connection in, or says why not: Config.MaxConns, or for one Serve
+// accepted (ip set: the peer's address), Config.MaxConnsPerHost. It returns the host's
+// state for an accepted one. leave counts it out.
+func (t *Transport) admit(ip string) (*hostState, wire.Refusal, error) {
 	t.mu.Lock()
-	t.leaveLocked(host)
+	defer t.mu.Unlock()
+	hs := t.hosts[ip]
+	switch {
+	case t.closed:
+		return nil, wire.RefusedClosing, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+	case t.open >= t.cfg.MaxConns:
+		return nil, wire.RefusedConns, fmt.Errorf("transport: %w: %w: %d connections open or being set up (Config.MaxConns; by default what the completion queues of Config.Pollers hold)",
+			ErrUnavailable, ErrCapacity, t.open)
+	case hs != nil && hs.conns >= t.cfg.MaxConnsPerHost:
+		return nil, wire.RefusedHost, fmt.Errorf("transport: %w: %w: %d connections from %s (Config.MaxConnsPerHost)", ErrUnavailable, ErrCapacity, hs.conns, ip)
+	}
+	t.open++
+	if ip == "" {
+		return nil, 0, nil
+	}
+	if hs == nil {
+		hs = &hostState{ip: ip}
+		t.hosts[ip] = hs
+	}
+	hs.conns++
+	return hs, 0, nil
+}
+
+func (t *Transport) leave(hs *hostState) {
+	t.mu.Lock()
+	t.leaveLocked(hs)
 	t.mu.Unlock()
 }
 
-func (t *Transport) leaveLocked(host string) {
+func (t *Transport) leaveLocked(hs *hostState) {
 	t.open--
-	if host != "" {
-		if t.hosts[host]--; t.hosts[host] <= 0 {
-			delete(t.hosts, host)
+	if hs != nil {
+		if hs.conns--; hs.conns <= 0 {
+			delete(t.hosts, hs.ip) // handlers still running count down the old state
 		}
 	}
 }
@@ -254,13 +269,13 @@ func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w: %w", ErrUnavailable, err) // the net error names the address
 	}
-	if _, err := t.admit(""); err != nil {
+	if _, _, err := t.admit(""); err != nil {
 		_ = nc.Close()
 		return nil, fmt.Errorf("%s: %w", address, err)
 	}
-	c, err := t.setupConn(ctx, nc, address, roleClient, "")
+	c, err := t.setupConn(ctx, nc, address, roleClient, nil)
 	if err != nil {
-		t.leave("")
+		t.leave(nil)
 		return nil, fmt.Errorf("%s: %w", address, err)
 	}
 	return c, nil
@@ -277,8 +292,8 @@ func (t *Transport) Serve(ln net.Listener) error {
 			}
 			return err
 		}
-		host := hostOf(nc.RemoteAddr())
-		if r, err := t.admit(host); err != nil {
+		hs, r, err := t.admit(hostOf(nc.RemoteAddr()))
+		if err != nil {
 			t.counters.events[evRefused].Add(1)
 			t.events.log(evRefused, slog.LevelWarn, "mwrpc: connection refused", "peer", nc.RemoteAddr().String(), "err", err)
 			t.refuse(nc, r)
@@ -287,8 +302,8 @@ func (t *Transport) Serve(ln net.Listener) error {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), t.cfg.HandshakeTimeout)
 			defer cancel()
-			if _, err := t.setupConn(ctx, nc, "", roleServer, host); err != nil { // nc is closed: the peer sees it
-				t.leave(host)
+			if _, err := t.setupConn(ctx, nc, "", roleServer, hs); err != nil { // nc is closed: the peer sees it
+				t.leave(hs)
 				t.counters.events[evSetup].Add(1)
 				t.events.log(evSetup, slog.LevelWarn, "mwrpc: connection setup failed", "peer", nc.RemoteAddr().String(), "err", err)
 			}
@@ -306,13 +321,13 @@ func (t *Transport) isClosed() bool {
 // sides must): the hello exchange, a queue pair connected with cm, receive slots posted.
 // The stream belongs to the connection (or is closed) afterwards.
 func (t *Transport) NewConn(ctx context.Context, nc net.Conn) (*Conn, error) {
-	if _, err := t.admit(""); err != nil {
+	if _, _, err := t.admit(""); err != nil {
 		_ = nc.Close()
 		return nil, err
 	}
-	c, err := t.setupConn(ctx, nc, "", roleNone, "")
+	c, err := t.setupConn(ctx, nc, "", roleNone, nil)
 	if err != nil {
-		t.leave("")
+		t.leave(nil)
 	}
 	return c, err
 }
@@ -327,10 +342,10 @@ const (
 )
 
 // setupConn sets a connection up over nc, after the credentials' handshake when the
-// transport has credentials and role asks for one. The connection was admitted (with host,
+// transport has credentials and role asks for one. The connection was admitted (with hs,
 // for one Serve accepted); when setup fails the caller counts it out, otherwise it counts
 // itself out when it is torn down.
-func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string, role handshakeRole, host string) (*Conn, error) {
+func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string, role handshakeRole, hs *hostState) (*Conn, error) {
 	// Close aborts setups in progress (by closing their streams) and waits for them, so
 	// that no connection outlives the pollers it was assigned to.
 	t.mu.Lock()
@@ -364,7 +379,7 @@ func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string
 			return nil, fmt.Errorf("transport: %w: %w", ErrHandshake, err)
 		}
 	}
-	c, err := t.newConn(ctx, stream, peer, host, role == roleServer)
+	c, err := t.newConn(ctx, stream, peer, hs, role == roleServer)
 	if err != nil {
 		_ = stream.Close()
 		return nil, err
@@ -379,7 +394,7 @@ type Peer struct {
 	AuthInfo credentials.AuthInfo
 }
 
-func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, host string, accepted bool) (*Conn, error) {
+func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs *hostState, accepted bool) (*Conn, error) {
 	cfg := &t.cfg
 	hello := wire.Hello{Version: wire.Version, SlotSize: uint32(cfg.SlotSize), Credits: uint32(cfg.Credits),
 		Inline: uint32(cfg.EagerThreshold), MaxMessage: uint32(cfg.MaxMessage)}
@@ -412,7 +427,7 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hos
 	t.mu.Unlock()
 	c, err := newConn(t, p, peer)
 	if err == nil {
-		c.peer = peerInfo
+		c.peer, c.host, c.accepted = peerInfo, hs, accepted
 	}
 	if err != nil {
 		t.mu.Lock()
@@ -437,7 +452,7 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hos
 		return nil, err
 	}
 	t.conns[c] = struct{}{}
-	c.admitted, c.host, c.accepted = true, host, accepted // teardown counts it out from here on
+	c.admitted = true // teardown counts it out from here on
 	if c.boot != nil {
 		t.wg.Add(1)
 		go c.watchPeer()
@@ -564,7 +579,7 @@ type Stats struct {
 
 type counters struct {
 	calls, served, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed atomic.Uint64
-	events                                                                                    [numEvents]atomic.Uint64
+	events                                                                                     [numEvents]atomic.Uint64
 }
 
 // Stats returns a snapshot of the transport's counters. It costs about a nanosecond per

@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
 )
 
 // AuthInfo is what a handshake established about the peer.
@@ -109,6 +111,9 @@ var PlaintextRefusal = []byte("MWTLS\x00 server requires TLS")
 func explain(err error) error {
 	var rh tls.RecordHeaderError
 	if errors.As(err, &rh) {
+		if refused := wire.RefusalError(rh.RecordHeader[:]); refused != nil {
+			return refused // the server turned us away before TLS began (its connection limits)
+		}
 		return fmt.Errorf("%w (the peer answered in plaintext: it has no TLS credentials configured): %w", ErrPlaintextPeer, err)
 	}
 	return err
