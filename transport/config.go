@@ -149,6 +149,12 @@ type Config struct {
 	// no single host takes the whole connection table; beyond it a connection is turned
 	// away like one beyond MaxConns. Zero means a quarter of MaxConns (at least 1).
 	MaxConnsPerHost int
+	// ConnRatePerHost bounds how fast one peer IP address may open connections Serve
+	// takes: a bucket of MaxConnsPerHost connections that refills at this many a second.
+	// A connection beyond it is turned away before any handshake, as beyond MaxConns: a
+	// host that sets connections up and drops them over and over cannot spend the
+	// server's CPU on setups. Zero means DefaultConnRatePerHost.
+	ConnRatePerHost float64
 	// IdleTimeout is how long a connection Serve accepted may go without a request
 	// before the server sends GOAWAY (the client's rpc layer reconnects when it next
 	// needs to) and, if the peer still holds on, closes it: idle connections cannot keep
@@ -185,6 +191,9 @@ const (
 	DefaultPeerTimeout    = 15 * time.Second
 	DefaultCreditTimeout  = 10 * time.Second
 	DefaultIdleTimeout    = 5 * time.Minute
+	// DefaultConnRatePerHost: a reconnecting client needs a few a second; a setup costs
+	// the server about 0.3 ms of CPU, so one host's churn takes at most a few percent.
+	DefaultConnRatePerHost = 100
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -224,6 +233,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = DefaultPeerTimeout
 	}
+	if c.ConnRatePerHost == 0 {
+		c.ConnRatePerHost = DefaultConnRatePerHost
+	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
@@ -250,8 +262,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("transport: max message %d outside 1..%d", c.MaxMessage, 1<<31-1)
 	case c.PeerTimeout < time.Second:
 		return c, fmt.Errorf("transport: peer timeout %v below 1s (TCP keepalive counts in seconds)", c.PeerTimeout)
-	case c.MaxConns < 0 || c.MaxConnsPerHost < 0:
-		return c, fmt.Errorf("transport: max conns %d and max conns per host %d must not be negative", c.MaxConns, c.MaxConnsPerHost)
+	case c.MaxConns < 0 || c.MaxConnsPerHost < 0 || c.ConnRatePerHost < 0:
+		return c, fmt.Errorf("transport: max conns %d, max conns per host %d and conn rate per host %g must not be negative", c.MaxConns, c.MaxConnsPerHost, c.ConnRatePerHost)
 	case c.CQDepth < 0:
 		return c, fmt.Errorf("transport: CQ depth %d is negative", c.CQDepth)
 	case c.Windows < 1 || c.Pollers < 1 || c.Handlers < 1:

@@ -18,11 +18,11 @@ type serverCall struct {
 	c    *Conn
 	id   uint64
 	req  []byte
-	slot int       // receive slot holding req, or -1
-	buf  *pool.Buf // buffer holding a large req, or nil
-	inv  revoke    // the caller's request window, revoked by the response
+	slot int        // receive slot holding req, or -1
+	buf  *pool.Buf  // buffer holding a large req, or nil
+	inv  revoke     // the caller's request window, revoked by the response
 	host *hostState // counted in its calls (MaxCallsPerHost) until finish, or nil
-	ctx  *callCtx  // kept across reuse: a derived context's timer may still hold it
+	ctx  *callCtx   // kept across reuse: a derived context's timer may still hold it
 	w    ResponseWriter
 }
 

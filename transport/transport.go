@@ -47,6 +47,7 @@ type Transport struct {
 	setup    map[net.Conn]struct{} // streams of connections being set up
 	open     int                   // connections admitted: set up, or being set up
 	hosts    map[string]*hostState // of those, the ones Serve accepted, by peer IP
+	sweepAt  int                   // len(hosts) at which admit sweeps out the idle ones
 	seeing   chan struct{}         // bounds the goroutines seeing refused connections out
 	setupWG  sync.WaitGroup
 	closed   bool
@@ -73,6 +74,13 @@ func (c *counter) Add(d int) {
 }
 
 func (c *counter) Done() { c.Add(-1) }
+
+// none reports whether no handler runs.
+func (c *counter) none() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n == 0
+}
 
 // wait returns when no handler runs, or ctx ends.
 func (c *counter) wait(ctx context.Context) error {
@@ -140,7 +148,7 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("transport: %w", err)
 	}
 	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, conns: make(map[*Conn]struct{}), setup: make(map[net.Conn]struct{}),
-		hosts: make(map[string]*hostState), seeing: make(chan struct{}, 64)}
+		hosts: make(map[string]*hostState), sweepAt: 1024, seeing: make(chan struct{}, 64)}
 	t.events.logger = cfg.Logger
 	t.tick = cfg.Lease / 4
 	if cfg.IdleTimeout > 0 {
@@ -175,12 +183,23 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// hostState is what one peer host holds of the server: connections (Transport.mu) and
-// calls in the handlers (MaxCallsPerHost).
+// hostState is what one peer host holds of the server: connections and the rate at which
+// it opens them (Transport.mu), and calls in the handlers (MaxCallsPerHost). It stays in
+// Transport.hosts while the host has connections or its rate bucket is not full.
 type hostState struct {
-	ip    string
-	conns int
-	calls atomic.Int32
+	ip     string
+	conns  int
+	tokens float64   // connections it may open now (ConnRatePerHost, burst MaxConnsPerHost)
+	filled time.Time // when tokens was brought up to date
+	calls  atomic.Int32
+}
+
+// refill brings the host's bucket up to now and reports whether it is full.
+func (hs *hostState) refill(now time.Time, cfg *Config) bool {
+	burst := float64(cfg.MaxConnsPerHost)
+	hs.tokens = min(burst, hs.tokens+now.Sub(hs.filled).Seconds()*cfg.ConnRatePerHost)
+	hs.filled = now
+	return hs.tokens >= burst
 }
 
 // admit counts a connection in, or says why not: Config.MaxConns, or for one Serve
@@ -190,6 +209,10 @@ func (t *Transport) admit(ip string) (*hostState, wire.Refusal, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	hs := t.hosts[ip]
+	now := time.Now()
+	if hs != nil {
+		hs.refill(now, &t.cfg)
+	}
 	switch {
 	case t.closed:
 		return nil, wire.RefusedClosing, fmt.Errorf("transport: closed: %w", ErrUnavailable)
@@ -198,17 +221,34 @@ func (t *Transport) admit(ip string) (*hostState, wire.Refusal, error) {
 			ErrUnavailable, ErrCapacity, t.open)
 	case hs != nil && hs.conns >= t.cfg.MaxConnsPerHost:
 		return nil, wire.RefusedHost, fmt.Errorf("transport: %w: %w: %d connections from %s (Config.MaxConnsPerHost)", ErrUnavailable, ErrCapacity, hs.conns, ip)
+	case hs != nil && hs.tokens < 1:
+		return nil, wire.RefusedRate, fmt.Errorf("transport: %w: %w: %s opens connections faster than %g a second (Config.ConnRatePerHost)", ErrUnavailable, ErrCapacity, ip, t.cfg.ConnRatePerHost)
 	}
 	t.open++
 	if ip == "" {
 		return nil, 0, nil
 	}
 	if hs == nil {
-		hs = &hostState{ip: ip}
+		if len(t.hosts) >= t.sweepAt {
+			t.sweepHostsLocked(now)
+		}
+		hs = &hostState{ip: ip, tokens: float64(t.cfg.MaxConnsPerHost), filled: now}
 		t.hosts[ip] = hs
 	}
 	hs.conns++
+	hs.tokens--
 	return hs, 0, nil
+}
+
+// sweepHostsLocked forgets hosts with no connection whose rate bucket is full again: they
+// are as if never seen. t.mu is held.
+func (t *Transport) sweepHostsLocked(now time.Time) {
+	for ip, hs := range t.hosts {
+		if hs.conns == 0 && hs.refill(now, &t.cfg) {
+			delete(t.hosts, ip)
+		}
+	}
+	t.sweepAt = max(1024, 2*len(t.hosts))
 }
 
 func (t *Transport) leave(hs *hostState) {
@@ -220,9 +260,7 @@ func (t *Transport) leave(hs *hostState) {
 func (t *Transport) leaveLocked(hs *hostState) {
 	t.open--
 	if hs != nil {
-		if hs.conns--; hs.conns <= 0 {
-			delete(t.hosts, hs.ip) // handlers still running count down the old state
-		}
+		hs.conns-- // the state stays for its rate bucket; sweepHostsLocked forgets it
 	}
 }
 

@@ -213,6 +213,7 @@ const (
 	RefusedConns   Refusal = 1 // the server holds its maximum of connections
 	RefusedHost    Refusal = 2 // the server holds its maximum of connections from this host
 	RefusedClosing Refusal = 3 // the server is shutting down
+	RefusedRate    Refusal = 4 // this host opens connections faster than the server takes them
 )
 
 var refusalMagic = [4]byte{'M', 'W', 'N', 'O'}
@@ -228,6 +229,8 @@ func (r Refusal) String() string {
 		return "it holds its maximum of connections from this host"
 	case RefusedClosing:
 		return "it is shutting down"
+	case RefusedRate:
+		return "this host opens connections faster than it takes them"
 	}
 	return fmt.Sprintf("reason %d", uint8(r))
 }

@@ -124,7 +124,7 @@ func FuzzParseHello(f *testing.F) {
 }
 
 func TestRefusal(t *testing.T) {
-	for _, r := range []Refusal{RefusedConns, RefusedHost, RefusedClosing} {
+	for _, r := range []Refusal{RefusedConns, RefusedHost, RefusedClosing, RefusedRate} {
 		b := AppendRefusal(nil, r)
 		if len(b) != HelloLen {
 			t.Fatalf("%v: refusal of %d bytes, want %d (as long as a hello)", r, len(b), HelloLen)
