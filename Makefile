@@ -48,7 +48,7 @@ BENCH_PATTERNS := $(strip $(foreach d,$(BENCH_DIRS),$(if $(wildcard $(d)/.),./$(
 
 # The steps of `make test`, in order. A step that cannot run on this machine (test-rxe: not
 # root, not Debian) reports a skip with $(call skip,...), which CI=true turns into a failure.
-TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace test-benchmarks test-otlp test-readme fuzz-smoke test-rxe test-faults
+TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace test-hostile test-benchmarks test-otlp test-readme fuzz-smoke test-rxe test-faults
 
 # $(call header,title) prints a step header, with the time of day so that CI logs show
 # how long each step took.
@@ -114,6 +114,14 @@ test-race:
 test-norace:
 	@$(call header,go test ./... (no race detector))
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The hostile-peer suite once more, alone on the machine, with its latency bound on: a
+# good client's p99 during each attack within 2x of its p99 alone (4x for connection
+# floods). Under go test ./... other packages' tests share the cores, so there the suite
+# checks everything but that bound (transport/hostile_test.go, docs/security.md).
+test-hostile:
+	@$(call header,hostile-peer suite with its latency bound)
+	MWRPC_HOSTILE_P99=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestHostilePeers$$' -v ./transport/ | grep -E '^(=== RUN|---|\s+hostile_test|ok|FAIL|PASS)'
 
 # The benchmark harness is a module of its own (so gRPC never enters the library's
 # go.mod), which ./... does not reach: vet it and run its small self-test.

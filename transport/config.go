@@ -127,8 +127,8 @@ type Config struct {
 	MaxCallsPerConn int
 	// MaxCallsPerHost bounds the calls all the connections Serve accepted from one peer
 	// IP address may have in the handlers at once, answered like MaxCallsPerConn beyond
-	// it: a host cannot take the handler pool by opening more connections. Zero means a
-	// quarter of Handlers.
+	// it: a host cannot take the handler pool by opening more connections, and the rest
+	// stays for other hosts. Zero means three quarters of Handlers (all of them below 4).
 	MaxCallsPerHost int
 	// CreditTimeout is how long a response may wait for the peer to return a credit
 	// (repost a receive) before the connection is failed as stalled and its handlers
@@ -243,7 +243,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.CreditTimeout = DefaultCreditTimeout
 	}
 	if c.MaxCallsPerHost == 0 {
-		c.MaxCallsPerHost = max(c.Handlers/4, 1)
+		c.MaxCallsPerHost = c.Handlers
+		if c.Handlers >= 4 {
+			c.MaxCallsPerHost = c.Handlers * 3 / 4
+		}
 	}
 	if c.MaxCallsPerConn == 0 {
 		c.MaxCallsPerConn = max(c.Handlers/4, c.Credits)

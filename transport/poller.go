@@ -520,7 +520,8 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	crowded := len(c.serving) > c.t.cfg.MaxCallsPerConn
 	c.mu.Unlock()
 	limit, what := c.t.cfg.MaxCallsPerConn, "on this connection (Config.MaxCallsPerConn"
-	if sc.host = c.host; sc.host != nil && sc.host.calls.Add(1) > int32(c.t.cfg.MaxCallsPerHost) && !crowded {
+	// (A limit of the whole pool or more is the pool's to enforce: "overloaded".)
+	if sc.host = c.host; sc.host != nil && sc.host.calls.Add(1) > int32(c.t.cfg.MaxCallsPerHost) && c.t.cfg.MaxCallsPerHost < c.t.cfg.Handlers && !crowded {
 		crowded, limit, what = true, c.t.cfg.MaxCallsPerHost, "from this host (Config.MaxCallsPerHost"
 	}
 	if dead { // fail already canceled the calls it knew of: this one starts canceled
