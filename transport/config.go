@@ -156,9 +156,9 @@ type Config struct {
 	// server's CPU on setups. Zero means DefaultConnRatePerHost.
 	ConnRatePerHost float64
 	// IdleTimeout is how long a connection Serve accepted may go without a request
-	// before the server sends GOAWAY (the client's rpc layer reconnects when it next
-	// needs to) and, if the peer still holds on, closes it: idle connections cannot keep
-	// the table full forever. Keepalive pings do not count as requests. Zero means
+	// before the server sends GOAWAY (the client's rpc layer moves to a new connection)
+	// and, if the peer still holds on, closes it: idle connections cannot keep the table
+	// full forever. Keepalive pings do not count as requests. Zero means
 	// DefaultIdleTimeout; negative means never.
 	IdleTimeout time.Duration
 	// PeerTimeout is how long a silent peer host has before its connections fail with
