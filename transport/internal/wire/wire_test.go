@@ -114,6 +114,9 @@ func FuzzParseHello(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var h Hello
 		rest, err := ParseHello(b, &h)
+		if refused := RefusalError(b); refused != nil && (err == nil || !errors.Is(refused, ErrRefused)) {
+			t.Fatalf("%x parses as a hello and as a refusal (%v)", b, refused)
+		}
 		if err != nil {
 			return
 		}
