@@ -245,6 +245,7 @@ func (h *hostile) attack(name, want string, bound float64, run func()) {
 		if err != nil {
 			h.t.Fatal(err)
 		}
+		h.quiet()
 		stop := make(chan struct{})
 		type result struct {
 			lat []time.Duration
@@ -283,6 +284,22 @@ func (h *hostile) attack(name, want string, bound float64, run func()) {
 		}
 		h.settle(name)
 	})
+}
+
+// quiet starts an attack as if the attacker had been quiet a while: the rate limits of its
+// address and of the log lines are full again, so one attack's count does not spill into
+// the next one's outcome.
+func (h *hostile) quiet() {
+	h.server.mu.Lock()
+	for _, hs := range h.server.hosts {
+		hs.tokens = float64(h.server.cfg.MaxConnsPerHost)
+	}
+	h.server.mu.Unlock()
+	h.server.events.mu.Lock()
+	for i := range h.server.events.kinds {
+		h.server.events.kinds[i].last = time.Time{}
+	}
+	h.server.events.mu.Unlock()
 }
 
 func (h *hostile) waitLog(want string) {
