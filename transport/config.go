@@ -86,6 +86,15 @@ type Config struct {
 	// Credits is the number of receive slots posted per connection: how many SENDs the
 	// peer may have outstanding. Zero means DefaultCredits.
 	Credits int
+	// SharedReceives, when positive, makes each poller post this many receive slots to
+	// one shared receive queue (SRQ) that all its connections take their receives from,
+	// instead of Credits + 32 slots per connection: receive memory stops growing with the
+	// connections (a server with many mostly idle ones). Peers still get Credits credits
+	// each; when more of them send at once than there are slots, the NIC refuses the
+	// SEND that finds the queue empty and the sender's NIC retries it after its RNR timer:
+	// delayed, never lost. Size it for the messages in flight at once, across
+	// connections. Needs a device with SRQs (verbs.SRQCreator). Zero means off.
+	SharedReceives int
 	// EagerThreshold is the largest payload sent inside a SEND; larger ones go through a
 	// memory window. It is capped by the peer's slot size. Zero means DefaultEagerThreshold.
 	EagerThreshold int
@@ -266,6 +275,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("transport: max message %d outside 1..%d", c.MaxMessage, 1<<31-1)
 	case c.PeerTimeout < time.Second:
 		return c, fmt.Errorf("transport: peer timeout %v below 1s (TCP keepalive counts in seconds)", c.PeerTimeout)
+	case c.SharedReceives < 0 || c.SharedReceives > 1<<20:
+		return c, fmt.Errorf("transport: shared receives %d outside 0..%d", c.SharedReceives, 1<<20)
 	case c.MaxConns < 0 || c.MaxConnsPerHost < 0 || c.ConnRatePerHost < 0:
 		return c, fmt.Errorf("transport: max conns %d, max conns per host %d and conn rate per host %g must not be negative", c.MaxConns, c.MaxConnsPerHost, c.ConnRatePerHost)
 	case c.CQDepth < 0:

@@ -56,8 +56,9 @@ type Conn struct {
 	credits int    // the peer's receive slots for counted messages
 	peer    Peer   // set before the connection is published
 
-	recv  []recvSlot
-	sends []sendSlot
+	recv   []recvSlot // nil with shared receives (poller.shared)
+	shared bool       // receives come from the poller's SRQ
+	sends  []sendSlot
 	reads []readOp    // owned by the poller, but for freeReads
 	rxHdr wire.Header // the poller's scratch
 
@@ -160,8 +161,12 @@ func grantedCredits(cfg *Config, peer wire.Hello) int {
 
 func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	cfg := &t.cfg
+	id := t.nextConn.Add(1) & 0xffffff
+	for id == sharedConnID { // the id of the shared receive queue's work requests
+		id = t.nextConn.Add(1) & 0xffffff
+	}
 	c := &Conn{
-		t: t, p: p, id: t.nextConn.Add(1) & 0xffffff,
+		t: t, p: p, id: id, shared: p.srq != nil,
 		eager:   min(cfg.EagerThreshold, int(peer.SlotSize)-wire.HeaderLen),
 		maxSend: min(cfg.MaxMessage, int(peer.MaxMessage)),
 		maxRecv: uint32(cfg.MaxMessage),
@@ -177,7 +182,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	}
 	nsend, nread, sendWR, recvWR := queueSizes(cfg, peer)
 	var err error
-	c.qp, err = t.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, Cap: verbs.QPCap{
+	c.qp, err = t.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, SRQ: p.srq, Cap: verbs.QPCap{
 		MaxSendWR: sendWR, MaxRecvWR: recvWR, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, fmt.Errorf("transport: create QP: %w", err)
@@ -186,7 +191,9 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		c.abort()
 		return nil, fmt.Errorf("transport: %w", err)
 	}
-	c.recv = make([]recvSlot, cfg.Credits+recvCtrlSlots)
+	if !c.shared {
+		c.recv = make([]recvSlot, cfg.Credits+recvCtrlSlots)
+	}
 	c.sends = make([]sendSlot, nsend)
 	c.reads = make([]readOp, nread)
 	for i := range c.recv {
@@ -214,8 +221,13 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 func queueSizes(cfg *Config, peer wire.Hello) (nsend, nread, sendWR, recvWR int) {
 	nsend = grantedCredits(cfg, peer) + recvCtrlSlots + 4
 	nread = cfg.Credits + recvCtrlSlots
+	if cfg.SharedReceives > 0 { // receives come from the poller's SRQ, committed once
+		recvWR = 0
+	} else {
+		recvWR = cfg.Credits + recvCtrlSlots
+	}
 	// A window's bind and its LOCAL_INV; the READs of the peer's large messages.
-	return nsend, nread, nsend + 2*cfg.Windows + nread, cfg.Credits + recvCtrlSlots
+	return nsend, nread, nsend + 2*cfg.Windows + nread, recvWR
 }
 
 // connect posts the receive slots and connects the QP over nc.
@@ -263,6 +275,15 @@ func (c *Conn) waitReady(ctx context.Context) error {
 	}
 }
 
+// slot returns receive slot i: the connection's own, or with shared receives the
+// poller's.
+func (c *Conn) slot(i int) *recvSlot {
+	if c.shared {
+		return &c.p.shared[i]
+	}
+	return &c.recv[i]
+}
+
 func (c *Conn) postRecv(i int) error {
 	s := &c.recv[i]
 	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(s.buf.Cap()), LKey: s.buf.LKey()}
@@ -276,6 +297,16 @@ func (c *Conn) postRecv(i int) error {
 // releaseSlot ends a hold on receive slot i: it is posted again, or, if the connection is
 // gone, its buffer returns to the pool.
 func (c *Conn) releaseSlot(i int, counted bool) {
+	if c.shared {
+		if err := c.p.releaseShared(i); err != nil {
+			c.fail(err)
+			return
+		}
+		if c.failure() == nil { // the peer may use the credit again
+			c.owe(counted)
+		}
+		return
+	}
 	c.mu.Lock()
 	c.recv[i].held = false
 	if c.torn {
@@ -293,6 +324,11 @@ func (c *Conn) releaseSlot(i int, counted bool) {
 		c.fail(err)
 		return
 	}
+	c.owe(counted)
+}
+
+// owe counts a receive reposted for the peer, and returns credits when enough are owed.
+func (c *Conn) owe(counted bool) {
 	if counted && c.owed.Add(1) >= c.creditThreshold() || !counted && c.owedCtrl.Add(1) >= ctrlThreshold {
 		c.returnCredits()
 	}

@@ -25,6 +25,15 @@ type poller struct {
 	cq verbs.CQ
 
 	conns atomic.Pointer[map[uint32]*Conn] // copy on write
+	byQPN atomic.Pointer[map[uint32]*Conn] // the same, by QP number: whose a shared receive is
+
+	// Shared receives (Config.SharedReceives): one SRQ and its slots for every connection
+	// of the poller. A slot is the queue's while posted, then its message's holder's (a
+	// handler, a Response) until released; after close, released slots go to the pool.
+	srq          verbs.SRQ
+	shared       []recvSlot
+	sharedMu     sync.Mutex
+	sharedClosed bool
 
 	mu      sync.Mutex
 	retired []*Conn // failed, waiting for teardown
@@ -60,8 +69,15 @@ func newPoller(t *Transport, i int) (*poller, error) {
 	// small machine a spinning poller takes the core the stream readers, handlers and
 	// callers need, and keeps the scheduler from polling the network.
 	p.spin = t.cfg.PollMode == PollAdaptive && runtime.GOMAXPROCS(0) >= 2*t.cfg.Pollers+2
-	m := map[uint32]*Conn{}
+	m, q := map[uint32]*Conn{}, map[uint32]*Conn{}
 	p.conns.Store(&m)
+	p.byQPN.Store(&q)
+	if n := t.cfg.SharedReceives; n > 0 {
+		if err := p.openShared(n); err != nil {
+			_ = cq.Destroy()
+			return nil, fmt.Errorf("transport: poller %d: %w", i, err)
+		}
+	}
 	if d, ok := cq.(verbs.DirectCQ); ok && t.cfg.PollMode != PollBusy {
 		d.SetArmedHandler(p.reapInline)
 	}
@@ -119,29 +135,117 @@ func (p *poller) arm() (empty bool, err error) {
 func (p *poller) add(c *Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	old := *p.conns.Load()
-	m := make(map[uint32]*Conn, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[c.id] = c
-	p.conns.Store(&m)
+	p.conns.Store(withConn(*p.conns.Load(), c.id, c))
+	p.byQPN.Store(withConn(*p.byQPN.Load(), c.qp.Num(), c))
 }
 
 func (p *poller) remove(c *Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	old := *p.conns.Load()
-	if old[c.id] != c {
+	if (*p.conns.Load())[c.id] != c {
 		return
 	}
-	m := make(map[uint32]*Conn, len(old))
-	for k, v := range old {
-		if k != c.id {
-			m[k] = v
+	p.conns.Store(withConn(*p.conns.Load(), c.id, nil))
+	p.byQPN.Store(withConn(*p.byQPN.Load(), c.qp.Num(), nil))
+}
+
+// withConn returns a copy of m with k mapped to c, or without k if c is nil.
+func withConn(m map[uint32]*Conn, k uint32, c *Conn) *map[uint32]*Conn {
+	out := make(map[uint32]*Conn, len(m)+1)
+	for key, v := range m {
+		if key != k {
+			out[key] = v
 		}
 	}
-	p.conns.Store(&m)
+	if c != nil {
+		out[k] = c
+	}
+	return &out
+}
+
+// sharedConnID is the connection id in the work request ids of shared receives, which
+// belong to the poller (no connection has it).
+const sharedConnID = 0
+
+// openShared creates the poller's SRQ and posts n slots to it. Their completions come to
+// this poller's CQ: it commits n entries for them.
+func (p *poller) openShared(n int) error {
+	t := p.t
+	srq, err := verbs.CreateSRQ(t.pd, verbs.SRQAttr{MaxWR: n, MaxSGE: 1})
+	if err != nil {
+		return fmt.Errorf("shared receives: %w", err)
+	}
+	p.srq, p.shared, p.committed = srq, make([]recvSlot, n), n
+	for i := range p.shared {
+		if p.shared[i].buf, err = t.pool.TryGet(t.cfg.SlotSize); err != nil {
+			p.closeShared()
+			return fmt.Errorf("shared receives: %w", err)
+		}
+		if err := p.postShared(i); err != nil {
+			p.closeShared()
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *poller) postShared(i int) error {
+	s := &p.shared[i]
+	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(s.buf.Cap()), LKey: s.buf.LKey()}
+	s.wr[0] = verbs.RecvWR{WRID: wrid(wrRecv, sharedConnID, i), SGL: s.sge[:]}
+	if err := p.srq.PostRecv(s.wr[:]); err != nil {
+		return fmt.Errorf("transport: post shared receive: %w", err)
+	}
+	return nil
+}
+
+// takeShared marks shared slot i taken: its message is being handled.
+func (p *poller) takeShared(i int) {
+	p.sharedMu.Lock()
+	p.shared[i].held = true
+	p.sharedMu.Unlock()
+}
+
+// dropShared gives back a shared slot whose message the failing connection drops (its own
+// slots go with its teardown).
+func (c *Conn) dropShared(i int) {
+	if c.shared {
+		_ = c.p.releaseShared(i)
+	}
+}
+
+// releaseShared gives shared slot i back to the SRQ, or to the pool once the poller is
+// closed.
+func (p *poller) releaseShared(i int) error {
+	p.sharedMu.Lock()
+	defer p.sharedMu.Unlock()
+	p.shared[i].held = false
+	if p.sharedClosed {
+		p.shared[i].buf.Release()
+		p.shared[i].buf = nil
+		return nil
+	}
+	return p.postShared(i)
+}
+
+// closeShared destroys the SRQ (its QPs are gone) and releases the slots it held; slots a
+// handler or Response still holds go to the pool when released.
+func (p *poller) closeShared() {
+	if p.srq == nil {
+		return
+	}
+	p.sharedMu.Lock()
+	defer p.sharedMu.Unlock()
+	p.sharedClosed = true
+	_ = p.srq.Destroy()
+	// Which slots are posted is the SRQ's business: a slot is posted unless held, and
+	// the held ones are released by their holders (releaseShared, after sharedClosed).
+	for i := range p.shared {
+		if s := &p.shared[i]; s.buf != nil && !s.held {
+			s.buf.Release()
+			s.buf = nil
+		}
+	}
 }
 
 // retire queues a failed connection for teardown on the poller goroutine.
@@ -293,6 +397,13 @@ func (p *poller) reap(now time.Time) {
 		if idle > 0 && c.accepted && c.ready.Load() {
 			c.checkIdle(now, idle)
 		}
+		if c.shared && c.ready.Load() && c.qp.State() == verbs.QPStateError {
+			// A QP on the SRQ has no receives of its own to flush when it goes to error
+			// (its peer gone, on a fabric whose stream is the QP's wire): with nothing in
+			// flight, no completion would tell. (IBV_EVENT_QP_LAST_WQE_REACHED is the
+			// hardware's signal; the verbs model leaves it out.)
+			c.fail(errFlushed)
+		}
 	}
 }
 
@@ -301,7 +412,22 @@ func (p *poller) dispatch(wc *verbs.WorkCompletion) {
 		(*f)(wc)
 	}
 	kind, id, idx := wc.WRID>>56, uint32(wc.WRID>>32)&0xffffff, int(uint32(wc.WRID))
-	c := (*p.conns.Load())[id]
+	var c *Conn
+	if id == sharedConnID && kind == wrRecv { // a shared receive: the QP says whose
+		c = (*p.byQPN.Load())[wc.QPNum]
+		if c == nil || wc.Status != verbs.WCSuccess {
+			// Its connection is gone, or the receive was flushed while being filled: the
+			// slot goes back to the queue (and the connection fails below, if any).
+			if err := p.releaseShared(idx); err != nil && c != nil {
+				c.fail(err)
+			}
+			if c == nil {
+				return
+			}
+		}
+	} else {
+		c = (*p.conns.Load())[id]
+	}
 	if c == nil {
 		return // a completion of a connection already torn down
 	}
@@ -343,11 +469,15 @@ func wrKindName(k uint64) string {
 
 // onRecv handles an incoming message in receive slot i.
 func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
-	s := &c.recv[i]
+	s := c.slot(i)
+	if c.shared {
+		c.p.takeShared(i) // ours until releaseSlot
+	}
 	h := &c.rxHdr // only the poller receives: a scratch header, so nothing escapes per message
 	payload, err := wire.ParseHeader(s.buf.Bytes()[:wc.ByteLen], h, c.maxRecv)
 	if err != nil {
 		c.fail(fmt.Errorf("%w: it sent a bad message: %w", ErrProtocol, err))
+		c.dropShared(i)
 		return
 	}
 	if wc.Flags&verbs.WCWithInv != 0 {
@@ -363,6 +493,7 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 			c.mu.Unlock()
 			c.fail(fmt.Errorf("%w: it sent a bad message: %w: it returned more credits than it was given (%d of %d counted, %d of %d control)",
 				ErrProtocol, wire.ErrMalformed, c.avail, c.credits, c.ctrlAvail, recvCtrlSlots))
+			c.dropShared(i)
 			return
 		}
 		if c.waiters > 0 {
@@ -511,7 +642,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		sc.inv = revoke{h.RKey, at}
 	}
 	c.mu.Lock()
-	if slot >= 0 {
+	if slot >= 0 && !c.shared {
 		c.recv[slot].held = true
 	}
 	c.serving[h.CallID] = sc
@@ -561,7 +692,7 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 		}
 		return
 	}
-	if slot >= 0 {
+	if slot >= 0 && !c.shared {
 		c.mu.Lock()
 		c.recv[slot].held = true
 		c.mu.Unlock()

@@ -173,7 +173,7 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	if t.cfg.MaxConns == 0 { // what the completion queues hold at the most a connection commits
 		_, _, sendWR, recvWR := queueSizes(&t.cfg, wire.Hello{Credits: uint32(t.cfg.Credits)})
 		for _, p := range t.pollers {
-			t.cfg.MaxConns += p.cq.Cap() / (sendWR + recvWR)
+			t.cfg.MaxConns += (p.cq.Cap() - p.committed) / (sendWR + recvWR)
 		}
 		t.cfg.MaxConns = max(t.cfg.MaxConns, 1)
 	}
@@ -570,6 +570,7 @@ func (t *Transport) closeResources() error {
 	_ = t.workers.ReleaseTimeout(5 * time.Second) // waits for its own goroutines too
 	var errs []error
 	for _, p := range t.pollers {
+		p.closeShared() // after every QP, which the pollers destroyed before they stopped
 		errs = append(errs, p.cq.Destroy())
 	}
 	errs = append(errs, t.pool.Close(), t.pd.Dealloc())
