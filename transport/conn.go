@@ -58,8 +58,8 @@ type Conn struct {
 
 	recv   []recvSlot // nil with shared receives (poller.shared)
 	shared bool       // receives come from the poller's SRQ
-	sends  []sendSlot
-	reads []readOp    // owned by the poller, but for freeReads
+	sends  []*sendSlot // nil until first used
+	reads  []*readOp   // owned by the poller, but for freeReads; nil until first used
 	rxHdr wire.Header // the poller's scratch
 
 	mu         sync.Mutex
@@ -194,8 +194,11 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	if !c.shared {
 		c.recv = make([]recvSlot, cfg.Credits+recvCtrlSlots)
 	}
-	c.sends = make([]sendSlot, nsend)
-	c.reads = make([]readOp, nread)
+	// Send slots and READ slots are made (and a send slot's registered buffer taken) on
+	// their first use: an idle connection holds none, a busy one as many as it has had in
+	// flight at once.
+	c.sends = make([]*sendSlot, nsend)
+	c.reads = make([]*readOp, nread)
 	for i := range c.recv {
 		if c.recv[i].buf, err = t.pool.TryGet(cfg.SlotSize); err != nil {
 			c.abort()
@@ -203,10 +206,6 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		}
 	}
 	for i := range c.sends {
-		if c.sends[i].buf, err = t.pool.TryGet(wire.HeaderLen + c.eager); err != nil {
-			c.abort()
-			return nil, fmt.Errorf("transport: send slots: %w", err)
-		}
 		c.freeSends = append(c.freeSends, i)
 	}
 	for i := range c.reads {
@@ -410,8 +409,25 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 		}
 	}
 	i := c.freeSends[len(c.freeSends)-1]
+	s := c.sends[i]
+	if s == nil || s.buf == nil {
+		if s == nil {
+			s = new(sendSlot)
+			c.sends[i] = s
+		}
+		var err error
+		if s.buf, err = c.t.pool.TryGet(wire.HeaderLen + c.eager); err != nil {
+			c.mu.Unlock()
+			err = fmt.Errorf("transport: no registered memory for a send slot: %w", err)
+			if mode != sendWait {
+				// A response, a release or a control message that cannot leave would
+				// leave the peer waiting: it hears of it as the connection's end.
+				c.fail(fmt.Errorf("%w: %w", ErrUnavailable, err))
+			}
+			return false, err
+		}
+	}
 	c.freeSends = c.freeSends[:len(c.freeSends)-1]
-	s := &c.sends[i]
 	s.filling = true
 	if mode == sendControl {
 		c.ctrlAvail--
@@ -796,14 +812,14 @@ func (c *Conn) releaseAll() {
 			s.buf = nil
 		}
 	}
-	for i := range c.sends {
-		if s := &c.sends[i]; s.buf != nil && !s.filling {
+	for _, s := range c.sends {
+		if s != nil && s.buf != nil && !s.filling {
 			s.buf.Release()
 			s.buf = nil
 		}
 	}
-	for i := range c.reads {
-		if r := &c.reads[i]; r.live {
+	for _, r := range c.reads {
+		if r != nil && r.live {
 			r.buf.Release()
 			r.buf, r.live = nil, false
 		}

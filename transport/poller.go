@@ -565,7 +565,11 @@ func (c *Conn) startRead(h *wire.Header) {
 	i := c.freeReads[len(c.freeReads)-1]
 	c.freeReads = c.freeReads[:len(c.freeReads)-1]
 	c.mu.Unlock()
-	r := &c.reads[i]
+	r := c.reads[i]
+	if r == nil { // only the poller posts READs: no lock needed to make one
+		r = new(readOp)
+		c.reads[i] = r
+	}
 	r.buf, r.h, r.at, r.live = buf, *h, time.Now(), true
 	r.sge[0] = buf.SGE()
 	r.wr[0] = verbs.SendWR{WRID: wrid(wrRead, c.id, i), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
@@ -591,7 +595,7 @@ func (c *Conn) postUnposted() {
 	c.unposted = nil
 	c.mu.Unlock()
 	for _, i := range reads {
-		if err := c.qp.PostSend(c.reads[i].wr[:]); err != nil {
+		if err := c.qp.PostSend(c.reads[i].wr[:]); err != nil { // made by startRead
 			c.fail(err)
 			return
 		}
@@ -615,7 +619,7 @@ func (c *Conn) refuseLarge(h *wire.Header, why error) {
 // onRead completes the READ of a large message.
 func (c *Conn) onRead(i int) {
 	c.t.counters.reads.Add(1)
-	r := &c.reads[i]
+	r := c.reads[i]
 	buf, h, at := r.buf, r.h, r.at
 	c.t.counters.readBytes.Add(uint64(buf.Len()))
 	r.buf, r.live = nil, false

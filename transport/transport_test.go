@@ -262,7 +262,9 @@ func TestRevocation(t *testing.T) {
 			c := e.conn
 			wr := []verbs.SendWR{{WRID: wrid(wrRead, c.id, 0), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 				SGL: []verbs.SGE{buf.SGE()}, RemoteAddr: addr, RKey: rkey}}
-			c.reads[0].live = false
+			if c.reads[0] != nil { // (made on first use)
+				c.reads[0].live = false
+			}
 			var status verbs.WCStatus
 			wcHook := func(wc *verbs.WorkCompletion) {
 				if wc.WRID == wr[0].WRID {

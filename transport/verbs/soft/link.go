@@ -245,7 +245,9 @@ func streamFault(err error) error {
 // byte of a larger payload is read here.
 type frameReader struct {
 	r     io.Reader
-	rb    [headerLen + batchMax]byte
+	// rb holds a frame's header and small payload: headerLen+smallMax bytes until the first
+	// BATCH, headerLen+batchMax from then on (an idle link keeps 16 KiB less).
+	rb    []byte
 	have  int    // rb[:have] are the stream's next bytes, from the current frame's start
 	used  int    // bytes of rb the current frame takes
 	batch []byte // the frames of the current BATCH not returned yet (in rb)
@@ -260,7 +262,10 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 	if len(f.batch) > 0 {
 		return f.nextInBatch(h)
 	}
-	f.have = copy(f.rb[:], f.rb[f.used:f.have]) // the previous frame's leftover: this one's start
+	if f.rb == nil {
+		f.rb = make([]byte, headerLen+smallMax)
+	}
+	f.have = copy(f.rb, f.rb[f.used:f.have]) // the previous frame's leftover: this one's start
 	f.used = 0
 	if err := f.fill(headerLen); err != nil {
 		return nil, err
@@ -308,6 +313,11 @@ func (f *frameReader) nextInBatch(h *header) ([]byte, error) {
 // fill reads until rb holds n bytes of the current frame, reading no further than
 // max(n, headerLen+smallMax) bytes past its start.
 func (f *frameReader) fill(n int) error {
+	if n > len(f.rb) { // a BATCH: from now on the reader can hold the largest
+		rb := make([]byte, headerLen+batchMax)
+		copy(rb, f.rb[:f.have])
+		f.rb = rb
+	}
 	for f.have < n {
 		if f.have > 0 && !f.guard.isArmed() { // the frame has begun: it must keep coming
 			f.guard.arm()
