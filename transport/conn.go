@@ -56,11 +56,11 @@ type Conn struct {
 	credits int    // the peer's receive slots for counted messages
 	peer    Peer   // set before the connection is published
 
-	recv   []recvSlot // nil with shared receives (poller.shared)
-	shared bool       // receives come from the poller's SRQ
+	recv   []recvSlot  // nil with shared receives (poller.shared)
+	shared bool        // receives come from the poller's SRQ
 	sends  []*sendSlot // nil until first used
 	reads  []*readOp   // owned by the poller, but for freeReads; nil until first used
-	rxHdr wire.Header // the poller's scratch
+	rxHdr  wire.Header // the poller's scratch
 
 	mu         sync.Mutex
 	err        error // set once: the connection failed or was closed

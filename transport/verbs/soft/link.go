@@ -244,7 +244,7 @@ func streamFault(err error) error {
 // start (but a BATCH's, whose length it knows): so a small frame costs one read, and no
 // byte of a larger payload is read here.
 type frameReader struct {
-	r     io.Reader
+	r io.Reader
 	// rb holds a frame's header and small payload: headerLen+smallMax bytes until the first
 	// BATCH, headerLen+batchMax from then on (an idle link keeps 16 KiB less).
 	rb    []byte
