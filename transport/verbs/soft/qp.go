@@ -72,7 +72,12 @@ type QP struct {
 	wg     sync.WaitGroup
 
 	// Send queue: [sqHead, sqNext) transmitted or executed, [sqNext, sqTail) waiting.
-	sq      []swqe
+	// sq is a ring of work requests, indexed by absolute position modulo its length. It
+	// starts at sqInitial and doubles when full, up to cap.MaxSendWR: a QP that never has
+	// many outstanding (an idle connection's) holds few. Its elements are pointers so that
+	// a work request being executed outside q.mu (a READ response being placed) stays put
+	// when the ring grows.
+	sq      []*swqe
 	sqHead  uint64
 	sqNext  uint64
 	sqTail  uint64
@@ -196,7 +201,7 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	q := &QP{
 		dev: p.dev, pd: p, typ: a.Type, scq: scq, rcq: rcq, cap: c, sigAll: a.SigAll,
 		initPSN: rand.Uint32() & psnMask,
-		sq:      make([]swqe, c.MaxSendWR),
+		sq:      make([]*swqe, min(c.MaxSendWR, sqInitial)),
 		rq:      make([]rwqe, c.MaxRecvWR),
 		txSegs:  make([][]byte, 0, maxSGE+1),
 		rxSegs:  make([][]byte, 0, maxSGE),
@@ -210,7 +215,7 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	}
 	q.nextPSN = q.initPSN
 	for i := range q.sq {
-		q.sq[i].sges = make([]verbs.SGE, 0, c.MaxSendSGE)
+		q.sq[i] = &swqe{sges: make([]verbs.SGE, 0, c.MaxSendSGE)}
 	}
 	for i := range q.rq {
 		q.rq[i].sges = make([]verbs.SGE, 0, c.MaxRecvSGE)
@@ -486,7 +491,38 @@ func (q *QP) dropOutput() {
 	q.outq, q.outHead = q.outq[:0], 0
 }
 
-func (q *QP) slot(i uint64) *swqe { return &q.sq[i%uint64(len(q.sq))] }
+func (q *QP) slot(i uint64) *swqe { return q.sq[i%uint64(len(q.sq))] }
+
+// sqInitial is the send queue ring's first length.
+const sqInitial = 16
+
+// growSQ doubles the send queue ring (up to cap.MaxSendWR), keeping every outstanding work
+// request at its absolute position and every element's address. q.mu is held.
+func (q *QP) growSQ() {
+	old := q.sq
+	n := min(2*len(old), q.cap.MaxSendWR)
+	sq := make([]*swqe, n)
+	spare := make([]*swqe, 0, len(old))
+	for i := uint64(0); i < uint64(len(old)); i++ { // the free elements, to reuse
+		if abs := q.sqHead + i; abs >= q.sqTail {
+			spare = append(spare, old[abs%uint64(len(old))])
+		}
+	}
+	for abs := q.sqHead; abs < q.sqTail; abs++ {
+		sq[abs%uint64(n)] = old[abs%uint64(len(old))]
+	}
+	for i := range sq {
+		if sq[i] != nil {
+			continue
+		}
+		if len(spare) > 0 {
+			sq[i], spare = spare[len(spare)-1], spare[:len(spare)-1]
+		} else {
+			sq[i] = &swqe{sges: make([]verbs.SGE, 0, q.cap.MaxSendSGE)}
+		}
+	}
+	q.sq = sq
+}
 
 func (q *QP) clearSlot(w *swqe) {
 	sges, inline := w.sges[:0], w.inline[:0]
@@ -561,7 +597,10 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 		return fmt.Errorf("soft: QP %d is in state %v; post_send needs RTS (or ERR, which flushes): %w", q.qpn, q.state, verbs.ErrInvalid)
 	}
 	if q.sqTail-q.sqHead >= uint64(len(q.sq)) {
-		return fmt.Errorf("soft: QP %d: %d send work requests outstanding (max_send_wr): %w", q.qpn, len(q.sq), verbs.ErrQueueFull)
+		if len(q.sq) >= q.cap.MaxSendWR {
+			return fmt.Errorf("soft: QP %d: %d send work requests outstanding (max_send_wr): %w", q.qpn, len(q.sq), verbs.ErrQueueFull)
+		}
+		q.growSQ()
 	}
 	w := q.slot(q.sqTail)
 	q.clearSlot(w)
