@@ -200,3 +200,54 @@ func TestSharedReceives(t *testing.T) {
 		})
 	}
 }
+
+// TestThousandConns: one server takes 1,000 connections with shared receives; each makes
+// a call; an idle connection registers no memory on the server and costs under 64 KiB of
+// Go heap a side; and closing them all gives everything back (the env's checks).
+func TestThousandConns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 connections take a few seconds")
+	}
+	const n = 1000
+	cfg := scaleConfig(n, true)
+	cfg.CQDepth = 1 << 18 // 2 pollers x 262,144: about 800 connections each at most
+	e := newEnv(t, fabrics[1], echo, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	heap0, used0 := heapInUse(), poolInUse(e.server)
+	conns := make([]*Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for len(conns) < n {
+		c, err := e.client.Dial(ctx, e.addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+	}
+	for deadline := time.Now().Add(time.Minute); e.server.Stats().Conns < n+1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server has %d connections, want %d", e.server.Stats().Conns, n+1)
+		}
+	}
+	heap1, used1 := heapInUse(), poolInUse(e.server)
+	perSide := float64(heap1-heap0) / n / 2 // both sides live in this process
+	t.Logf("%d connections: %.1f KiB of Go heap a side each, %d registered bytes in use on the server each",
+		n, perSide/1024, (used1-used0)/n)
+	if perSide >= 64<<10 {
+		t.Errorf("an idle connection costs %.1f KiB of Go heap a side, want under 64 KiB", perSide/1024)
+	}
+	if used1 != used0 {
+		t.Errorf("1,000 idle connections hold %d registered bytes on the server, want none (shared receives, send slots on first use)", used1-used0)
+	}
+	for i, c := range conns {
+		resp, err := c.Call(ctx, []byte("one of a thousand"))
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		resp.Release()
+	}
+}
