@@ -60,7 +60,8 @@ type hostile struct {
 	t        *testing.T
 	server   *Transport
 	addr     string
-	logs     *syncBuffer
+	logMu    sync.Mutex
+	logs     bytes.Buffer // the server's log (lockedWriter)
 	good     *Transport
 	goodConn *Conn
 	atk      *soft.Device // raw attackers' device
@@ -70,21 +71,11 @@ type hostile struct {
 	closers  []func()     // the attack's own transports, closed before the server settles
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// logText is what the server logged so far.
+func (h *hostile) logText() string {
+	h.logMu.Lock()
+	defer h.logMu.Unlock()
+	return h.logs.String()
 }
 
 // baseline is what the server holds with only the good client connected.
@@ -120,12 +111,12 @@ func (h *hostile) settle(what string) {
 }
 
 func newHostile(t *testing.T) *hostile {
-	h := &hostile{t: t, logs: &syncBuffer{}}
+	h := &hostile{t: t}
 	sdev, _ := soft.OpenTCP("server")
 	gdev, _ := soft.OpenTCP("good")
 	h.atk, _ = soft.OpenTCP("attacker")
 	var err error
-	if h.server, err = New(sdev, echo, hostileConfig(h.logs)); err != nil {
+	if h.server, err = New(sdev, echo, hostileConfig(lockedWriter{&h.logMu, &h.logs})); err != nil {
 		t.Fatal(err)
 	}
 	if h.good, err = New(gdev, nil, Config{}); err != nil {
@@ -304,9 +295,9 @@ func (h *hostile) quiet() {
 
 func (h *hostile) waitLog(want string) {
 	h.t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(h.logs.String(), want); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(h.logText(), want); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			h.t.Fatalf("the server logged nothing containing %q; it logged:\n%s", want, h.logs.String())
+			h.t.Fatalf("the server logged nothing containing %q; it logged:\n%s", want, h.logText())
 		}
 	}
 }
@@ -552,7 +543,7 @@ func TestHostilePeers(t *testing.T) {
 		// Each failed its setup, or was turned away (the host opens connections too fast).
 		h.waitStat("100 garbage hellos", func(s Stats) bool { return s.SetupFailed+s.Refused >= before.SetupFailed+before.Refused+100 })
 		// Rate-limited: a burst, then one a second, and a count of what was dropped.
-		lines := strings.Count(h.logs.String(), "connection setup failed")
+		lines := strings.Count(h.logText(), "connection setup failed")
 		if lines >= 100 || lines < 1 {
 			h.t.Errorf("%d log lines for 100 failed setups: want at least one and far fewer than 100", lines)
 		}
