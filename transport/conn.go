@@ -351,10 +351,12 @@ func (c *Conn) returnCredits() {
 type sendMode uint8
 
 const (
-	sendWait     sendMode = iota // a counted message: wait for a credit
-	sendResponse                 // a response: wait for a credit, at most Config.CreditTimeout
-	sendTry                      // a counted message: fail with errNoCredit rather than wait
-	sendControl                  // a Release: uses a control slot, never waits
+	sendWait         sendMode = iota // a counted message: wait for a credit
+	sendResponse                     // a response: wait for a credit, at most Config.CreditTimeout
+	sendTry                          // a counted message: fail with errNoCredit rather than wait
+	sendControl                      // a Release: uses a control slot, never waits
+	sendReserved                     // a response on a credit taken before its handler ran (reserveCredit): the reaper's, never waits for a window
+	sendReservedAway                 // the same, from a goroutine of its own: may wait for a window
 )
 
 var errNoCredit = errors.New("transport: no credit")
@@ -365,7 +367,7 @@ var errNoCredit = errors.New("transport: no credit")
 // reports whether the message was posted: if not, bind was not either.
 func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
 	if !c.ready.Load() {
-		if mode != sendWait && mode != sendResponse {
+		if mode == sendTry || mode == sendControl {
 			return false, errNoCredit // queued; flushed once the connection is ready
 		}
 		if err := c.waitReady(ctx); err != nil {
@@ -381,19 +383,21 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 			return false, err
 		}
 		ok := len(c.freeSends) > 0
-		if mode == sendControl { // the last control credit only for returning some
+		switch mode {
+		case sendControl: // the last control credit only for returning some
 			ok = ok && (c.ctrlAvail > 1 || c.ctrlAvail == 1 && c.owedCtrl.Load() > 0)
-		} else {
+		case sendReserved, sendReservedAway: // the credit is ours already; a send slot is free while it is
+		default:
 			ok = ok && c.avail > 0
 		}
 		if ok {
 			break
 		}
-		if mode != sendWait && mode != sendResponse {
+		if mode == sendTry || mode == sendControl {
 			c.mu.Unlock()
 			return false, errNoCredit
 		}
-		if mode == sendResponse && stall.IsZero() {
+		if mode != sendWait && stall.IsZero() {
 			// A handler may not wait forever on a peer that stopped reposting receives:
 			// that would hold the handler pool (issue 16's handler starvation).
 			stall = time.Now().Add(c.t.cfg.CreditTimeout)
@@ -429,9 +433,11 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 	}
 	c.freeSends = c.freeSends[:len(c.freeSends)-1]
 	s.filling = true
-	if mode == sendControl {
+	switch mode {
+	case sendControl:
 		c.ctrlAvail--
-	} else {
+	case sendReserved, sendReservedAway:
+	default:
 		c.avail--
 	}
 	// Taken under mu, so that a release let through on the last control credit carries
@@ -548,10 +554,32 @@ func (c *Conn) failure() error {
 	return c.err
 }
 
+// reserveCredit takes a credit for a response ahead of its handler (InlineHandlers): it
+// reports whether one was free. The response spends it with sendReserved.
+func (c *Conn) reserveCredit() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil || !c.ready.Load() || c.avail == 0 {
+		return false
+	}
+	c.avail--
+	return true
+}
+
 // sendLarge exposes buf (n bytes) through the next window and announces it. The window
 // (and buf) belong to the binding from then on, until the peer or a LOCAL_INV revokes it.
 func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv revoke, mode sendMode) error {
-	w, err := c.nextWindow(ctx)
+	var w *pool.Window
+	var err error
+	if mode == sendReserved { // an inline handler's: the reaper may not wait for a window
+		if w, err = c.ws.Next(); errors.Is(err, pool.ErrWindowsExhausted) {
+			hc := *h
+			go func() { _ = c.sendLarge(ctx, &hc, buf, rv, sendReservedAway) }()
+			return nil
+		}
+	} else {
+		w, err = c.nextWindow(ctx)
+	}
 	if err != nil {
 		buf.Release()
 		return err

@@ -674,6 +674,13 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		sc.finish()
 		return
 	}
+	if c.t.cfg.InlineHandlers && !dead && c.reserveCredit() {
+		// Run to completion here: no hand-off, and the response cannot wait on anything
+		// this goroutine would have to reap (Config.InlineHandlers).
+		sc.inline = true
+		sc.run()
+		return
+	}
 	if err := c.t.workers.Invoke(sc); err != nil {
 		// Overloaded: answer at once, without running anything.
 		c.t.counters.events[evOverloaded].Add(1)

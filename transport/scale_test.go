@@ -251,3 +251,44 @@ func TestThousandConns(t *testing.T) {
 		resp.Release()
 	}
 }
+
+// TestInlineHandlers: with handlers run on the reaping goroutine, calls of every size work
+// with more callers than credits (the requests that find no credit to reserve go to the
+// pool) and more large responses than windows (those are sent from goroutines of their
+// own); at the end nothing is left bound or held (the env's checks).
+func TestInlineHandlers(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			e := newEnv(t, fb, echo, Config{InlineHandlers: true, Credits: 8, Windows: 2})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			sizes := []int{64, 20 << 10, 256 << 10}
+			errc := make(chan error, 24)
+			for g := 0; g < 24; g++ {
+				go func() {
+					for i := 0; i < 20; i++ {
+						req := make([]byte, sizes[(g+i)%len(sizes)])
+						req[0], req[len(req)-1] = byte(g), byte(i)
+						resp, err := e.conn.Call(ctx, req)
+						if err != nil {
+							errc <- err
+							return
+						}
+						ok := resp.Status() == StatusOK && bytes.Equal(resp.Bytes(), req)
+						resp.Release()
+						if !ok {
+							errc <- fmt.Errorf("caller %d call %d: status %d, wrong echo", g, i, resp.Status())
+							return
+						}
+					}
+					errc <- nil
+				}()
+			}
+			for g := 0; g < 24; g++ {
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -22,8 +22,11 @@ type serverCall struct {
 	buf  *pool.Buf  // buffer holding a large req, or nil
 	inv  revoke     // the caller's request window, revoked by the response
 	host *hostState // counted in its calls (MaxCallsPerHost) until finish, or nil
-	ctx  *callCtx   // kept across reuse: a derived context's timer may still hold it
-	w    ResponseWriter
+	// inline: the handler runs on the reaping goroutine (Config.InlineHandlers), and its
+	// response spends a credit reserved for it and never waits.
+	inline bool
+	ctx    *callCtx // kept across reuse: a derived context's timer may still hold it
+	w      ResponseWriter
 }
 
 var serverCallPool = sync.Pool{New: func() any {
@@ -119,7 +122,7 @@ func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
 		w.buf.Release()
 		w.buf = nil
 	}
-	b, err := w.sc.c.t.pool.Get(w.sc.ctx, n)
+	b, err := w.sc.getBuf(w.sc.ctx, n)
 	if err != nil {
 		return nil, fmt.Errorf("transport: response buffer: %w", err)
 	}
@@ -141,14 +144,18 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 	// The response must go out even if the caller gave up: it revokes the caller's
 	// request window. Waits end when the connection fails.
 	ctx := context.Background()
+	mode := sendResponse
+	if sc.inline {
+		mode = sendReserved
+	}
 	if len(payload) > c.maxSend {
 		h.Status = StatusResourceExhausted
 		msg := fmt.Appendf(nil, "mwrpc: response of %d bytes exceeds the maximum message size %d", len(payload), c.maxSend)
-		_, err := c.send(ctx, &h, msg, nil, sc.inv, sendResponse)
+		_, err := c.send(ctx, &h, msg, nil, sc.inv, mode)
 		return errors.Join(fmt.Errorf("transport: response of %d bytes (max %d): %w", len(payload), c.maxSend, ErrTooLarge), err)
 	}
 	if len(payload) <= c.eager {
-		_, err := c.send(ctx, &h, payload, nil, sc.inv, sendResponse)
+		_, err := c.send(ctx, &h, payload, nil, sc.inv, mode)
 		return err
 	}
 	buf := w.buf
@@ -157,16 +164,25 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 		buf.SetLen(len(payload))
 	} else {
 		var err error
-		if buf, err = c.t.pool.Get(ctx, len(payload)); err != nil {
+		if buf, err = sc.getBuf(ctx, len(payload)); err != nil {
 			// The caller still gets an answer (and its window revoked).
 			h.Status = StatusResourceExhausted
 			msg := fmt.Appendf(nil, "mwrpc: no registered memory for a response of %d bytes: %v", len(payload), err)
-			_, serr := c.send(ctx, &h, msg, nil, sc.inv, sendResponse)
+			_, serr := c.send(ctx, &h, msg, nil, sc.inv, mode)
 			return errors.Join(fmt.Errorf("transport: response buffer: %w", err), serr)
 		}
 		copy(buf.Bytes(), payload)
 	}
-	return c.sendLarge(ctx, &h, buf, sc.inv, sendResponse)
+	return c.sendLarge(ctx, &h, buf, sc.inv, mode)
+}
+
+// getBuf takes a registered buffer for the response: waiting for one, or for an inline
+// handler (whose goroutine reaps the completions that free them) without waiting.
+func (sc *serverCall) getBuf(ctx context.Context, n int) (*pool.Buf, error) {
+	if sc.inline {
+		return sc.c.t.pool.TryGet(n)
+	}
+	return sc.c.t.pool.Get(ctx, n)
 }
 
 // callCtx is a handler's context: canceled when the caller cancels or the connection

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mwrpc/mwrpc/benchmarks/internal/echo"
 	"github.com/mwrpc/mwrpc/rpc"
+	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/credentials"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
@@ -44,6 +45,16 @@ func serveMwrpcTCP(ln net.Listener) (Server, error) {
 		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
 	}
 	return serveMwrpc(dev, ln), nil
+}
+
+// serveMwrpcInline is serveMwrpcTCP with handlers run on the goroutine that reaps their
+// requests (the echo handler never blocks).
+func serveMwrpcInline(ln net.Listener) (Server, error) {
+	dev, err := soft.OpenTCP("bench-server")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{InlineHandlers: true})), nil
 }
 
 // serveMwrpcTLS is serveMwrpcTCP with the fabric's stream inside TLS 1.3 (transport
