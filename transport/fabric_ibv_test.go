@@ -58,6 +58,7 @@ func init() {
 // down, by test name: they are skipped with that reason (make test-rxe counts them), and
 // MWRPC_IBV_KNOWN=run runs them anyway.
 var ibvKnown = map[string]string{
+	"TestSharedReceives/ibv/overcommitted": "on rxe (Linux 6.1) a SEND that meets an empty shared receive queue is NAKed RNR and retransmitted, and rxe's retransmission re-executes the BIND_MWs queued behind it (docs/verbs.md, \"What rxe ... does differently\"): the connection fails with a SEND flushed first and windows left bound. Size SharedReceives so that the queue never runs empty on rxe (the \"sized\" case passes)",
 	// Empty since session 3: TestDeadPeer/ibv failed when its first SENDs reached a server
 	// QP still in INIT and rxe's retransmission re-executed the BIND_MWs queued behind them
 	// (cm now waits for the peer's RTR; docs/verbs.md, "What rxe ... does differently").

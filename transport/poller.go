@@ -433,7 +433,7 @@ func (p *poller) dispatch(wc *verbs.WorkCompletion) {
 	}
 	if wc.Status != verbs.WCSuccess {
 		if wc.Status == verbs.WCWRFlushErr {
-			c.fail(errFlushed)
+			c.fail(fmt.Errorf("%w (a %v flushed first)", errFlushed, wrKindName(kind)))
 		} else {
 			c.fail(fmt.Errorf("%v completed with %v", wrKindName(kind), wc.Status))
 		}

@@ -57,6 +57,32 @@ func serveMwrpcInline(ln net.Listener) (Server, error) {
 	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{InlineHandlers: true})), nil
 }
 
+// tunedSoftTCP is the transport configuration mwrpc-tuned measures (docs/tuning.md): on
+// the soft TCP fabric a READ costs a round trip through the peer's CPU, so payloads up to
+// 64 KiB go inside the SEND, in 65 KiB receive slots that the server's connections share.
+var tunedSoftTCP = transport.Config{SlotSize: 65 << 10, EagerThreshold: 64 << 10}
+
+// serveMwrpcTuned is serveMwrpcTCP with tunedSoftTCP, shared receives and inline handlers.
+func serveMwrpcTuned(ln net.Listener) (Server, error) {
+	dev, err := soft.OpenTCP("bench-server")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	cfg := tunedSoftTCP
+	cfg.SharedReceives, cfg.InlineHandlers = 512, true
+	return serveMwrpc(dev, ln, rpc.WithTransport(cfg)), nil
+}
+
+// dialMwrpcTuned dials serveMwrpcTuned with the same slots (responses up to 64 KiB then
+// come inside the SEND too).
+func dialMwrpcTuned(addr string, size, _ int) (Instance, error) {
+	dev, err := soft.OpenTCP("bench-client")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	return dialMwrpc(dev, addr, size, rpc.WithClientTransport(tunedSoftTCP))
+}
+
 // serveMwrpcTLS is serveMwrpcTCP with the fabric's stream inside TLS 1.3 (transport
 // credentials), on a self-signed certificate made at start.
 func serveMwrpcTLS(ln net.Listener) (Server, error) {
