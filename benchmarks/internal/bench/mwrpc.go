@@ -59,8 +59,9 @@ func serveMwrpcInline(ln net.Listener) (Server, error) {
 
 // tunedSoftTCP is the transport configuration mwrpc-tuned measures (docs/tuning.md): on
 // the soft TCP fabric a READ costs a round trip through the peer's CPU, so payloads up to
-// 64 KiB go inside the SEND, in 65 KiB receive slots that the server's connections share.
-var tunedSoftTCP = transport.Config{SlotSize: 65 << 10, EagerThreshold: 64 << 10}
+// 64 KiB (and the rpc envelope around them) go inside the SEND, in 66 KiB receive slots that
+// the server's connections share.
+var tunedSoftTCP = transport.Config{SlotSize: 66 << 10, EagerThreshold: 66<<10 - 32} // 64 KiB and the envelope
 
 // serveMwrpcTuned is serveMwrpcTCP with tunedSoftTCP, shared receives and inline handlers.
 func serveMwrpcTuned(ln net.Listener) (Server, error) {

@@ -61,7 +61,7 @@ func (s System) TwoProcess() bool { return s.Serve != nil && s.Dial != nil }
 var Systems = []System{
 	{Name: "mwrpc-tcp", Desc: "mwrpc, soft provider over the TCP fabric (loopback), generated stub, raw codec", Serve: serveMwrpcTCP, Dial: dialMwrpcTCP},
 	{Name: "mwrpc-inline", Desc: "mwrpc-tcp with the server's handlers run to completion where requests are reaped (transport.Config.InlineHandlers)", Serve: serveMwrpcInline, Dial: dialMwrpcTCP},
-	{Name: "mwrpc-tuned", Desc: "mwrpc-tcp tuned for the soft TCP fabric: payloads up to 64 KiB inside the SEND (65 KiB slots, shared by the server's connections: SharedReceives 512), handlers run to completion", Serve: serveMwrpcTuned, Dial: dialMwrpcTuned},
+	{Name: "mwrpc-tuned", Desc: "mwrpc-tcp tuned for the soft TCP fabric: payloads up to 64 KiB inside the SEND (66 KiB slots, shared by the server's connections: SharedReceives 512), handlers run to completion", Serve: serveMwrpcTuned, Dial: dialMwrpcTuned},
 	{Name: "mwrpc-tls", Desc: "mwrpc-tcp with the fabric's stream inside TLS 1.3 (transport credentials; self-signed certificate, the handshake not measured)", Serve: serveMwrpcTLS, Dial: dialMwrpcTLS},
 	{Name: "mwrpc-inproc", Desc: "mwrpc, soft provider over the in-process fabric (one soft.NewFabric; in-process mode only)", Open: openMwrpcInproc},
 	{Name: "grpc", Desc: "gRPC-Go over loopback TCP, hand-written ServiceDesc, raw-bytes codec (no protobuf)", Serve: serveGRPC, Dial: dialGRPC},
