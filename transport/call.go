@@ -220,3 +220,23 @@ func (c *Conn) Ping(ctx context.Context) error {
 	callPool.Put(cl)
 	return err
 }
+
+// deliver completes the call a response answers.
+func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) {
+	cl := c.takeCall(h.CallID)
+	if cl == nil { // the caller gave up
+		if buf != nil {
+			buf.Release()
+		} else {
+			c.releaseSlot(slot, true)
+		}
+		return
+	}
+	if slot >= 0 && !c.shared {
+		c.mu.Lock()
+		c.recv[slot].held = true
+		c.mu.Unlock()
+	}
+	cl.resp = Response{c: c, cl: cl, status: h.Status, data: payload, slot: slot, buf: buf}
+	cl.finish(nil)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 	"unsafe"
@@ -295,3 +296,58 @@ func (x *callCtx) reset() bool {
 }
 
 var bg = context.Background()
+
+// dispatch hands a request to the handler pool.
+// at is when a large request's window was announced.
+func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at time.Time) {
+	sc := serverCallPool.Get().(*serverCall)
+	sc.c, sc.id, sc.req, sc.slot, sc.buf = c, h.CallID, req, slot, buf
+	if h.Flags&wire.FlagLarge != 0 {
+		sc.inv = revoke{h.RKey, at}
+	}
+	c.mu.Lock()
+	if slot >= 0 && !c.shared {
+		c.recv[slot].held = true
+	}
+	c.serving[h.CallID] = sc
+	dead := c.err != nil
+	// No single connection, nor host, may take more than its share of the handlers.
+	crowded := len(c.serving) > c.t.cfg.MaxCallsPerConn
+	c.mu.Unlock()
+	limit, what := c.t.cfg.MaxCallsPerConn, "on this connection (Config.MaxCallsPerConn"
+	// (A limit of the whole pool or more is the pool's to enforce: "overloaded".)
+	if sc.host = c.host; sc.host != nil && sc.host.calls.Add(1) > int32(c.t.cfg.MaxCallsPerHost) && c.t.cfg.MaxCallsPerHost < c.t.cfg.Handlers && !crowded {
+		crowded, limit, what = true, c.t.cfg.MaxCallsPerHost, "from this host (Config.MaxCallsPerHost"
+	}
+	if dead { // fail already canceled the calls it knew of: this one starts canceled
+		sc.ctx.cancel(context.Canceled)
+	}
+	c.t.running.Add(1)
+	c.t.counters.served.Add(1)
+	c.requests.Add(1)
+	if crowded {
+		c.t.counters.events[evCrowded].Add(1)
+		c.t.events.log(evCrowded, slog.LevelWarn, "mwrpc: request refused: too many calls in flight "+what+")", "peer", c.peerAddr(), "max", limit)
+		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv,
+			fmt.Sprintf("mwrpc: too many calls in flight %s is %d)", what, limit))
+		sc.w.sent = true
+		sc.finish()
+		return
+	}
+	if c.t.cfg.InlineHandlers && !dead && c.reserveCredit() {
+		// Run to completion here: no hand-off, and the response cannot wait on anything
+		// this goroutine would have to reap (Config.InlineHandlers).
+		sc.inline = true
+		sc.run()
+		return
+	}
+	if err := c.t.workers.Invoke(sc); err != nil {
+		// Overloaded: answer at once, without running anything.
+		c.t.counters.events[evOverloaded].Add(1)
+		c.t.events.log(evOverloaded, slog.LevelWarn, "mwrpc: request refused: every handler is busy", "peer", c.peerAddr(), "handlers", c.t.cfg.Handlers)
+		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv,
+			fmt.Sprintf("mwrpc: server overloaded: all %d handlers busy", c.t.cfg.Handlers))
+		sc.w.sent = true
+		sc.finish()
+	}
+}

@@ -1,0 +1,239 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// Receive slots. A connection posts Credits + recvCtrlSlots slots of its own, or with
+// shared receives takes them from its poller's SRQ. A slot is the NIC's while posted, then
+// its message's: a control message's until onRecv is done with it, a request's until its
+// handler returns, a response's until the caller releases the Response. releaseSlot
+// reposts it and owes the peer the credit; once the connection is torn down its own slots
+// go back to the pool instead (a shared one once the poller has closed).
+
+type recvSlot struct {
+	buf  *pool.Buf
+	wr   [1]verbs.RecvWR
+	sge  [1]verbs.SGE
+	held bool // c.mu: a handler or a Response reads it
+}
+
+// slot returns receive slot i: the connection's own, or with shared receives the
+// poller's.
+func (c *Conn) slot(i int) *recvSlot {
+	if c.shared {
+		return &c.p.shared[i]
+	}
+	return &c.recv[i]
+}
+
+func (c *Conn) postRecv(i int) error {
+	s := &c.recv[i]
+	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(s.buf.Cap()), LKey: s.buf.LKey()}
+	s.wr[0] = verbs.RecvWR{WRID: wrid(wrRecv, c.id, i), SGL: s.sge[:]}
+	if err := c.qp.PostRecv(s.wr[:]); err != nil {
+		return fmt.Errorf("transport: post receive: %w", err)
+	}
+	return nil
+}
+
+// releaseSlot ends a hold on receive slot i: it is posted again, or, if the connection is
+// gone, its buffer returns to the pool.
+func (c *Conn) releaseSlot(i int, counted bool) {
+	if c.shared {
+		if err := c.p.releaseShared(i); err != nil {
+			c.fail(err)
+			return
+		}
+		if c.failure() == nil { // the peer may use the credit again
+			c.owe(counted)
+		}
+		return
+	}
+	c.mu.Lock()
+	c.recv[i].held = false
+	if c.torn {
+		c.recv[i].buf.Release()
+		c.recv[i].buf = nil
+		c.mu.Unlock()
+		return
+	}
+	dead := c.err != nil
+	c.mu.Unlock()
+	if dead {
+		return // teardown releases it
+	}
+	if err := c.postRecv(i); err != nil {
+		c.fail(err)
+		return
+	}
+	c.owe(counted)
+}
+
+// sharedConnID is the connection id in the work request ids of shared receives, which
+// belong to the poller (no connection has it).
+const sharedConnID = 0
+
+// openShared creates the poller's SRQ and posts n slots to it. Their completions come to
+// this poller's CQ: it commits n entries for them.
+func (p *poller) openShared(n int) error {
+	t := p.t
+	srq, err := verbs.CreateSRQ(t.pd, verbs.SRQAttr{MaxWR: n, MaxSGE: 1})
+	if err != nil {
+		return fmt.Errorf("shared receives: %w", err)
+	}
+	p.srq, p.shared, p.committed = srq, make([]recvSlot, n), n
+	for i := range p.shared {
+		if p.shared[i].buf, err = t.pool.TryGet(t.cfg.SlotSize); err != nil {
+			p.closeShared()
+			return fmt.Errorf("shared receives: %w", err)
+		}
+		if err := p.postShared(i); err != nil {
+			p.closeShared()
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *poller) postShared(i int) error {
+	s := &p.shared[i]
+	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(s.buf.Cap()), LKey: s.buf.LKey()}
+	s.wr[0] = verbs.RecvWR{WRID: wrid(wrRecv, sharedConnID, i), SGL: s.sge[:]}
+	if err := p.srq.PostRecv(s.wr[:]); err != nil {
+		return fmt.Errorf("transport: post shared receive: %w", err)
+	}
+	return nil
+}
+
+// takeShared marks shared slot i taken: its message is being handled.
+func (p *poller) takeShared(i int) {
+	p.sharedMu.Lock()
+	p.shared[i].held = true
+	p.sharedMu.Unlock()
+}
+
+// dropShared gives back a shared slot whose message the failing connection drops (its own
+// slots go with its teardown).
+func (c *Conn) dropShared(i int) {
+	if c.shared {
+		_ = c.p.releaseShared(i)
+	}
+}
+
+// releaseShared gives shared slot i back to the SRQ, or to the pool once the poller is
+// closed.
+func (p *poller) releaseShared(i int) error {
+	p.sharedMu.Lock()
+	defer p.sharedMu.Unlock()
+	p.shared[i].held = false
+	if p.sharedClosed {
+		p.shared[i].buf.Release()
+		p.shared[i].buf = nil
+		return nil
+	}
+	return p.postShared(i)
+}
+
+// closeShared destroys the SRQ (its QPs are gone) and releases the slots it held; slots a
+// handler or Response still holds go to the pool when released.
+func (p *poller) closeShared() {
+	if p.srq == nil {
+		return
+	}
+	p.sharedMu.Lock()
+	defer p.sharedMu.Unlock()
+	p.sharedClosed = true
+	_ = p.srq.Destroy()
+	// Which slots are posted is the SRQ's business: a slot is posted unless held, and
+	// the held ones are released by their holders (releaseShared, after sharedClosed).
+	for i := range p.shared {
+		if s := &p.shared[i]; s.buf != nil && !s.held {
+			s.buf.Release()
+			s.buf = nil
+		}
+	}
+}
+
+// onRecv handles an incoming message in receive slot i.
+func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
+	s := c.slot(i)
+	if c.shared {
+		c.p.takeShared(i) // ours until releaseSlot
+	}
+	h := &c.rxHdr // only the poller receives: a scratch header, so nothing escapes per message
+	payload, err := wire.ParseHeader(s.buf.Bytes()[:wc.ByteLen], h, c.maxRecv)
+	if err != nil {
+		c.fail(fmt.Errorf("%w: it sent a bad message: %w", ErrProtocol, err))
+		c.dropShared(i)
+		return
+	}
+	if wc.Flags&verbs.WCWithInv != 0 {
+		c.t.counters.revoked.Add(1)
+		c.invalidated(wc.InvalidatedRKey)
+	}
+	counted := h.Kind != wire.KindRelease
+	if h.Credits > 0 || h.CtrlCredits > 0 {
+		c.mu.Lock()
+		c.avail += int(h.Credits)
+		c.ctrlAvail += int(h.CtrlCredits)
+		if c.avail > c.credits || c.ctrlAvail > recvCtrlSlots {
+			c.mu.Unlock()
+			c.fail(fmt.Errorf("%w: it sent a bad message: %w: it returned more credits than it was given (%d of %d counted, %d of %d control)",
+				ErrProtocol, wire.ErrMalformed, c.avail, c.credits, c.ctrlAvail, recvCtrlSlots))
+			c.dropShared(i)
+			return
+		}
+		if c.waiters > 0 {
+			c.wakeLocked()
+		}
+		flush := len(c.ctrl) > 0 || h.CtrlCredits > 0 && (c.stalled || len(c.pendingInv) > 0 || c.owesCredits())
+		if h.CtrlCredits > 0 {
+			c.stalled = false
+		}
+		c.mu.Unlock()
+		if flush {
+			c.flushCtrl()
+		}
+	}
+	if h.Flags&wire.FlagLarge != 0 {
+		c.startRead(h)
+		c.releaseSlot(i, counted)
+		return
+	}
+	switch h.Kind {
+	case wire.KindRequest:
+		c.dispatch(h, payload, i, nil, time.Time{})
+		return // the slot is the handler's until it returns
+	case wire.KindResponse:
+		c.deliver(h, payload, i, nil)
+		return
+	case wire.KindCancel:
+		c.mu.Lock()
+		var ctx *callCtx
+		var gen uint64
+		if sc := c.serving[h.CallID]; sc != nil {
+			ctx, gen = sc.ctx, sc.ctx.generation()
+		}
+		c.mu.Unlock()
+		if ctx != nil {
+			ctx.cancelGen(gen, context.Canceled) // ctx.Err must be exactly Canceled
+		}
+	case wire.KindPing:
+		c.queueCtrl(wire.Header{Kind: wire.KindPong, CallID: h.CallID}, revoke{})
+	case wire.KindPong:
+		if cl := c.takeCall(h.CallID); cl != nil {
+			cl.finish(nil)
+		}
+	case wire.KindGoAway:
+		// Calls already sent complete; the caller's layer stops sending new ones.
+		c.goAway.Do(func() { close(c.awayCh) })
+	}
+	c.releaseSlot(i, counted)
+}
