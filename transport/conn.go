@@ -224,15 +224,16 @@ func (c *Conn) failure() error {
 // fail marks the connection failed: calls in flight fail with ErrUnavailable, handlers'
 // contexts are canceled, and the poller tears the queue pair down.
 func (c *Conn) fail(cause error) {
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return
-	}
+	// Asked before c.mu is taken: the provider takes its own QP lock.
 	if fr, ok := c.qp.(verbs.FaultReporter); ok && !errors.Is(cause, ErrProtocol) {
 		if fault := fr.Fault(); fault != nil { // the NIC says why: the peer's doing
 			cause = fmt.Errorf("%w: %w", ErrProtocol, fault) // the flush it caused says less
 		}
+	}
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
 	}
 	if errors.Is(cause, ErrUnavailable) {
 		c.err = cause
