@@ -232,7 +232,7 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 		}
 		return
 	}
-	if slot >= 0 && !c.shared {
+	if slot >= 0 && !c.shared() {
 		c.mu.Lock()
 		c.recv[slot].held = true
 		c.mu.Unlock()

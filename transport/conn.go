@@ -48,11 +48,10 @@ type Conn struct {
 	credits int    // the peer's receive slots for counted messages
 	peer    Peer   // set before the connection is published
 
-	recv   []recvSlot  // nil with shared receives (poller.shared)
-	shared bool        // receives come from the poller's SRQ
-	sends  []*sendSlot // nil until first used
-	reads  []*readOp   // owned by the poller, but for freeReads; nil until first used
-	rxHdr  wire.Header // the poller's scratch
+	recv  []recvSlot  // nil with shared receives (poller.shared)
+	sends []*sendSlot // nil until first used
+	reads []*readOp   // owned by the poller, but for freeReads; nil until first used
+	rxHdr wire.Header // the poller's scratch
 
 	mu         sync.Mutex
 	err        error // set once: the connection failed or was closed
@@ -107,7 +106,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		id = t.nextConn.Add(1) & 0xffffff
 	}
 	c := &Conn{
-		t: t, p: p, id: id, shared: p.srq != nil,
+		t: t, p: p, id: id,
 		eager:   min(cfg.EagerThreshold, int(peer.SlotSize)-wire.HeaderLen),
 		maxSend: min(cfg.MaxMessage, int(peer.MaxMessage)),
 		maxRecv: uint32(cfg.MaxMessage),
@@ -132,7 +131,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		c.abort()
 		return nil, fmt.Errorf("transport: %w", err)
 	}
-	if !c.shared {
+	if !c.shared() {
 		c.recv = make([]recvSlot, cfg.Credits+recvCtrlSlots)
 	}
 	// Send slots and READ slots are made (and a send slot's registered buffer taken) on

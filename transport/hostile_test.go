@@ -369,36 +369,58 @@ func (h *hostile) rawSetup(hello wire.Hello) *rawPeer {
 // rawSetupOnce is rawSetup, or nil if the server turned the connection away.
 func (h *hostile) rawSetupOnce(hello wire.Hello) *rawPeer {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	in := make([]byte, wire.HelloLen)
-	r := &rawPeer{nc: h.dial()}
-	if err := cm.Exchange(ctx, r.nc, "hello", wire.AppendHello(nil, &hello), in); err != nil {
-		h.t.Fatal(err)
-	}
-	if wire.RefusalError(in) != nil {
-		r.nc.Close()
-		return nil
-	}
-	if _, err := wire.ParseHello(in, &r.peer); err != nil {
-		h.t.Fatal(err)
-	}
-	var err error
-	if r.cq, err = h.atk.CreateCQ(64); err != nil {
-		h.t.Fatal(err)
-	}
-	if r.qp, err = h.atkPD.CreateQP(verbs.QPInitAttr{SendCQ: r.cq, RecvCQ: r.cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		h.t.Fatal(err)
-	}
-	if _, err := cm.Connect(ctx, r.nc, r.qp, cm.DefaultParams()); err != nil {
+	r, err := rawConnect(h.addr, h.atk, h.atkPD, hello)
+	if err != nil {
 		h.t.Fatal(err)
 	}
 	return r
 }
 
+// rawConnect sets a connection up by hand from the attacker's address: its own hello,
+// then a queue pair of dev's connected over the stream. It returns nil if the server
+// turned the connection away.
+func rawConnect(addr string, dev *soft.Device, pd verbs.PD, hello wire.Hello) (*rawPeer, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: attackerIP}, Timeout: 5 * time.Second}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	in := make([]byte, wire.HelloLen)
+	r := &rawPeer{nc: nc}
+	err = cm.Exchange(ctx, nc, "hello", wire.AppendHello(nil, &hello), in)
+	if err == nil && wire.RefusalError(in) != nil {
+		nc.Close()
+		return nil, nil
+	}
+	if err == nil {
+		_, err = wire.ParseHello(in, &r.peer)
+	}
+	if err == nil {
+		r.cq, err = dev.CreateCQ(64)
+	}
+	if err == nil {
+		r.qp, err = pd.CreateQP(verbs.QPInitAttr{SendCQ: r.cq, RecvCQ: r.cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	}
+	if err == nil {
+		_, err = cm.Connect(ctx, nc, r.qp, cm.DefaultParams())
+	}
+	if err != nil {
+		nc.Close()
+		r.close()
+		return nil, err
+	}
+	return r, nil
+}
+
 func (r *rawPeer) close() {
-	_ = r.qp.Destroy()
-	_ = r.cq.Destroy()
+	if r.qp != nil {
+		_ = r.qp.Destroy()
+	}
+	if r.cq != nil {
+		_ = r.cq.Destroy()
+	}
 }
 
 func normalHello() wire.Hello {
@@ -485,37 +507,15 @@ func churn(addr string) (int, error) {
 		}
 		nc.Write(wire.AppendHello(nil, &wire.Hello{Version: wire.Version})[:wire.HelloLen/2])
 		nc.Close()
-		if nc, err = d.Dial("tcp", addr); err != nil {
-			return 0, err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		h := normalHello()
-		in := make([]byte, wire.HelloLen)
-		err = cm.Exchange(ctx, nc, "hello", wire.AppendHello(nil, &h), in)
-		if err == nil && wire.RefusalError(in) == nil {
-			err = func() error {
-				cq, err := dev.CreateCQ(64)
-				if err != nil {
-					return err
-				}
-				defer cq.Destroy()
-				qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-				if err != nil {
-					return err
-				}
-				defer qp.Destroy()
-				if _, err := cm.Connect(ctx, nc, qp, cm.DefaultParams()); err != nil {
-					return err
-				}
-				nc.Write(append(sendHeader(100), make([]byte, 50)...))
-				truncated++
-				return nil
-			}()
-		}
-		cancel()
-		nc.Close()
+		r, err := rawConnect(addr, dev, pd, normalHello())
 		if err != nil {
 			return 0, err
+		}
+		if r != nil { // set up: half a SEND's frame, then gone
+			r.nc.Write(append(sendHeader(100), make([]byte, 50)...))
+			r.nc.Close()
+			r.close()
+			truncated++
 		}
 	}
 	return truncated, nil

@@ -309,11 +309,12 @@ func (p *poller) reap(now time.Time) {
 		if idle > 0 && c.accepted && c.ready.Load() {
 			c.checkIdle(now, idle)
 		}
-		if c.shared && c.ready.Load() && c.qp.State() == verbs.QPStateError {
-			// A QP on the SRQ has no receives of its own to flush when it goes to error
-			// (its peer gone, on a fabric whose stream is the QP's wire): with nothing in
-			// flight, no completion would tell. (IBV_EVENT_QP_LAST_WQE_REACHED is the
-			// hardware's signal; the verbs model leaves it out.)
+		if c.shared() && c.boot == nil && c.ready.Load() && c.qp.State() == verbs.QPStateError {
+			// A QP on the SRQ has no receives of its own to flush when it goes to error,
+			// so with nothing in flight no completion tells; where the stream is the QP's
+			// wire (soft TCP) there is no bootstrap connection to watch either.
+			// (IBV_EVENT_QP_LAST_WQE_REACHED is the hardware's signal; the verbs model
+			// leaves it out.)
 			c.fail(errFlushed)
 		}
 	}

@@ -24,10 +24,13 @@ type recvSlot struct {
 	held bool // c.mu: a handler or a Response reads it
 }
 
+// shared reports whether the connection takes its receives from its poller's SRQ.
+func (c *Conn) shared() bool { return c.p.srq != nil }
+
 // slot returns receive slot i: the connection's own, or with shared receives the
 // poller's.
 func (c *Conn) slot(i int) *recvSlot {
-	if c.shared {
+	if c.shared() {
 		return &c.p.shared[i]
 	}
 	return &c.recv[i]
@@ -46,14 +49,12 @@ func (c *Conn) postRecv(i int) error {
 // releaseSlot ends a hold on receive slot i: it is posted again, or, if the connection is
 // gone, its buffer returns to the pool.
 func (c *Conn) releaseSlot(i int, counted bool) {
-	if c.shared {
+	if c.shared() {
 		if err := c.p.releaseShared(i); err != nil {
 			c.fail(err)
 			return
 		}
-		if c.failure() == nil { // the peer may use the credit again
-			c.owe(counted)
-		}
+		c.owe(counted) // (on a failed connection the Release it may send fails at once)
 		return
 	}
 	c.mu.Lock()
@@ -122,7 +123,7 @@ func (p *poller) takeShared(i int) {
 // dropShared gives back a shared slot whose message the failing connection drops (its own
 // slots go with its teardown).
 func (c *Conn) dropShared(i int) {
-	if c.shared {
+	if c.shared() {
 		_ = c.p.releaseShared(i)
 	}
 }
@@ -164,7 +165,7 @@ func (p *poller) closeShared() {
 // onRecv handles an incoming message in receive slot i.
 func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 	s := c.slot(i)
-	if c.shared {
+	if c.shared() {
 		c.p.takeShared(i) // ours until releaseSlot
 	}
 	h := &c.rxHdr // only the poller receives: a scratch header, so nothing escapes per message

@@ -306,7 +306,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		sc.inv = revoke{h.RKey, at}
 	}
 	c.mu.Lock()
-	if slot >= 0 && !c.shared {
+	if slot >= 0 && !c.shared() {
 		c.recv[slot].held = true
 	}
 	c.serving[h.CallID] = sc

@@ -579,6 +579,25 @@ func (q *qp) fillSend(i int, wr *verbs.SendWR) error {
 	return nil
 }
 
+// fillRecvs copies receive work requests from the front of wrs into a batch in C memory
+// (rwr, each with perWR of the SGEs in rsge), as many as the batch holds, and returns how
+// many. It stops before a request with more than maxSGE SGEs (tooMany).
+func fillRecvs(rwr []C.struct_ibv_recv_wr, rsge []C.struct_ibv_sge, perWR, maxSGE int, wrs []verbs.RecvWR) (n int, tooMany bool) {
+	for ; n < len(rwr) && n < len(wrs); n++ {
+		wr := &wrs[n]
+		if len(wr.SGL) > maxSGE {
+			return n, true
+		}
+		sg := rsge[n*perWR:]
+		for j, s := range wr.SGL {
+			sg[j] = C.struct_ibv_sge{addr: C.uint64_t(s.Addr), length: C.uint32_t(s.Length), lkey: C.uint32_t(s.LKey)}
+		}
+		rwr[n].wr_id = C.uint64_t(wr.WRID)
+		rwr[n].num_sge = C.int(len(wr.SGL))
+	}
+	return n, false
+}
+
 // PostRecv posts receive work requests, up to maxBatch per ibv_post_recv.
 func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
 	if len(wrs) == 0 {
@@ -600,21 +619,10 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
 	done := 0
 	var err error
 	for done < len(wrs) && err == nil {
-		n := 0
-		for n < len(q.rwr) && done+n < len(wrs) {
-			wr := &wrs[done+n]
-			if len(wr.SGL) > q.cap.MaxRecvSGE {
-				err = &verbs.PostError{Op: "post_recv", Index: done + n,
-					Err: fmt.Errorf("ibv: receive with %d SGEs (max_recv_sge %d): %w", len(wr.SGL), q.cap.MaxRecvSGE, verbs.ErrInvalid)}
-				break
-			}
-			sg := q.rsge[n*q.rPerWR:]
-			for j, s := range wr.SGL {
-				sg[j] = C.struct_ibv_sge{addr: C.uint64_t(s.Addr), length: C.uint32_t(s.Length), lkey: C.uint32_t(s.LKey)}
-			}
-			q.rwr[n].wr_id = C.uint64_t(wr.WRID)
-			q.rwr[n].num_sge = C.int(len(wr.SGL))
-			n++
+		n, tooMany := fillRecvs(q.rwr, q.rsge, q.rPerWR, q.cap.MaxRecvSGE, wrs[done:])
+		if tooMany {
+			err = &verbs.PostError{Op: "post_recv", Index: done + n,
+				Err: fmt.Errorf("ibv: receive with %d SGEs (max_recv_sge %d): %w", len(wrs[done+n].SGL), q.cap.MaxRecvSGE, verbs.ErrInvalid)}
 		}
 		if n > 0 {
 			if rc := C.mwibv_post_recv(q.rq, C.int(n)); rc != 0 {

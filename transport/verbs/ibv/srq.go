@@ -129,21 +129,10 @@ func (s *srq) PostRecv(wrs []verbs.RecvWR) error {
 	}
 	done := 0
 	for done < len(wrs) {
-		n := 0
+		n, tooMany := fillRecvs(s.rwr, s.rsge, s.perWR, s.attr.MaxSGE, wrs[done:])
 		var perr error
-		for n < len(s.rwr) && done+n < len(wrs) {
-			wr := &wrs[done+n]
-			if len(wr.SGL) > s.attr.MaxSGE {
-				perr = fmt.Errorf("ibv: SRQ receive with %d SGEs (max_sge %d): %w", len(wr.SGL), s.attr.MaxSGE, verbs.ErrInvalid)
-				break
-			}
-			sg := s.rsge[n*s.perWR:]
-			for j, e := range wr.SGL {
-				sg[j] = C.struct_ibv_sge{addr: C.uint64_t(e.Addr), length: C.uint32_t(e.Length), lkey: C.uint32_t(e.LKey)}
-			}
-			s.rwr[n].wr_id = C.uint64_t(wr.WRID)
-			s.rwr[n].num_sge = C.int(len(wr.SGL))
-			n++
+		if tooMany {
+			perr = fmt.Errorf("ibv: SRQ receive with %d SGEs (max_sge %d): %w", len(wrs[done+n].SGL), s.attr.MaxSGE, verbs.ErrInvalid)
 		}
 		if n > 0 {
 			if rc := C.mwibv_post_recv(s.rq, C.int(n)); rc != 0 {

@@ -26,6 +26,13 @@ type host struct {
 
 func newHost(t testing.TB, dev *Device, size int) *host {
 	t.Helper()
+	return newSRQHost(t, dev, size, 0)
+}
+
+// newSRQHost is newHost with the QP taking its receives from an SRQ of depth receives
+// (depth 0: its own receive queue).
+func newSRQHost(t testing.TB, dev *Device, size, depth int) *host {
+	t.Helper()
 	h := &host{dev: dev}
 	var err error
 	if h.pd, err = dev.AllocPD(); err != nil {
@@ -34,9 +41,13 @@ func newHost(t testing.TB, dev *Device, size int) *host {
 	if h.cq, err = dev.CreateCQ(4096); err != nil {
 		t.Fatal(err)
 	}
-	h.qp, err = h.pd.CreateQP(verbs.QPInitAttr{SendCQ: h.cq, RecvCQ: h.cq, Cap: verbs.QPCap{
-		MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}})
-	if err != nil {
+	if depth > 0 {
+		if h.srq, err = verbs.CreateSRQ(h.pd, verbs.SRQAttr{MaxWR: depth, MaxSGE: 1}); err != nil {
+			t.Fatal(err)
+		}
+		h.qp = h.srqQP(t)
+	} else if h.qp, err = h.pd.CreateQP(verbs.QPInitAttr{SendCQ: h.cq, RecvCQ: h.cq, Cap: verbs.QPCap{
+		MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}}); err != nil {
 		t.Fatal(err)
 	}
 	if h.mem, err = verbs.Map(size, verbs.MapOptions{}); err != nil {

@@ -11,31 +11,6 @@ import (
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
-// newSRQHost is newHost with the QP taking its receives from an SRQ of depth receives.
-func newSRQHost(t testing.TB, dev *Device, size, depth int) *host {
-	t.Helper()
-	h := &host{dev: dev}
-	var err error
-	if h.pd, err = dev.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if h.cq, err = dev.CreateCQ(4096); err != nil {
-		t.Fatal(err)
-	}
-	if h.srq, err = verbs.CreateSRQ(h.pd, verbs.SRQAttr{MaxWR: depth, MaxSGE: 1}); err != nil {
-		t.Fatal(err)
-	}
-	h.qp = h.srqQP(t)
-	if h.mem, err = verbs.Map(size, verbs.MapOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	h.mr, err = h.pd.RegMR(h.mem.Bytes(), verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessMWBind)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
-
 // srqQP creates one more QP on h's SRQ and CQ.
 func (h *host) srqQP(t testing.TB) verbs.QP {
 	t.Helper()
