@@ -16,11 +16,16 @@ type call struct {
 	done chan struct{}
 	err  error
 	resp Response
+	st   *Stream // a stream's call: its response and failure go to the stream
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func (cl *call) finish(err error) {
+	if cl.st != nil {
+		cl.st.fail(err)
+		return
+	}
 	cl.err = err
 	cl.done <- struct{}{}
 }
@@ -230,6 +235,16 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 		} else {
 			c.releaseSlot(slot, true)
 		}
+		return
+	}
+	if cl.st != nil { // the stream's end, behind the messages before it
+		m := &streamMsg{buf: buf, data: payload, ready: true}
+		if buf == nil {
+			m = c.copyOut(payload)
+			c.releaseSlot(slot, true)
+		}
+		m.end, m.status = true, h.Status
+		cl.st.push(m, 0)
 		return
 	}
 	if slot >= 0 && !c.shared() {

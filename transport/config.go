@@ -104,6 +104,12 @@ type Config struct {
 	// Windows is the number of type-2 memory windows per connection: large messages
 	// exposed at once. Zero means DefaultWindows.
 	Windows int
+	// StreamWindow is how many bytes of a stream's messages this side takes before the
+	// sender must wait for it to consume some (per stream, each way it receives): what a
+	// slow reader costs in memory, and what keeps a fast sender's pipe full. Messages above
+	// the eager threshold count too, each bound in a window of its own until READ. Zero
+	// means DefaultStreamWindow; 64 KiB to 64 MiB.
+	StreamWindow int
 	// Lease bounds how long a window stays exposed waiting for the peer's release before
 	// LOCAL_INV reclaims it. Zero means DefaultLease. A peer releases with SEND_WITH_INV
 	// only within half the lease; later it releases without invalidating and the lease
@@ -206,6 +212,7 @@ const (
 	DefaultCredits        = 64
 	DefaultMaxMessage     = 64 << 20
 	DefaultWindows        = 64
+	DefaultStreamWindow   = 4 << 20
 	DefaultLease          = 10 * time.Second
 	DefaultPeerTimeout    = 15 * time.Second
 	DefaultCreditTimeout  = 10 * time.Second
@@ -234,6 +241,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
+	}
+	if c.StreamWindow == 0 {
+		c.StreamWindow = DefaultStreamWindow
 	}
 	if c.Pollers == 0 {
 		c.Pollers = 1
@@ -289,6 +299,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("transport: shared receives %d outside 0..%d", c.SharedReceives, 1<<20)
 	case c.MaxConns < 0 || c.MaxConnsPerHost < 0 || c.ConnRatePerHost < 0:
 		return c, fmt.Errorf("transport: max conns %d, max conns per host %d and conn rate per host %g must not be negative", c.MaxConns, c.MaxConnsPerHost, c.ConnRatePerHost)
+	case c.StreamWindow < minStreamWindow || c.StreamWindow > maxStreamWindow:
+		return c, fmt.Errorf("transport: stream window %d outside %d..%d", c.StreamWindow, minStreamWindow, maxStreamWindow)
 	case c.CQDepth < 0:
 		return c, fmt.Errorf("transport: CQ depth %d is negative", c.CQDepth)
 	case c.Windows < 1 || c.Pollers < 1 || c.Handlers < 1:

@@ -68,6 +68,7 @@ type Conn struct {
 	calls      map[uint64]*call
 	nextID     uint64
 	serving    map[uint64]*serverCall
+	instreams  map[uint64]*Stream   // streams the peer opened, from their request's header until their handler is done
 	reclaims   map[int]*pool.Window // LOCAL_INVs in flight, by window index
 	dirty      bool                 // queued with the poller for flushing
 	stalled    bool                 // a release found no control credit or send slot
@@ -249,6 +250,10 @@ func (c *Conn) fail(cause error) {
 	for _, sc := range c.serving {
 		serving = append(serving, use{sc.ctx, sc.ctx.generation()})
 	}
+	instreams := make([]*Stream, 0, len(c.instreams))
+	for _, st := range c.instreams {
+		instreams = append(instreams, st)
+	}
 	c.wakeLocked()
 	err := c.err
 	c.mu.Unlock()
@@ -275,6 +280,9 @@ func (c *Conn) fail(cause error) {
 	}
 	for _, u := range serving {
 		u.ctx.cancelGen(u.gen, context.Canceled)
+	}
+	for _, st := range instreams {
+		st.fail(err)
 	}
 	c.p.retire(c)
 }

@@ -203,6 +203,10 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 			c.flushCtrl()
 		}
 	}
+	if h.Kind == wire.KindRequest && h.Flags&wire.FlagStream != 0 && !c.openInStream(h) {
+		c.dropShared(i)
+		return
+	}
 	if h.Flags&wire.FlagLarge != 0 {
 		c.startRead(h)
 		c.releaseSlot(i, counted)
@@ -222,10 +226,16 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 		if sc := c.serving[h.CallID]; sc != nil {
 			ctx, gen = sc.ctx, sc.ctx.generation()
 		}
+		st := c.instreams[h.CallID]
 		c.mu.Unlock()
 		if ctx != nil {
 			ctx.cancelGen(gen, context.Canceled) // ctx.Err must be exactly Canceled
 		}
+		if st != nil {
+			st.fail(fmt.Errorf("transport: stream canceled by the caller: %w", context.Canceled))
+		}
+	case wire.KindStreamMsg, wire.KindStreamAck:
+		c.onStreamMsg(h, payload)
 	case wire.KindPing:
 		c.queueCtrl(wire.Header{Kind: wire.KindPong, CallID: h.CallID}, revoke{})
 	case wire.KindPong:

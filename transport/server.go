@@ -22,6 +22,7 @@ type serverCall struct {
 	slot int        // receive slot holding req, or -1
 	buf  *pool.Buf  // buffer holding a large req, or nil
 	inv  revoke     // the caller's request window, revoked by the response
+	st   *Stream    // the stream the request opened, or nil
 	host *hostState // counted in its calls (MaxCallsPerHost) until finish, or nil
 	// inline: the handler runs on the reaping goroutine (Config.InlineHandlers), and its
 	// response spends a credit reserved for it and never waits.
@@ -70,6 +71,9 @@ func (sc *serverCall) finish() {
 	c.mu.Lock()
 	delete(c.serving, sc.id)
 	c.mu.Unlock()
+	if sc.st != nil {
+		c.dropInStream(sc.id)
+	}
 	if sc.host != nil {
 		sc.host.calls.Add(-1)
 	}
@@ -310,6 +314,9 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		c.recv[slot].held = true
 	}
 	c.serving[h.CallID] = sc
+	if h.Flags&wire.FlagStream != 0 {
+		sc.st = c.instreams[h.CallID] // recorded when the header arrived (openInStream)
+	}
 	dead := c.err != nil
 	// No single connection, nor host, may take more than its share of the handlers.
 	crowded := len(c.serving) > c.t.cfg.MaxCallsPerConn
@@ -334,7 +341,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		sc.finish()
 		return
 	}
-	if c.t.cfg.InlineHandlers && !dead && c.reserveCredit() {
+	if c.t.cfg.InlineHandlers && sc.st == nil && !dead && c.reserveCredit() {
 		// Run to completion here: no hand-off, and the response cannot wait on anything
 		// this goroutine would have to reap (Config.InlineHandlers).
 		sc.inline = true

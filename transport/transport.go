@@ -593,6 +593,7 @@ func (t *Transport) forget(c *Conn) {
 type Stats struct {
 	Calls        uint64 // calls made (Call, CallBuf)
 	Served       uint64 // requests handed to the handler
+	Streams      uint64 // streams opened, by this side or the peer
 	WindowsBound uint64 // large messages exposed through a window
 	Reads        uint64 // large messages fetched with RDMA READ
 	RevokedPeer  uint64 // our windows revoked by the peer's SEND_WITH_INV
@@ -617,8 +618,8 @@ type Stats struct {
 }
 
 type counters struct {
-	calls, served, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed atomic.Uint64
-	events                                                                                     [numEvents]atomic.Uint64
+	calls, served, streams, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed atomic.Uint64
+	events                                                                                              [numEvents]atomic.Uint64
 }
 
 // Stats returns a snapshot of the transport's counters. It costs about a nanosecond per
@@ -633,7 +634,7 @@ func (t *Transport) Stats() Stats {
 		exposed += ws.Bound + ws.Invalidating
 	}
 	t.mu.Unlock()
-	return Stats{Calls: c.calls.Load(), Served: c.served.Load(), WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
+	return Stats{Calls: c.calls.Load(), Served: c.served.Load(), Streams: c.streams.Load(), WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
 		RevokedPeer: c.revoked.Load(), Reclaimed: c.reclaimed.Load(),
 		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
 		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),

@@ -21,6 +21,8 @@ import (
 
 type readOp struct {
 	buf  *pool.Buf
+	st   *Stream // a stream message's stream, and its entry the READ fills
+	msg  *streamMsg
 	h    wire.Header
 	at   time.Time
 	wr   [1]verbs.SendWR
@@ -52,7 +54,7 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv 
 		buf.Release()
 		return fmt.Errorf("transport: %w", err)
 	}
-	h.Flags, h.Len, h.RKey, h.Addr = wire.FlagLarge, uint32(buf.Len()), w.RKey(), buf.Addr()
+	h.Flags, h.Len, h.RKey, h.Addr = h.Flags|wire.FlagLarge, uint32(buf.Len()), w.RKey(), buf.Addr()
 	posted, err := c.send(ctx, h, nil, &bind, rv, mode)
 	if posted {
 		c.t.counters.bound.Add(1)
@@ -127,6 +129,14 @@ func (c *Conn) startRead(h *wire.Header) {
 	if f := c.t.testHookLarge.Load(); f != nil {
 		(*f)(h)
 	}
+	var st *Stream
+	var msg *streamMsg
+	if h.Kind == wire.KindStreamMsg {
+		var ok bool
+		if st, msg, ok = c.startStreamRead(h); !ok {
+			return
+		}
+	}
 	buf, err := c.t.pool.TryGet(int(h.Len))
 	c.mu.Lock()
 	if err == nil && len(c.freeReads) == 0 {
@@ -136,6 +146,10 @@ func (c *Conn) startRead(h *wire.Header) {
 		c.mu.Unlock()
 		if buf != nil {
 			buf.Release()
+		}
+		if st != nil {
+			c.refuseStreamRead(st, msg, h, err)
+			return
 		}
 		c.refuseLarge(h, err)
 		return
@@ -148,7 +162,7 @@ func (c *Conn) startRead(h *wire.Header) {
 		r = new(readOp)
 		c.reads[i] = r
 	}
-	r.buf, r.h, r.at, r.live = buf, *h, time.Now(), true
+	r.buf, r.h, r.at, r.live, r.st, r.msg = buf, *h, time.Now(), true, st, msg
 	r.sge[0] = buf.SGE()
 	r.wr[0] = verbs.SendWR{WRID: wrid(wrRead, c.id, i), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 		SGL: r.sge[:], RemoteAddr: h.Addr, RKey: h.RKey}
@@ -184,6 +198,9 @@ func (c *Conn) postUnposted() {
 // gets StatusResourceExhausted (revoking its window), a response fails its call.
 func (c *Conn) refuseLarge(h *wire.Header, why error) {
 	if h.Kind == wire.KindRequest {
+		if h.Flags&wire.FlagStream != 0 {
+			c.dropInStream(h.CallID)
+		}
 		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, revoke{h.RKey, time.Now()},
 			fmt.Sprintf("mwrpc: the server cannot take a request of %d bytes now: %v", h.Len, why))
 		return
@@ -198,14 +215,19 @@ func (c *Conn) refuseLarge(h *wire.Header, why error) {
 func (c *Conn) onRead(i int) {
 	c.t.counters.reads.Add(1)
 	r := c.reads[i]
-	buf, h, at := r.buf, r.h, r.at
+	buf, h, at, st, msg := r.buf, r.h, r.at, r.st, r.msg
 	c.t.counters.readBytes.Add(uint64(buf.Len()))
-	r.buf, r.live = nil, false
+	r.buf, r.live, r.st, r.msg = nil, false, nil, nil
 	c.mu.Lock()
 	c.freeReads = append(c.freeReads, i)
 	c.mu.Unlock()
 	if h.Kind == wire.KindRequest {
 		c.dispatch(&h, buf.Bytes(), -1, buf, at) // the response revokes the window
+		return
+	}
+	if st != nil {
+		c.queueInv(h.RKey, at) // we have the bytes: revoke the window now
+		st.fill(msg, buf)
 		return
 	}
 	if f := c.t.testHookBeforeRelease.Load(); f != nil {

@@ -15,7 +15,7 @@ import (
 var ErrMalformed = errors.New("mwrpc: malformed message")
 
 // Version is the transport protocol version this package speaks.
-const Version = 2 // 2: control credits in header byte 3
+const Version = 3 // 2: control credits in header byte 3; 3: streams
 
 // HeaderLen is the size of a message header.
 const HeaderLen = 32
@@ -32,10 +32,17 @@ const (
 	KindPing     Kind = 5 // liveness probe; answered by KindPong with the same CallID
 	KindPong     Kind = 6
 	KindGoAway   Kind = 7 // the sender accepts no new calls; calls below CallID complete
-	kindMax      Kind = 8
+	// KindStreamMsg is one message of the stream CallID (a request with FlagStream opened
+	// it): eager or large like a request. FlagEnd marks the sender's last (no payload).
+	KindStreamMsg Kind = 8
+	// KindStreamAck returns flow-control credit for the stream CallID: its StreamAckLen
+	// payload says how many bytes the sender has consumed and, when not zero, the window
+	// it grants.
+	KindStreamAck Kind = 9
+	kindMax       Kind = 10
 )
 
-var kindNames = [...]string{"", "request", "response", "cancel", "release", "ping", "pong", "goaway"}
+var kindNames = [...]string{"", "request", "response", "cancel", "release", "ping", "pong", "goaway", "stream message", "stream ack"}
 
 // String returns the kind's name.
 func (k Kind) String() string {
@@ -51,6 +58,22 @@ type Flags uint8
 // FlagLarge says the payload was not sent eagerly: Len bytes at Addr are exposed through a
 // memory window whose rkey is RKey, for the receiver to RDMA READ.
 const FlagLarge Flags = 1 << 0
+
+// Stream flags.
+const (
+	// FlagStream, on a request, opens a stream: the request is its first message, and
+	// Status carries the opener's receive window in KiB.
+	FlagStream Flags = 1 << 1
+	// FlagEnd, on a stream message, is the sender's last: it sends no more (half-close).
+	FlagEnd Flags = 1 << 2
+	// FlagCaller, on a stream message or ack, says the sender opened the stream: CallID is
+	// in its own id space (the receiver serves the stream) rather than the receiver's.
+	FlagCaller Flags = 1 << 3
+	flagsAll         = FlagLarge | FlagStream | FlagEnd | FlagCaller
+)
+
+// StreamAckLen is the payload of a KindStreamAck: consumed u32 | window u32.
+const StreamAckLen = 8
 
 const magic = 0xA7
 
@@ -119,8 +142,12 @@ func ParseHeader(b []byte, h *Header, maxLen uint32) (payload []byte, err error)
 		return nil, fmt.Errorf("%w: magic 0x%02x, want 0x%02x", ErrMalformed, b[0], magic)
 	case h.Kind == 0 || h.Kind >= kindMax:
 		return nil, fmt.Errorf("%w: unknown kind %d", ErrMalformed, b[1])
-	case h.Flags&^FlagLarge != 0:
+	case h.Flags&^flagsAll != 0:
 		return nil, fmt.Errorf("%w: %v: unknown flags 0x%02x", ErrMalformed, h.Kind, b[2])
+	case h.Flags&FlagStream != 0 && h.Kind != KindRequest,
+		h.Flags&FlagEnd != 0 && (h.Kind != KindStreamMsg || h.Flags&FlagLarge != 0 || h.Len != 0),
+		h.Flags&FlagCaller != 0 && h.Kind != KindStreamMsg && h.Kind != KindStreamAck:
+		return nil, fmt.Errorf("%w: %v with flags 0x%02x", ErrMalformed, h.Kind, b[2])
 	case h.Flags&FlagLarge == 0:
 		if uint64(h.Len) != uint64(len(rest)) {
 			return nil, fmt.Errorf("%w: %v announces %d payload bytes, carries %d", ErrMalformed, h.Kind, h.Len, len(rest))
@@ -128,8 +155,11 @@ func ParseHeader(b []byte, h *Header, maxLen uint32) (payload []byte, err error)
 		if h.RKey != 0 || h.Addr != 0 {
 			return nil, fmt.Errorf("%w: eager %v with a window address", ErrMalformed, h.Kind)
 		}
+		if h.Kind == KindStreamAck && len(rest) != StreamAckLen {
+			return nil, fmt.Errorf("%w: stream ack of %d bytes, want %d", ErrMalformed, len(rest), StreamAckLen)
+		}
 		return rest, nil
-	case h.Kind != KindRequest && h.Kind != KindResponse:
+	case h.Kind != KindRequest && h.Kind != KindResponse && h.Kind != KindStreamMsg:
 		return nil, fmt.Errorf("%w: %v cannot be large", ErrMalformed, h.Kind)
 	case len(rest) != 0:
 		return nil, fmt.Errorf("%w: large %v carries %d eager bytes", ErrMalformed, h.Kind, len(rest))

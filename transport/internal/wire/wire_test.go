@@ -24,6 +24,11 @@ func seedHeaders() []struct {
 		{Header{Kind: KindRelease, CtrlCredits: 16}, nil},
 		{Header{Kind: KindPing, CallID: 10}, nil},
 		{Header{Kind: KindGoAway, CallID: 11}, nil},
+		{Header{Kind: KindRequest, Flags: FlagStream, Status: 4096, CallID: 12, Len: 2}, []byte("hi")},
+		{Header{Kind: KindStreamMsg, Flags: FlagCaller, CallID: 12, Len: 3}, []byte("abc")},
+		{Header{Kind: KindStreamMsg, Flags: FlagLarge, CallID: 12, Len: 1 << 20, RKey: 5, Addr: 0x2000}, nil},
+		{Header{Kind: KindStreamMsg, Flags: FlagCaller | FlagEnd, CallID: 12}, nil},
+		{Header{Kind: KindStreamAck, CallID: 12, Len: StreamAckLen}, make([]byte, StreamAckLen)},
 	}
 }
 
@@ -52,7 +57,12 @@ func TestParseHeaderRejects(t *testing.T) {
 		{"magic", mut(eager, func(b []byte) { b[0] = 0 }), false},
 		{"kind zero", mut(eager, func(b []byte) { b[1] = 0 }), false},
 		{"kind unknown", mut(eager, func(b []byte) { b[1] = byte(kindMax) }), false},
-		{"flags", mut(eager, func(b []byte) { b[2] = 2 }), false},
+		{"flags", mut(eager, func(b []byte) { b[2] = 0x10 }), false},
+		{"stream flag on a response", mut(large, func(b []byte) { b[2] |= byte(FlagStream) }), false},
+		{"end on a request", mut(eager, func(b []byte) { b[2] = byte(FlagEnd) }), false},
+		{"end with a payload", mut(eager, func(b []byte) { b[1], b[2] = byte(KindStreamMsg), byte(FlagEnd) }), false},
+		{"caller on a request", mut(eager, func(b []byte) { b[2] = byte(FlagCaller) }), false},
+		{"short stream ack", mut(eager, func(b []byte) { b[1] = byte(KindStreamAck) }), false},
 		{"length mismatch", eager[:len(eager)-1], false},
 		{"eager with window", mut(eager, func(b []byte) { b[20] = 1 }), false},
 		{"large cancel", mut(large, func(b []byte) { b[1] = byte(KindCancel) }), false},

@@ -1,0 +1,636 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
+)
+
+// Streams. A request with wire.FlagStream opens a stream on its call id. From then on
+// both sides send KindStreamMsg messages on that id: the opener until its FlagEnd
+// (CloseSend), the server until its response, which ends the stream. Each message is eager
+// or, above the eager threshold, exposed through a window of its own and READ, exactly like
+// a request; the receiver revokes the window as soon as the READ completes, so several
+// chunks can be in flight at once.
+//
+// Flow control is per stream and per direction, in bytes: the receiver grants a window
+// (Config.StreamWindow: the opener announces its own in the request's status field, in
+// KiB; the server in its first KindStreamAck), and a sender may have at most that many
+// bytes sent and not yet consumed — or one message of any size when nothing is
+// outstanding, so that a message larger than the window still goes. The receiver returns
+// consumed bytes in KindStreamAcks: once a quarter of the window is consumed, and whenever
+// its reader finds nothing more to read. A peer that sends past its window fails the
+// connection (ErrProtocol).
+//
+// Memory: a received message is copied out of its receive slot into a pool buffer (a
+// large one is READ straight into one), so a slow reader holds none of the connection's
+// receive slots, only its stream's window of buffers. What Recv returns is valid until the
+// next Recv or Close; Close (the opener's) or the handler's return (the server's) releases
+// everything still queued, and a READ that completes after that releases its buffer.
+
+const (
+	// minStreamWindow is the smallest window a receiver grants, and the window a sender
+	// assumes until the receiver's first ack says more.
+	minStreamWindow = 64 << 10
+	maxStreamWindow = 64 << 20
+)
+
+// ErrStreamEnded is returned by a Send after this side ended its half of the stream
+// (CloseSend, or a server's response).
+var ErrStreamEnded = errors.New("transport: send on a stream after its end")
+
+// Stream is one streaming call's message flow, on the side that opened it
+// (Conn.OpenStream) or the side that serves it (ResponseWriter.Stream). Send and Recv may
+// be called from two goroutines at once (one sending, one receiving); each of them from
+// one goroutine at a time.
+type Stream struct {
+	c      *Conn
+	id     uint64
+	caller bool  // this side opened it
+	cl     *call // the opener's entry in the call table
+
+	mu     sync.Mutex
+	wake   chan struct{} // closed to wake a waiting Recv or Send
+	q      []*streamMsg  // received, in arrival order; an entry may still wait for its READ
+	held   *streamMsg    // what Recv returned last: released by the next Recv or Close
+	final  *streamMsg    // the opener's: the response, once Recv reached it
+	err    error         // the stream failed: Recv (once the queue is empty) and Send return it
+	eof    bool          // Recv reached the peer's end
+	closed bool          // Close or the handler's end: what arrives later is released
+
+	// Receiving: bytes arrived, released by Recv, and announced to the peer as consumed.
+	window                    int
+	received, consumed, acked int64
+
+	// Sending: bytes sent and the peer's consumed and window, as its acks say.
+	peerWindow         int
+	sent, peerConsumed int64
+	sendEnded          bool // this side ended its half
+	peerEnded          bool // the opener's: the response arrived, so sending is over
+}
+
+// streamMsg is one received message, or the peer's end.
+type streamMsg struct {
+	buf    *pool.Buf // holds data, or nil (no payload, or a heap copy)
+	data   []byte
+	ready  bool   // arrived (a large message: its READ completed)
+	end    bool   // the peer's end: its FlagEnd, or the response
+	status uint16 // the response's status
+}
+
+func (m *streamMsg) release() {
+	if m.buf != nil {
+		m.buf.Release()
+		m.buf = nil
+	}
+	m.data = nil
+}
+
+func newStream(c *Conn, id uint64, caller bool, peerWindow int) *Stream {
+	return &Stream{c: c, id: id, caller: caller, window: c.t.cfg.StreamWindow, peerWindow: peerWindow}
+}
+
+// OpenStream opens a stream: open is its first message (the request), sent like a call's.
+// The stream's messages then flow both ways until the server's response ends it, which
+// Recv reports as io.EOF (Final then returns it). Close must be called once the stream is
+// no longer used: before the response arrived, it cancels the call on the server.
+func (c *Conn) OpenStream(ctx context.Context, open []byte) (*Stream, error) {
+	if len(open) > c.maxSend {
+		return nil, fmt.Errorf("transport: stream request of %d bytes (max %d): %w", len(open), c.maxSend, ErrTooLarge)
+	}
+	if len(open) <= c.eager {
+		return c.openStream(ctx, open, nil)
+	}
+	buf, err := c.t.pool.Get(ctx, len(open))
+	if err != nil {
+		return nil, fmt.Errorf("transport: stream request buffer: %w", err)
+	}
+	copy(buf.Bytes(), open)
+	return c.openStream(ctx, nil, buf)
+}
+
+func (c *Conn) openStream(ctx context.Context, eager []byte, large *pool.Buf) (*Stream, error) {
+	c.t.counters.streams.Add(1)
+	cl := &call{done: make(chan struct{}, 1)}
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		if large != nil {
+			large.Release()
+		}
+		return nil, err
+	}
+	c.nextID++
+	cl.id = c.nextID
+	st := newStream(c, cl.id, true, minStreamWindow)
+	st.cl, cl.st = cl, st
+	c.calls[cl.id] = cl
+	c.mu.Unlock()
+
+	h := wire.Header{Kind: wire.KindRequest, Flags: wire.FlagStream, Status: uint16(st.window >> 10), CallID: cl.id}
+	var err error
+	if large != nil {
+		err = c.sendLarge(ctx, &h, large, revoke{}, sendWait)
+	} else {
+		_, err = c.send(ctx, &h, eager, nil, revoke{}, sendWait)
+	}
+	if err != nil {
+		c.forgetCall(cl)
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// Stream returns the stream a request opened, or nil for a plain call. The handler's
+// response (Write, or its return) ends the stream.
+func (w *ResponseWriter) Stream() *Stream { return w.sc.st }
+
+// ID returns the stream's call id (unique on its connection for the opener's side).
+func (s *Stream) ID() uint64 { return s.id }
+
+// EagerLimit returns the largest message sent inside a SEND; larger ones go through a
+// window.
+func (s *Stream) EagerLimit() int { return s.c.eager }
+
+// MaxSend returns the largest message this stream may send.
+func (s *Stream) MaxSend() int { return s.c.maxSend }
+
+// Send sends one message: copied into a send slot, or above the eager threshold into
+// registered memory exposed through a window. It waits while the peer's window is full.
+// After the server's response it returns io.EOF (the opener's side; Recv then says how the
+// stream ended).
+func (s *Stream) Send(ctx context.Context, p []byte) error {
+	if len(p) > s.c.maxSend {
+		return fmt.Errorf("transport: stream message of %d bytes (max %d): %w", len(p), s.c.maxSend, ErrTooLarge)
+	}
+	if len(p) <= s.c.eager {
+		return s.send(ctx, p, nil)
+	}
+	buf, err := s.c.t.pool.Get(ctx, len(p))
+	if err != nil {
+		return fmt.Errorf("transport: stream message buffer: %w", err)
+	}
+	copy(buf.Bytes(), p)
+	return s.send(ctx, nil, buf)
+}
+
+// SendBuf is Send of a message built in registered memory: buf (its Len bytes) is sent
+// without a copy. SendBuf takes ownership of buf.
+func (s *Stream) SendBuf(ctx context.Context, buf *pool.Buf) error {
+	if buf.Len() > s.c.maxSend {
+		n := buf.Len()
+		buf.Release()
+		return fmt.Errorf("transport: stream message of %d bytes (max %d): %w", n, s.c.maxSend, ErrTooLarge)
+	}
+	if buf.Len() <= s.c.eager {
+		defer buf.Release()
+		return s.send(ctx, buf.Bytes(), nil)
+	}
+	return s.send(ctx, nil, buf)
+}
+
+func (s *Stream) send(ctx context.Context, eager []byte, large *pool.Buf) error {
+	n := len(eager)
+	if large != nil {
+		n = large.Len()
+	}
+	if err := s.reserve(ctx, n); err != nil {
+		if large != nil {
+			large.Release()
+		}
+		return err
+	}
+	h := s.header(wire.KindStreamMsg)
+	mode := sendWait
+	if !s.caller {
+		mode = sendResponse // a handler waits for a credit at most CreditTimeout
+	}
+	if large != nil {
+		return s.c.sendLarge(ctx, &h, large, revoke{}, mode)
+	}
+	_, err := s.c.send(ctx, &h, eager, nil, revoke{}, mode)
+	return err
+}
+
+func (s *Stream) header(k wire.Kind) wire.Header {
+	h := wire.Header{Kind: k, CallID: s.id}
+	if s.caller {
+		h.Flags = wire.FlagCaller
+	}
+	return h
+}
+
+// reserve waits until n more bytes fit the peer's window, and counts them sent.
+func (s *Stream) reserve(ctx context.Context, n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		switch {
+		case s.err != nil:
+			return s.err
+		case s.closed || s.sendEnded:
+			return ErrStreamEnded
+		case s.peerEnded:
+			return io.EOF
+		}
+		if out := s.sent - s.peerConsumed; out == 0 || out+int64(n) <= int64(s.peerWindow) {
+			s.sent += int64(n)
+			return nil
+		}
+		if err := s.waitLocked(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// CloseSend ends the opener's half of the stream: the server's Recv returns io.EOF once
+// it has read everything before. The server may go on sending.
+func (s *Stream) CloseSend(ctx context.Context) error {
+	if !s.caller {
+		return errors.New("transport: CloseSend on the serving side (the response ends its half)")
+	}
+	s.mu.Lock()
+	switch {
+	case s.err != nil:
+		err := s.err
+		s.mu.Unlock()
+		return err
+	case s.sendEnded || s.closed:
+		s.mu.Unlock()
+		return nil
+	}
+	s.sendEnded = true
+	ended := s.peerEnded
+	s.mu.Unlock()
+	if ended {
+		return nil // the server no longer listens
+	}
+	h := s.header(wire.KindStreamMsg)
+	h.Flags |= wire.FlagEnd
+	_, err := s.c.send(ctx, &h, nil, nil, revoke{}, sendWait)
+	return err
+}
+
+// Recv returns the next message, valid until the next Recv or Close. At the peer's end
+// it returns io.EOF: the opener's CloseSend on the serving side, the server's response on
+// the opener's (Final returns it). Messages that arrived before a failure are returned
+// before its error.
+func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
+	s.mu.Lock()
+	if m := s.held; m != nil {
+		s.held = nil
+		s.consumed += int64(len(m.data))
+		m.release()
+	}
+	for {
+		if s.closed {
+			s.mu.Unlock()
+			return nil, ErrStreamEnded
+		}
+		if len(s.q) > 0 && s.q[0].ready {
+			m := s.q[0]
+			s.q[0] = nil
+			s.q = s.q[1:]
+			ack := s.ackDueLocked(len(s.q) == 0)
+			if m.end {
+				s.eof = true
+				s.final = m
+			} else {
+				s.held = m
+			}
+			s.mu.Unlock()
+			s.sendAck(ack, 0)
+			if m.end {
+				return nil, io.EOF
+			}
+			return m.data, nil
+		}
+		if s.eof {
+			s.mu.Unlock()
+			return nil, io.EOF
+		}
+		if len(s.q) == 0 && s.err != nil {
+			err := s.err
+			s.mu.Unlock()
+			return nil, err
+		}
+		// Nothing to read: what was consumed goes back now, so that the sender is never
+		// left waiting for an ack while this side waits for a message.
+		if ack := s.ackDueLocked(true); ack > 0 {
+			s.mu.Unlock()
+			s.sendAck(ack, 0)
+			s.mu.Lock()
+			continue
+		}
+		if err := s.waitLocked(ctx); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+	}
+}
+
+// Final returns the server's response once Recv has returned io.EOF on the opener's side:
+// its status and payload, valid until Close. ok is false before that.
+func (s *Stream) Final() (status uint16, payload []byte, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.final == nil {
+		return 0, nil, false
+	}
+	return s.final.status, s.final.data, true
+}
+
+// Close releases what the stream holds. On the opener's side, before the response
+// arrived, it cancels the call on the server. Close may be called more than once.
+func (s *Stream) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closeLocked(ErrStreamEnded)
+	s.mu.Unlock()
+	if s.caller && s.c.forgetCall(s.cl) { // still in the call table: no response yet
+		s.c.queueCtrl(wire.Header{Kind: wire.KindCancel, CallID: s.id}, revoke{})
+	}
+}
+
+// closeLocked releases everything queued or held; s.mu is held.
+func (s *Stream) closeLocked(err error) {
+	s.closed = true
+	if s.err == nil {
+		s.err = err
+	}
+	for _, m := range s.q {
+		if m.ready {
+			m.release()
+		} // one still being READ is released when the READ completes (fill)
+	}
+	s.q = nil
+	for _, m := range []*streamMsg{s.held, s.final} {
+		if m != nil {
+			m.release()
+		}
+	}
+	s.held, s.final = nil, nil
+	s.wakeLocked()
+}
+
+// fail ends the stream with err: the connection failed, or the call was canceled.
+func (s *Stream) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.wakeLocked()
+	s.mu.Unlock()
+}
+
+// ackDueLocked returns how many consumed bytes to announce now: at a quarter of the
+// window, or any when idle (the reader found nothing more). s.mu is held.
+func (s *Stream) ackDueLocked(idle bool) int64 {
+	n := s.consumed - s.acked
+	if n > 0 && (idle || n >= int64(s.window/4)) && !s.closed {
+		s.acked = s.consumed
+		return n
+	}
+	return 0
+}
+
+// sendAck announces consumed bytes and, when window is not zero, the window granted.
+func (s *Stream) sendAck(consumed int64, window int) {
+	if consumed == 0 && window == 0 {
+		return
+	}
+	var p [wire.StreamAckLen]byte
+	binary.LittleEndian.PutUint32(p[0:], uint32(consumed))
+	binary.LittleEndian.PutUint32(p[4:], uint32(window))
+	h := s.header(wire.KindStreamAck)
+	if _, err := s.c.send(bg, &h, p[:], nil, revoke{}, sendTry); errors.Is(err, errNoCredit) {
+		s.c.queueCtrl(s.header(wire.KindStreamAck), revoke{}, string(p[:])) // the poller sends it when a credit returns
+	}
+}
+
+// waitLocked waits, with s.mu held (and released meanwhile), until something changes.
+func (s *Stream) waitLocked(ctx context.Context) error {
+	if s.wake == nil {
+		s.wake = make(chan struct{})
+	}
+	ch := s.wake
+	s.mu.Unlock()
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	s.mu.Lock()
+	return err
+}
+
+func (s *Stream) wakeLocked() {
+	if s.wake != nil {
+		close(s.wake)
+		s.wake = nil
+	}
+}
+
+// push queues a received message; false means the peer sent past its window.
+func (s *Stream) push(m *streamMsg, n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The sender may have a window's worth outstanding, or one message of any size when
+	// nothing is: what this side has not acknowledged is at most what it has outstanding.
+	if prev := s.received - s.acked; n > 0 && prev > 0 && prev+int64(n) > int64(s.window) {
+		m.release()
+		return false
+	}
+	s.received += int64(n)
+	if m.end && s.caller {
+		s.peerEnded = true // sending is over, though Recv has not reached the end yet
+	}
+	if s.closed {
+		m.release()
+		return true
+	}
+	s.q = append(s.q, m)
+	s.wakeLocked()
+	return true
+}
+
+// fill completes a message whose READ was pending; after Close its buffer goes back.
+func (s *Stream) fill(m *streamMsg, buf *pool.Buf) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		buf.Release()
+		return
+	}
+	m.buf, m.data, m.ready = buf, buf.Bytes(), true
+	s.wakeLocked()
+}
+
+// onAck takes the peer's ack: consumed bytes, and its window when not zero. false means
+// the peer acknowledged more than was sent.
+func (s *Stream) onAck(p []byte) bool {
+	consumed := int64(binary.LittleEndian.Uint32(p[0:]))
+	window := int(binary.LittleEndian.Uint32(p[4:]))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.peerConsumed += consumed
+	if s.peerConsumed > s.sent {
+		return false
+	}
+	if window != 0 {
+		s.peerWindow = min(max(window, minStreamWindow), maxStreamWindow)
+	}
+	s.wakeLocked()
+	return true
+}
+
+// copyOut copies a received payload out of its receive slot: into a pool buffer, or the
+// heap when the pool has none to spare now.
+func (c *Conn) copyOut(p []byte) *streamMsg {
+	m := &streamMsg{ready: true}
+	if len(p) == 0 {
+		return m
+	}
+	if b, err := c.t.pool.TryGet(len(p)); err == nil {
+		copy(b.Bytes(), p)
+		m.buf, m.data = b, b.Bytes()
+		return m
+	}
+	m.data = bytes.Clone(p)
+	return m
+}
+
+// streamFor finds the stream a stream message or ack is for: one the peer opened (it
+// says so with FlagCaller) or one this side did. nil: it ended.
+func (c *Conn) streamFor(h *wire.Header) *Stream {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h.Flags&wire.FlagCaller != 0 {
+		return c.instreams[h.CallID]
+	}
+	if cl := c.calls[h.CallID]; cl != nil {
+		return cl.st
+	}
+	return nil
+}
+
+// openInStream records a stream the peer opens, as soon as its request's header arrives
+// (a large request is READ first, and the stream's messages may overtake it), and grants
+// it this side's window.
+func (c *Conn) openInStream(h *wire.Header) bool {
+	c.t.counters.streams.Add(1)
+	st := newStream(c, h.CallID, false, min(max(int(h.Status)<<10, minStreamWindow), maxStreamWindow))
+	c.mu.Lock()
+	if c.instreams == nil {
+		c.instreams = make(map[uint64]*Stream)
+	}
+	if c.instreams[h.CallID] != nil || c.serving[h.CallID] != nil {
+		c.mu.Unlock()
+		c.fail(fmt.Errorf("%w: it sent a bad message: it opened stream %d, which is open", ErrProtocol, h.CallID))
+		return false
+	}
+	c.instreams[h.CallID] = st
+	c.mu.Unlock()
+	var p [wire.StreamAckLen]byte
+	binary.LittleEndian.PutUint32(p[4:], uint32(c.t.cfg.StreamWindow))
+	c.queueCtrl(st.header(wire.KindStreamAck), revoke{}, string(p[:]))
+	return true
+}
+
+// dropInStream forgets a stream the peer opened, once its handler is done or it was
+// refused, and releases what it holds.
+func (c *Conn) dropInStream(id uint64) {
+	c.mu.Lock()
+	st := c.instreams[id]
+	delete(c.instreams, id)
+	c.mu.Unlock()
+	if st != nil {
+		st.mu.Lock()
+		st.closeLocked(ErrStreamEnded)
+		st.mu.Unlock()
+	}
+}
+
+// onStreamMsg takes an eager stream message or ack.
+func (c *Conn) onStreamMsg(h *wire.Header, payload []byte) {
+	st := c.streamFor(h)
+	if st == nil {
+		return // the stream ended: the late message is dropped
+	}
+	if h.Kind == wire.KindStreamAck {
+		if !st.onAck(payload) {
+			c.fail(fmt.Errorf("%w: it sent a bad message: it acknowledged more of stream %d than was sent", ErrProtocol, h.CallID))
+		}
+		return
+	}
+	m := &streamMsg{ready: true, end: true}
+	if h.Flags&wire.FlagEnd == 0 {
+		m = c.copyOut(payload)
+	}
+	if !st.push(m, len(payload)) {
+		c.streamOverrun(h)
+	}
+}
+
+// streamOverrun fails a connection whose peer sent past a stream's window.
+func (c *Conn) streamOverrun(h *wire.Header) {
+	c.fail(fmt.Errorf("%w: it sent a bad message: it sent past the window of stream %d (Config.StreamWindow %d)", ErrProtocol, h.CallID, c.t.cfg.StreamWindow))
+}
+
+// startStreamRead queues the entry a large stream message's READ fills; false means the
+// stream ended (the window is revoked unread) or the peer overran it.
+func (c *Conn) startStreamRead(h *wire.Header) (*Stream, *streamMsg, bool) {
+	st := c.streamFor(h)
+	if st == nil {
+		c.queueInv(h.RKey, time.Now())
+		return nil, nil, false
+	}
+	m := &streamMsg{}
+	if !st.push(m, int(h.Len)) {
+		c.queueInv(h.RKey, time.Now())
+		c.streamOverrun(h)
+		return nil, nil, false
+	}
+	return st, m, true
+}
+
+// refuseStreamRead ends a stream whose large message this side cannot take now.
+func (c *Conn) refuseStreamRead(st *Stream, m *streamMsg, h *wire.Header, why error) {
+	c.queueInv(h.RKey, time.Now())
+	err := fmt.Errorf("transport: stream message of %d bytes: %w: %w", h.Len, ErrUnavailable, why)
+	st.mu.Lock()
+	for i, q := range st.q { // the entry never fills: out of the queue
+		if q == m {
+			st.q = append(st.q[:i], st.q[i+1:]...)
+			break
+		}
+	}
+	st.mu.Unlock()
+	st.fail(err)
+	if st.caller {
+		if c.forgetCall(st.cl) {
+			c.queueCtrl(wire.Header{Kind: wire.KindCancel, CallID: st.id}, revoke{})
+		}
+		return
+	}
+	c.mu.Lock()
+	sc := c.serving[st.id]
+	c.mu.Unlock()
+	if sc != nil {
+		sc.ctx.cancel(err)
+	}
+}

@@ -1,0 +1,316 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// streamEcho sends back every message of a stream, then answers "done" with the count.
+var streamEcho = HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+	st := w.Stream()
+	if st == nil {
+		_ = w.Write(StatusUnimplemented, []byte("not a stream"))
+		return
+	}
+	n := 0
+	for {
+		m, err := st.Recv(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			_ = w.Write(StatusInternal, []byte(err.Error()))
+			return
+		}
+		if err := st.Send(ctx, m); err != nil {
+			_ = w.Write(StatusInternal, []byte(err.Error()))
+			return
+		}
+		n++
+	}
+	_ = w.Write(StatusOK, fmt.Appendf(nil, "%s:%d", req, n))
+})
+
+func TestStreamEcho(t *testing.T) {
+	for _, fb := range fabrics {
+		for _, tc := range []struct {
+			name string
+			size int
+			n    int
+		}{
+			{"64B", 64, 200},
+			{"100KiB", 100 << 10, 40},
+			{"1MiB", 1 << 20, 12},
+			{"mixed", 0, 60},
+		} {
+			t.Run(fb.name+"/"+tc.name, func(t *testing.T) {
+				e := newEnv(t, fb, streamEcho, Config{StreamWindow: 256 << 10})
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				st, err := e.conn.OpenStream(ctx, []byte("echo"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer st.Close()
+				size := func(i int) int {
+					if tc.size != 0 {
+						return tc.size
+					}
+					return []int{0, 10, 20 << 10, 300 << 10}[i%4]
+				}
+				sent := make(chan error, 1)
+				go func() {
+					for i := 0; i < tc.n; i++ {
+						if err := st.Send(ctx, payload(size(i), byte(i))); err != nil {
+							sent <- err
+							return
+						}
+					}
+					sent <- st.CloseSend(ctx)
+				}()
+				for i := 0; i < tc.n; i++ {
+					m, err := st.Recv(ctx)
+					if err != nil {
+						t.Fatalf("recv %d: %v", i, err)
+					}
+					if !bytes.Equal(m, payload(size(i), byte(i))) {
+						t.Fatalf("message %d: %d bytes, not what was sent", i, len(m))
+					}
+				}
+				if err := <-sent; err != nil {
+					t.Fatal(err)
+				}
+				if _, err := st.Recv(ctx); err != io.EOF {
+					t.Fatalf("after the last message: %v, want io.EOF", err)
+				}
+				status, p, ok := st.Final()
+				if want := fmt.Sprintf("echo:%d", tc.n); !ok || status != StatusOK || string(p) != want {
+					t.Fatalf("final: %d %q %v, want %q", status, p, ok, want)
+				}
+			})
+		}
+	}
+}
+
+// TestStreamFlowControl: a reader that stops reading holds the sender to the window.
+func TestStreamFlowControl(t *testing.T) {
+	const window, msg = 256 << 10, 32 << 10
+	var sentBytes atomic.Int64
+	done := make(chan error, 1)
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		st := w.Stream()
+		p := payload(msg, 3)
+		for {
+			if err := st.Send(ctx, p); err != nil {
+				done <- err
+				return
+			}
+			sentBytes.Add(msg)
+		}
+	})
+	e := newEnv(t, fabrics[1], h, Config{StreamWindow: window})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := e.conn.OpenStream(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read a little, then stop: the server may get a window ahead, no more.
+	for i := 0; i < 3; i++ {
+		if _, err := st.Recv(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := sentBytes.Load(); n > 3*msg+window {
+		t.Fatalf("the sender got %d bytes ahead of a reader that stopped after %d; the window is %d", n, 3*msg, window)
+	}
+	before := sentBytes.Load()
+	// Reading again lets it go on.
+	for i := 0; i < 20; i++ {
+		if _, err := st.Recv(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for sentBytes.Load() <= before && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if sentBytes.Load() <= before {
+		t.Fatal("the sender did not go on once the reader read again")
+	}
+	// Closing the stream cancels the handler, whose Send then fails.
+	st.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Send succeeded after the caller closed the stream")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's Send did not fail after the caller closed the stream")
+	}
+}
+
+// TestStreamEnds: a stream ends cleanly on either side's cancel, a handler's early
+// answer, a deadline, and the connection's loss; the env's cleanup then finds every
+// window revoked and every buffer returned.
+func TestStreamEnds(t *testing.T) {
+	big := payload(200<<10, 9)
+	for _, tc := range []struct {
+		name    string
+		handler func(ctx context.Context, st *Stream, w *ResponseWriter)
+		client  func(t *testing.T, e *env, st *Stream, handled <-chan error)
+	}{
+		{"server answers early", func(ctx context.Context, st *Stream, w *ResponseWriter) {
+			if _, err := st.Recv(ctx); err != nil {
+				return
+			}
+			_ = st.Send(ctx, big)
+			_ = w.Write(9, []byte("enough"))
+		}, func(t *testing.T, e *env, st *Stream, handled <-chan error) {
+			ctx := context.Background()
+			var err error
+			for i := 0; i < 10000 && err == nil; i++ { // until the server's end stops us
+				err = st.Send(ctx, big)
+			}
+			if err != io.EOF {
+				t.Fatalf("Send after the server's answer: %v, want io.EOF", err)
+			}
+			if m, err := st.Recv(ctx); err != nil || !bytes.Equal(m, big) {
+				t.Fatalf("the message before the answer: %d bytes, %v", len(m), err)
+			}
+			if _, err := st.Recv(ctx); err != io.EOF {
+				t.Fatalf("Recv at the end: %v", err)
+			}
+			if s, p, _ := st.Final(); s != 9 || string(p) != "enough" {
+				t.Fatalf("final %d %q", s, p)
+			}
+		}},
+		{"caller cancels", func(ctx context.Context, st *Stream, w *ResponseWriter) {
+			for {
+				if _, err := st.Recv(ctx); err != nil {
+					return
+				}
+			}
+		}, func(t *testing.T, e *env, st *Stream, handled <-chan error) {
+			if err := st.Send(context.Background(), big); err != nil {
+				t.Fatal(err)
+			}
+			st.Close()
+			if err := <-handled; !errors.Is(err, context.Canceled) {
+				t.Fatalf("the handler's Recv: %v, want context.Canceled", err)
+			}
+			if err := st.Send(context.Background(), big); !errors.Is(err, ErrStreamEnded) {
+				t.Fatalf("Send after Close: %v", err)
+			}
+		}},
+		{"deadline", func(ctx context.Context, st *Stream, w *ResponseWriter) {
+			_ = st.Send(ctx, big)
+			<-ctx.Done()
+		}, func(t *testing.T, e *env, st *Stream, handled <-chan error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			if _, err := st.Recv(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Recv past the deadline: %v", err)
+			}
+			st.Close()
+			<-handled
+		}},
+		{"connection lost", func(ctx context.Context, st *Stream, w *ResponseWriter) {
+			_ = st.Send(ctx, big)
+			for {
+				if _, err := st.Recv(ctx); err != nil {
+					return
+				}
+			}
+		}, func(t *testing.T, e *env, st *Stream, handled <-chan error) {
+			ctx := context.Background()
+			if _, err := st.Recv(ctx); err != nil {
+				t.Fatal(err)
+			}
+			e.serverConn(t).Close()
+			if _, err := st.Recv(ctx); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Recv after the connection's loss: %v, want ErrUnavailable", err)
+			}
+			if err := <-handled; err == nil {
+				t.Fatal("the handler's Recv succeeded after the connection's loss")
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			handled := make(chan error, 1)
+			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+				st := w.Stream()
+				tc.handler(ctx, st, w)
+				_, err := st.Recv(ctx)
+				handled <- err
+			})
+			e := newEnv(t, fabrics[1], h, Config{StreamWindow: 256 << 10})
+			st, err := e.conn.OpenStream(context.Background(), big) // a large request too
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.client(t, e, st, handled)
+			st.Close()
+		})
+	}
+}
+
+// TestStreamOverrun: a peer that sends past the window it was granted fails the
+// connection with ErrProtocol.
+func TestStreamOverrun(t *testing.T) {
+	block := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+	})
+	e := newEnv(t, fabrics[1], h, Config{StreamWindow: 64 << 10})
+	defer close(block)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := e.conn.OpenStream(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	time.Sleep(200 * time.Millisecond) // the server's first ack, which sets the window, has come
+	st.mu.Lock()
+	st.peerWindow = 1 << 30 // a sender that ignores the window
+	st.mu.Unlock()
+	for i := 0; i < 64 && err == nil; i++ {
+		err = st.Send(ctx, payload(8<<10, 1))
+		time.Sleep(time.Millisecond)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.server.Stats().Protocol == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := e.server.Stats().Protocol; n != 1 {
+		t.Fatalf("the server counted %d protocol failures, want 1", n)
+	}
+}
+
+func TestStreamUnaryHandlerSeesNoStream(t *testing.T) {
+	var saw atomic.Bool
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) { saw.Store(w.Stream() != nil) })
+	e := newEnv(t, fabrics[0], h, Config{})
+	resp, err := e.conn.Call(context.Background(), []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Release()
+	if saw.Load() {
+		t.Fatal("a plain call's handler got a stream")
+	}
+}
