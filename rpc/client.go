@@ -31,8 +31,10 @@ type Client struct {
 	tel     *telemetry // nil: off
 	tr      *transport.Transport
 	ownDev  verbs.Device
-	eps     atomic.Pointer[[]*endpoint] // the endpoints: an immutable slice, replaced whole (update)
-	epsMu   sync.Mutex                  // serializes replacing eps
+	eps     atomic.Pointer[[]*endpoint] // the endpoints: an immutable slice, replaced whole (publish)
+	epsMu   sync.Mutex                  // guards want and leaving, and serializes replacing eps
+	want    []*endpoint                 // the endpoints of the addresses (eps: want, then leaving)
+	leaving []*endpoint                 // removed, kept while no endpoint of want is up (update)
 	next    atomic.Uint32
 	up      chan struct{} // closed and replaced whenever an endpoint comes up or a dial fails
 	upMu    sync.Mutex
@@ -56,8 +58,9 @@ type endpoint struct {
 	lastErr     atomic.Value // error: why the last dial failed
 	tried       atomic.Bool  // the first dial has ended, either way
 
-	ctx    context.Context // ends when the endpoint is removed (update) or the client closes
-	cancel context.CancelFunc
+	ctx     context.Context // ends when the endpoint is removed (update) or the client closes
+	cancel  context.CancelFunc
+	leaving atomic.Bool // removed, but kept until another endpoint is up (update)
 }
 
 // Dial connects to target, one address ("host:port") or several separated by commas (or
@@ -210,6 +213,7 @@ func NewClient(target string, opts ...DialOption) (*Client, error) {
 	for i, a := range static {
 		eps[i] = c.newEndpoint(a)
 	}
+	c.want = eps
 	c.eps.Store(&eps)
 	for _, ep := range eps {
 		c.wg.Add(1)
@@ -282,6 +286,9 @@ func (c *Client) maintain(ep *endpoint) {
 	for {
 		conn := ep.conn.Load()
 		if conn == nil {
+			if ep.leaving.Load() && c.dropLeaving(ep) {
+				return
+			}
 			ctx, cancel := context.WithTimeout(ep.ctx, 10*time.Second)
 			nc, err := c.tr.Dial(ctx, ep.addr)
 			cancel()
@@ -299,6 +306,9 @@ func (c *Client) maintain(ep *endpoint) {
 				ep.tried.Store(true)
 				backoff = c.opts.backoffBase
 				c.signalUp()
+				if c.resolver != nil {
+					c.settle() // endpoints removed from the answer may wait for this one
+				}
 				continue
 			}
 			wait := backoff/2 + rand.N(backoff/2+1)

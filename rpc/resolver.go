@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -66,7 +67,7 @@ func DNSResolver(name string, lookup DNSLookup) (Resolver, error) {
 		return r, nil
 	}
 	if err := checkAddress(name); err != nil {
-		return nil, fmt.Errorf("%w (or _service._proto.domain for SRV records)", err)
+		return nil, fmt.Errorf("%w; or _service._proto.domain for SRV records", err)
 	}
 	r.host, r.port, _ = net.SplitHostPort(name)
 	if r.host == "" {
@@ -87,7 +88,7 @@ func (r *dnsResolver) Resolve(ctx context.Context) ([]string, error) {
 	if !r.srv {
 		ips, err := r.lookup.LookupHost(ctx, r.host)
 		if err != nil {
-			return nil, fmt.Errorf("resolving %s: %w", r.host, err)
+			return nil, err // the client says which target it was resolving
 		}
 		addrs := make([]string, 0, len(ips))
 		for _, ip := range ips {
@@ -135,7 +136,7 @@ func parseTarget(target string, o *dialOptions) (r Resolver, static []string, pe
 	}
 	scheme, rest, ok := strings.Cut(target, "://")
 	if !ok {
-		static, err := parseList(target)
+		static, err := parseList(target, target)
 		return nil, static, target, err
 	}
 	authority, name, ok := strings.Cut(rest, "/")
@@ -147,9 +148,9 @@ func parseTarget(target string, o *dialOptions) (r Resolver, static []string, pe
 		if authority != "" {
 			return nil, nil, "", fmt.Errorf("target %q: a static target has no authority (want static:///host:port,...)", target)
 		}
-		static, err := parseList(name)
+		static, err := parseList(target, name)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("target %q: %w", target, err)
+			return nil, nil, "", err
 		}
 		return nil, static, name, nil
 	case "dns":
@@ -171,19 +172,22 @@ func parseTarget(target string, o *dialOptions) (r Resolver, static []string, pe
 	return nil, nil, "", fmt.Errorf("target %q: unknown scheme %q (want dns, static, or host:port,...)", target, scheme)
 }
 
-// parseList reads a comma-separated list of host:port.
-func parseList(list string) ([]string, error) {
+// parseList reads list, a comma-separated list of host:port, of target.
+func parseList(target, list string) ([]string, error) {
 	var addrs []string
 	for _, a := range strings.Split(list, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			if err := checkAddress(a); err != nil {
+				if list != target {
+					err = fmt.Errorf("target %q: %w", target, err)
+				}
 				return nil, err
 			}
 			addrs = append(addrs, a)
 		}
 	}
 	if len(addrs) == 0 {
-		return nil, fmt.Errorf("target %q names no address", list)
+		return nil, fmt.Errorf("target %q names no address", target)
 	}
 	return addrs, nil
 }
@@ -196,6 +200,9 @@ func dnsServer(addr string) (*net.Resolver, error) {
 	}
 	if err := checkAddress(addr); err != nil {
 		return nil, err
+	}
+	if host, _, _ := net.SplitHostPort(addr); !validHost(host) {
+		return nil, fmt.Errorf("address %q: bad host", addr)
 	}
 	var d net.Dialer
 	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -307,33 +314,43 @@ func (c *Client) lastResolveErr() error {
 
 // update makes the endpoints those of addrs: it keeps the endpoints of addresses that stay,
 // starts one for each new address, and retires those of addresses that went (their
-// maintainers let their calls finish, then close the connection).
+// maintainers let their calls finish, then close the connection). While no endpoint of
+// addrs is up, those that went and are up stay in the set, leaving, so that calls do not
+// fail for want of a connection: the first new connection retires them (settle), and a
+// leaving endpoint whose connection fails is not redialed (dropLeaving).
 func (c *Client) update(addrs []string) {
 	c.epsMu.Lock()
 	defer c.epsMu.Unlock()
-	old := *c.eps.Load()
-	next := make([]*endpoint, 0, len(addrs))
+	prev := append(slices.Clone(c.want), c.leaving...)
+	want := make([]*endpoint, 0, len(addrs))
 	var started []*endpoint
+	up := false
 	for _, a := range addrs {
-		i := slices.IndexFunc(old, func(ep *endpoint) bool { return ep.addr == a })
-		if i >= 0 {
-			next = append(next, old[i])
+		if i := slices.IndexFunc(prev, func(ep *endpoint) bool { return ep.addr == a }); i >= 0 {
+			ep := prev[i]
+			ep.leaving.Store(false)
+			up = up || ep.conn.Load() != nil
+			want = append(want, ep)
 			continue
 		}
 		ep := c.newEndpoint(a)
-		next = append(next, ep)
+		want = append(want, ep)
 		started = append(started, ep)
 	}
-	var gone []*endpoint
-	for _, ep := range old {
-		if !slices.Contains(next, ep) {
+	var leaving, gone []*endpoint
+	for _, ep := range prev {
+		switch {
+		case slices.Contains(want, ep):
+		case !up && ep.conn.Load() != nil:
+			ep.leaving.Store(true)
+			leaving = append(leaving, ep)
+		default:
 			gone = append(gone, ep)
 		}
 	}
-	if len(started) == 0 && len(gone) == 0 {
-		return // the same set: the order the calls take stays as it was
-	}
-	c.eps.Store(&next)
+	changed := len(started) > 0 || len(gone) > 0 || len(leaving) != len(c.leaving)
+	c.want, c.leaving = want, leaving
+	c.publish()
 	for _, ep := range gone {
 		ep.cancel()
 	}
@@ -341,10 +358,44 @@ func (c *Client) update(addrs []string) {
 		c.wg.Add(1)
 		go c.maintain(ep)
 	}
-	if c.opts.logger != nil {
+	if changed && c.opts.logger != nil {
 		c.opts.logger.Info("rpc: addresses changed", slog.String("target", c.name), slog.Any("addresses", addrs))
 	}
 	c.signalUp() // Dial may wait for the first endpoints; retired ones no longer count
+}
+
+// publish makes want and leaving the endpoints calls pick from. The caller holds epsMu.
+func (c *Client) publish() {
+	eps := append(slices.Clone(c.want), c.leaving...)
+	c.eps.Store(&eps)
+}
+
+// settle retires the leaving endpoints once an endpoint of the last answer is up.
+func (c *Client) settle() {
+	c.epsMu.Lock()
+	defer c.epsMu.Unlock()
+	if len(c.leaving) == 0 || !slices.ContainsFunc(c.want, func(ep *endpoint) bool { return ep.conn.Load() != nil }) {
+		return
+	}
+	for _, ep := range c.leaving {
+		ep.cancel()
+	}
+	c.leaving = nil
+	c.publish()
+}
+
+// dropLeaving removes ep, whose connection is gone, if it is leaving: it is not redialed.
+// It reports whether it did.
+func (c *Client) dropLeaving(ep *endpoint) bool {
+	c.epsMu.Lock()
+	defer c.epsMu.Unlock()
+	if !ep.leaving.Load() {
+		return false // its address came back meanwhile
+	}
+	c.leaving = slices.DeleteFunc(slices.Clone(c.leaving), func(e *endpoint) bool { return e == ep })
+	c.publish()
+	ep.cancel()
+	return true
 }
 
 // newEndpoint returns an endpoint of addr, not yet maintained.
@@ -374,4 +425,13 @@ func (c *Client) retire(ep *endpoint) {
 		}
 	}
 	_ = conn.Close()
+}
+
+// validHost reports whether host is an IP address or could be a host name.
+func validHost(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return host != "" && strings.Trim(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") == "" &&
+		!strings.HasPrefix(host, ".") && !strings.Contains(host, "..")
 }
