@@ -204,7 +204,8 @@ func WithDNSLookup(l DNSLookup) DialOption {
 
 // WithResolveInterval sets how often a resolved target (dns:///, WithResolver) is resolved
 // again, and the least time between two resolutions: a failed connection or dial asks for
-// one at once, but waits for minInterval after the last. Zero keeps a default: 30s and 5s.
+// one at once, but waits for minInterval after the last. Zero or less keeps a default: 30s
+// and 5s; minInterval is at most interval.
 func WithResolveInterval(interval, minInterval time.Duration) DialOption {
 	return dialOption(func(o *dialOptions) { o.resolveInterval, o.resolveMin = interval, minInterval })
 }

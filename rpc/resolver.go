@@ -22,7 +22,7 @@ import (
 // the client has.
 //
 // The client calls Resolve from one goroutine at a time, with a context that ends when the
-// client closes.
+// client closes (or after 30 seconds); Resolve must return soon after it ends.
 type Resolver interface {
 	Resolve(ctx context.Context) ([]string, error)
 }
