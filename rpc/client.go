@@ -23,19 +23,31 @@ import (
 
 // Client calls services on one or more servers. It keeps one connection per endpoint,
 // reconnects with backoff when one fails, pings idle ones, and spreads calls over the
-// endpoints that are up. It is safe for concurrent use.
+// endpoints that are up. With a resolver (a dns:/// target, WithResolver) the endpoints
+// follow the resolver's answers. It is safe for concurrent use.
 type Client struct {
 	opts    dialOptions
 	invoker UnaryInvoker
 	tel     *telemetry // nil: off
 	tr      *transport.Transport
 	ownDev  verbs.Device
-	eps     []*endpoint
+	eps     atomic.Pointer[[]*endpoint] // the endpoints: an immutable slice, replaced whole (publish)
+	epsMu   sync.Mutex                  // guards want and leaving, and serializes replacing eps
+	want    []*endpoint                 // the endpoints of the addresses (eps: want, then leaving)
+	leaving []*endpoint                 // removed, kept while no endpoint of want is up (update)
 	next    atomic.Uint32
 	up      chan struct{} // closed and replaced whenever an endpoint comes up or a dial fails
 	upMu    sync.Mutex
 	closed  chan struct{}
+	ctx     context.Context // ends when the client closes
+	cancel  context.CancelFunc
 	wg      sync.WaitGroup
+
+	name       string        // the target as given, for errors and logs
+	resolver   Resolver      // nil: a fixed list of addresses
+	resolveNow chan struct{} // asks resolveLoop to resolve again (reresolve)
+	resolveMu  sync.Mutex
+	resolveErr error // of the last resolution; nil if it succeeded
 }
 
 type endpoint struct {
@@ -45,15 +57,21 @@ type endpoint struct {
 	lastHeard   atomic.Int64 // unix nanos of the last response: keepalive pings a connection silent since
 	lastErr     atomic.Value // error: why the last dial failed
 	tried       atomic.Bool  // the first dial has ended, either way
+
+	ctx     context.Context // ends when the endpoint is removed (update) or the client closes
+	cancel  context.CancelFunc
+	leaving atomic.Bool // removed, but kept until another endpoint is up (update)
 }
 
-// Dial connects to target, one address ("host:port") or several separated by commas, and
-// returns once at least one endpoint is connected. Until then it retries each endpoint with
-// the reconnection backoff (WithBackoff): a server that is not up yet is waited for, like
-// grpc.WithBlock. It gives up when ctx ends, with Unavailable and the last error of each
+// Dial connects to target, one address ("host:port") or several separated by commas (or
+// another form of target: see NewClient), and returns once at least one endpoint is
+// connected. Until then it retries each endpoint with the reconnection backoff
+// (WithBackoff): a server that is not up yet is waited for, like grpc.WithBlock. It gives up when ctx ends, with Unavailable and the last error of each
 // endpoint; give ctx a deadline unless waiting forever is right. An address that cannot
 // be dialed at all (no port, a malformed host:port) is InvalidArgument, at once. The other
-// endpoints keep connecting in the background.
+// endpoints keep connecting in the background. A target that is resolved (dns:///) is
+// resolved again until ctx ends while it gives no address; Dial then fails with
+// Unavailable saying that resolving failed, and why.
 func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, error) {
 	c, err := NewClient(target, opts...)
 	if err != nil {
@@ -65,8 +83,10 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		c.upMu.Unlock()
 		// Up once one endpoint is, and each has had its first try (so that the first
 		// calls spread over all the endpoints that answer at once).
-		tried, refused := true, true // refused: by every endpoint, for a reason no retry changes
-		for _, ep := range c.eps {
+		eps := *c.eps.Load()
+		// refused: by every endpoint, for a reason no retry changes
+		tried, refused := true, len(eps) > 0
+		for _, ep := range eps {
 			e, _ := ep.lastErr.Load().(error)
 			refused = refused && e != nil && permanent(e)
 			tried = tried && ep.tried.Load()
@@ -83,8 +103,16 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		select {
 		case <-up:
 		case <-done:
-			errs := make([]error, 0, len(c.eps))
-			for _, ep := range c.eps {
+			if len(eps) == 0 { // resolution never gave an address
+				cause := c.lastResolveErr()
+				if cause == nil {
+					cause = fmt.Errorf("resolving %s: %w", c.name, ctx.Err())
+				}
+				_ = c.Close()
+				return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: dial: %v (%v)", cause, ctx.Err()), cause: cause}
+			}
+			errs := make([]error, 0, len(eps))
+			for _, ep := range eps {
 				if e, ok := ep.lastErr.Load().(error); ok {
 					errs = append(errs, e)
 				}
@@ -104,12 +132,24 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 	}
 }
 
-// NewClient returns a client of target (as for Dial) at once and connects in the
-// background, as grpc.NewClient does: calls fail with Unavailable while no endpoint is up,
-// unless they pass WaitForReady. An address that cannot be dialed at all is
-// InvalidArgument.
+// NewClient returns a client of target at once and connects in the background, as
+// grpc.NewClient does: calls fail with Unavailable while no endpoint is up, unless they
+// pass WaitForReady. A target is one of
+//
+//	host:port[,host:port...]     a fixed list of addresses
+//	static:///host:port[,...]    the same
+//	dns:///host:port             the A and AAAA records of host (WithDNSLookup)
+//	dns:///_service._proto.name  the SRV records of the name (see DNSResolver)
+//	dns://server[:port]/name     either, asking the DNS server at server:port (53 by default)
+//
+// A dns:/// target is resolved again every resolve interval and, at most once per the
+// minimum interval, when a connection or a dial fails (WithResolveInterval); endpoints
+// follow the answers. WithResolver makes target only a name, and resolves with its
+// resolver. A target that cannot be read (an unknown scheme, no host, no port) or an
+// address that cannot be dialed at all is InvalidArgument.
 func NewClient(target string, opts ...DialOption) (*Client, error) {
-	c := &Client{closed: make(chan struct{}), up: make(chan struct{})}
+	c := &Client{closed: make(chan struct{}), up: make(chan struct{}), name: target, resolveNow: make(chan struct{}, 1)}
+	c.eps.Store(new([]*endpoint))
 	for _, o := range opts {
 		o.applyDial(&c.opts)
 	}
@@ -126,16 +166,16 @@ func NewClient(target string, opts ...DialOption) (*Client, error) {
 	if o.backoffMax < o.backoffBase {
 		o.backoffMax = max(o.backoffBase, 2*time.Second)
 	}
-	for _, a := range strings.Split(target, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			if err := checkAddress(a); err != nil {
-				return nil, &Status{Code: InvalidArgument, Message: "rpc: " + err.Error(), cause: err}
-			}
-			c.eps = append(c.eps, &endpoint{addr: a})
-		}
+	if o.resolveInterval <= 0 {
+		o.resolveInterval = 30 * time.Second
 	}
-	if len(c.eps) == 0 {
-		return nil, Errorf(InvalidArgument, "rpc: target %q names no address", target)
+	if o.resolveMin <= 0 {
+		o.resolveMin = 5 * time.Second
+	}
+	o.resolveMin = min(o.resolveMin, o.resolveInterval)
+	resolver, static, peer, err := parseTarget(target, o)
+	if err != nil {
+		return nil, &Status{Code: InvalidArgument, Message: "rpc: " + err.Error(), cause: err}
 	}
 	dev := o.device
 	if dev == nil {
@@ -159,10 +199,23 @@ func NewClient(target string, opts ...DialOption) (*Client, error) {
 	c.tr = tr
 	c.invoker = chainClient(o.interceptors, c.invoke)
 	if c.tel = newTelemetry(o.telemetry, false); c.tel != nil {
-		c.tel.setPeer(target)
+		c.tel.setPeer(peer)
 		c.tel.observeTransport(tr)
 	}
-	for _, ep := range c.eps {
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if resolver != nil {
+		c.resolver = resolver
+		c.wg.Add(1)
+		go c.resolveLoop()
+		return c, nil
+	}
+	eps := make([]*endpoint, len(static)) // as listed: the same address twice is two endpoints
+	for i, a := range static {
+		eps[i] = c.newEndpoint(a)
+	}
+	c.want = eps
+	c.eps.Store(&eps)
+	for _, ep := range eps {
 		c.wg.Add(1)
 		go c.maintain(ep)
 	}
@@ -205,6 +258,7 @@ func (c *Client) Close() error {
 	default:
 	}
 	close(c.closed)
+	c.cancel() // after closed: an endpoint's maintainer sees the client closing, not a removal
 	c.wg.Wait()
 	if c.tel != nil {
 		c.tel.stopObserving()
@@ -217,7 +271,9 @@ func (c *Client) Close() error {
 }
 
 // maintain keeps one endpoint connected: it redials with backoff after a failure or a
-// GOAWAY, and pings the connection when it has been idle for the keepalive interval.
+// GOAWAY, and pings the connection when it has been idle for the keepalive interval. Each
+// failure asks the resolver, if any, to resolve again. When the endpoint is removed, it
+// lets the endpoint's calls finish, closes the connection and returns.
 func (c *Client) maintain(ep *endpoint) {
 	defer c.wg.Done()
 	backoff := c.opts.backoffBase
@@ -230,19 +286,29 @@ func (c *Client) maintain(ep *endpoint) {
 	for {
 		conn := ep.conn.Load()
 		if conn == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if ep.leaving.Load() && c.dropLeaving(ep) {
+				return
+			}
+			ctx, cancel := context.WithTimeout(ep.ctx, 10*time.Second)
 			nc, err := c.tr.Dial(ctx, ep.addr)
 			cancel()
+			if err != nil && ep.ctx.Err() != nil { // removed, or the client is closing
+				return
+			}
 			if err != nil {
 				ep.lastErr.Store(err)
 				ep.tried.Store(true)
 				c.signalUp() // Dial may be waiting to see that every endpoint refuses us
+				c.reresolve()
 			}
 			if err == nil {
 				ep.conn.Store(nc)
 				ep.tried.Store(true)
 				backoff = c.opts.backoffBase
 				c.signalUp()
+				if c.resolver != nil {
+					c.settle() // endpoints removed from the answer may wait for this one
+				}
 				continue
 			}
 			wait := backoff/2 + rand.N(backoff/2+1)
@@ -250,18 +316,21 @@ func (c *Client) maintain(ep *endpoint) {
 			select {
 			case <-time.After(wait):
 				continue
-			case <-c.closed:
+			case <-ep.ctx.Done():
 				return
 			}
 		}
 		select {
-		case <-c.closed:
+		case <-ep.ctx.Done():
+			c.retire(ep)
 			return
 		case <-conn.Done():
 			ep.conn.CompareAndSwap(conn, nil)
+			c.reresolve()
 		case <-conn.GoingAway():
 			// New calls go elsewhere (or to a new connection); this one finishes its own.
 			ep.conn.CompareAndSwap(conn, nil)
+			c.reresolve()
 			go func() { // this connection's own calls finish, then it closes
 				for conn.InFlight() > 0 && conn.Err() == nil {
 					time.Sleep(time.Millisecond)
@@ -280,6 +349,7 @@ func (c *Client) maintain(ep *endpoint) {
 			if err != nil {
 				ep.conn.CompareAndSwap(conn, nil)
 				_ = conn.Close()
+				c.reresolve()
 			}
 		}
 	}
@@ -294,12 +364,16 @@ func (c *Client) signalUp() {
 
 // pick chooses an endpoint that is up, by the balancer; nil if none is.
 func (c *Client) pick() *endpoint {
-	n := len(c.eps)
+	eps := *c.eps.Load()
+	n := len(eps)
+	if n == 0 {
+		return nil
+	}
 	start := int(c.next.Add(1))
 	if c.opts.balancer == LeastOutstanding { // ties go round robin
 		var best *endpoint
 		for i := 0; i < n; i++ {
-			ep := c.eps[(start+i)%n]
+			ep := eps[(start+i)%n]
 			if ep.conn.Load() != nil && (best == nil || ep.outstanding.Load() < best.outstanding.Load()) {
 				best = ep
 			}
@@ -307,7 +381,7 @@ func (c *Client) pick() *endpoint {
 		return best
 	}
 	for i := 0; i < n; i++ {
-		if ep := c.eps[(start+i)%n]; ep.conn.Load() != nil {
+		if ep := eps[(start+i)%n]; ep.conn.Load() != nil {
 			return ep
 		}
 	}
@@ -539,7 +613,13 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 			conn := ep.conn.Load()
 			if conn != nil && conn.Err() == nil {
 				ep.outstanding.Add(1) // from the pick on, so concurrent picks see it
-				return ep, conn, nil
+				if ep.conn.Load() == conn {
+					return ep, conn, nil
+				}
+				// Swapped out meanwhile (a removed endpoint draining, a GOAWAY): the
+				// drain may not have counted this call, so it takes another.
+				ep.outstanding.Add(-1)
+				continue
 			}
 			if conn != nil { // failed before its maintainer noticed: nothing was sent on it
 				ep.conn.CompareAndSwap(conn, nil)
@@ -547,6 +627,9 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 			continue
 		}
 		if !waitForReady {
+			if err := c.lastResolveErr(); err != nil {
+				return nil, nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: no connection to %s is up (%v)", c.target(), err), cause: err}
+			}
 			return nil, nil, Errorf(Unavailable, "rpc: no connection to %s is up", c.target())
 		}
 		select {
@@ -559,10 +642,16 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 	}
 }
 
+// target names what the client connects to: its addresses, and the target they were
+// resolved from, if they were.
 func (c *Client) target() string {
-	addrs := make([]string, len(c.eps))
-	for i, ep := range c.eps {
+	eps := *c.eps.Load()
+	addrs := make([]string, len(eps))
+	for i, ep := range eps {
 		addrs[i] = ep.addr
+	}
+	if c.resolver != nil {
+		return fmt.Sprintf("%s [%s]", c.name, strings.Join(addrs, ","))
 	}
 	return strings.Join(addrs, ",")
 }

@@ -103,6 +103,10 @@ type dialOptions struct {
 	keepaliveSet     bool
 	backoffBase      time.Duration
 	backoffMax       time.Duration
+	resolver         Resolver
+	dnsLookup        DNSLookup
+	resolveInterval  time.Duration
+	resolveMin       time.Duration
 }
 
 // Balancer chooses which endpoint a client call goes to.
@@ -183,4 +187,31 @@ func WithKeepalive(interval, timeout time.Duration) DialOption {
 // jitter. The default is 50ms to 2s.
 func WithBackoff(base, max time.Duration) DialOption {
 	return dialOption(func(o *dialOptions) { o.backoffBase, o.backoffMax = base, max })
+}
+
+// WithResolver makes the client take its addresses from r instead of reading them from
+// the target, which is then only a name (in errors, logs and telemetry). See Resolver.
+func WithResolver(r Resolver) DialOption {
+	return dialOption(func(o *dialOptions) { o.resolver = r })
+}
+
+// WithDNSLookup sets what resolves dns:/// targets (net.DefaultResolver by default): a
+// *net.Resolver of one's own, or a fake in tests. A target that names its DNS server
+// (dns://server/name) asks that server instead.
+func WithDNSLookup(l DNSLookup) DialOption {
+	return dialOption(func(o *dialOptions) { o.dnsLookup = l })
+}
+
+// WithResolveInterval sets how often a resolved target (dns:///, WithResolver) is resolved
+// again, and the least time between two resolutions: a failed connection or dial asks for
+// one at once, but waits for minInterval after the last. Zero or less keeps a default: 30s
+// and 5s; minInterval is at most interval.
+func WithResolveInterval(interval, minInterval time.Duration) DialOption {
+	return dialOption(func(o *dialOptions) { o.resolveInterval, o.resolveMin = interval, minInterval })
+}
+
+// WithClientLogger sets where a client logs what it cannot return to a caller: a failed
+// name resolution (the client keeps its addresses) and a change of addresses.
+func WithClientLogger(l *slog.Logger) DialOption {
+	return dialOption(func(o *dialOptions) { o.logger = l })
 }
