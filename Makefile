@@ -248,11 +248,13 @@ clean:
 # ping-pong. Both run in two-process mode, the default: each system's server in a process
 # of its own, started and stopped by the harness (allocs/op and CPU/op are then the
 # client's); add BENCHFLAGS='-mode inproc' for client and server in one process.
-# bench-quick: 64 B, 64 KiB and 1 MiB at concurrency 1 and 16, into
-# benchmarks/results/quick/ (under a minute). bench: the full matrix (64 B to 16 MiB x
-# concurrency 1, 16, 64) into benchmarks/results/ (a few minutes), which
-# docs/performance.md shows. Not part of `make test` (test-benchmarks runs the harness's
-# self-test, a tiny two-process run).
+# bench-quick: 64 B, 64 KiB and 1 MiB at concurrency 1 and 16, and the streaming cell at
+# 256 MiB each way, into benchmarks/results/quick/ (about a minute). bench: the full matrix
+# (64 B to 16 MiB x concurrency 1, 16, 64) and the streaming cell at 1 GiB each way (a
+# server stream and a client stream in 1 MiB messages: raw TCP, gRPC-Go) into
+# benchmarks/results/ (a few minutes), which docs/performance.md shows. BENCHFLAGS='-cells
+# stream' runs the streaming cell alone. Not part of `make test` (test-benchmarks runs the
+# harness's self-test, tiny two-process runs of both).
 .PHONY: bench-quick bench
 
 BENCHFLAGS ?=

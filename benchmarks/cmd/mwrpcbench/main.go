@@ -33,13 +33,24 @@
 // -max-inflight bytes in flight per direction (payload × concurrency) are skipped: by
 // default 16 MiB runs at concurrency 1 only (1 MiB c64 and 64 KiB c64 run).
 //
+// The streaming cell (-cells stream; both cells run by default) moves -stream-size (1 GiB;
+// -quick: 256 MiB) each way in messages of -stream-chunk (1 MiB), one stream at a time
+// over one connection, per system that streams (rawtcp: a bulk copy, the floor; grpc:
+// server- and client-streaming methods): a server stream (the client asks, the server
+// sends, the client checks each message's length and last byte) and a client stream (the
+// client sends, the server checks each message and answers once). Each is measured
+// -rounds times, systems interleaved, in the mode's processes; reports show MB/s and CPU
+// seconds per GiB of the client and of the server process, medians across rounds.
+//
 // Outputs, in -out (results, or results/quick with -quick): latest.json, latest.md, and
-// the charts latency_p50.png, throughput_ops.png and throughput_mbps.png. The markdown is
-// printed to stdout as well; progress goes to stderr (a bar on a terminal).
+// the charts latency_p50.png, throughput_ops.png and throughput_mbps.png (the echo
+// matrix) and stream_mbps.png (the streaming cell). The markdown is printed to stdout as
+// well; progress goes to stderr (a bar on a terminal).
 //
 //	cd benchmarks && go run ./cmd/mwrpcbench -quick   # 64 B, 64 KiB, 1 MiB at concurrency 1 and 16
 //	cd benchmarks && go run ./cmd/mwrpcbench          # the full matrix, a few minutes
 //	cd benchmarks && go run ./cmd/mwrpcbench -quick -mode inproc
+//	cd benchmarks && go run ./cmd/mwrpcbench -cells stream   # the streaming cell alone
 //	go run ./cmd/mwrpcbench -systems mwrpc-tcp -payloads 64 -concurrency 1 -cpuprofile cpu.pprof
 package main
 
@@ -75,11 +86,17 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mwrpcbench (server process)", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	system := fs.String(bench.ServeFlag[1:], "", "system to serve")
+	cellName := fs.String("serve-cell", string(bench.CellEcho), "what to serve: "+string(bench.CellEcho)+" (the echo server) or "+string(bench.CellStream)+" (the bulk server of the streaming cell)")
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if err := bench.ServeMain(*system, *listen, stdin, stdout); err != nil {
+	cell, err := bench.ParseCellKind(*cellName)
+	if err != nil {
+		fmt.Fprintln(stderr, "mwrpcbench server:", err)
+		return 2
+	}
+	if err := bench.ServeMain(*system, cell, *listen, stdin, stdout); err != nil {
 		fmt.Fprintln(stderr, "mwrpcbench server:", err)
 		return 1
 	}
@@ -92,6 +109,8 @@ const (
 	fullConcurrency  = "1,16,64"
 	quickPayloads    = "64,64KiB,1MiB"
 	quickConcurrency = "1,16"
+	fullStream       = "1GiB"
+	quickStream      = "256MiB"
 )
 
 // run is the command; it returns the exit status. tty says whether stderr is a terminal.
@@ -113,6 +132,9 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		maxInflight = fs.String("max-inflight", "128MiB", "skip cells whose payload × concurrency exceeds this (0: no cap)")
 		out         = fs.String("out", "results", "output directory (-quick: results/quick)")
 		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+		cellsFlag   = fs.String("cells", "echo,stream", "what to run, comma-separated: echo (the matrix of -payloads × -concurrency) and stream (the streaming cell)")
+		streamSize  = fs.String("stream-size", fullStream, "bytes per transfer of the streaming cell, each way (-quick: "+quickStream+")")
+		streamChunk = fs.String("stream-chunk", "1MiB", "bytes per message of the streaming cell")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -125,7 +147,7 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *quick {
 		for name, v := range map[string]string{"payloads": quickPayloads, "concurrency": quickConcurrency,
-			"duration": "300ms", "warmup": "100ms", "out": filepath.Join("results", "quick")} {
+			"duration": "300ms", "warmup": "100ms", "out": filepath.Join("results", "quick"), "stream-size": quickStream} {
 			if !set[name] {
 				_ = fs.Set(name, v)
 			}
@@ -137,13 +159,38 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 	if cfg.Mode, err = bench.ParseMode(*mode); err != nil {
 		return usage(stderr, fmt.Errorf("-mode: %w", err))
 	}
+	runEcho, runStream, err := parseCells(*cellsFlag)
+	if err != nil {
+		return usage(stderr, fmt.Errorf("-cells: %w", err))
+	}
 	if cfg.Systems, err = bench.LookupSystems(*systems); err != nil {
 		return usage(stderr, err)
 	}
-	var leftOut []string
-	if cfg.Systems, leftOut = cfg.RunSystems(); len(cfg.Systems) == 0 {
+	echoSystems, leftOut := cfg.RunSystems()
+	streamSystems := cfg.StreamRunSystems()
+	switch {
+	case runEcho && len(echoSystems) == 0 && len(leftOut) > 0:
 		return usage(stderr, fmt.Errorf("-systems: %s run in %s mode only", strings.Join(leftOut, ", "), bench.ModeInProcess))
+	case runEcho && len(echoSystems) == 0 && runStream && len(streamSystems) > 0:
+		runEcho = false // -systems names streaming systems only
+	case runEcho && len(echoSystems) == 0:
+		return usage(stderr, errors.New("-systems: no system of the echo matrix"))
 	}
+	switch {
+	case runStream && len(streamSystems) == 0 && runEcho:
+		runStream = false
+		fmt.Fprintf(stderr, "mwrpcbench: no system of -systems streams: no streaming cell\n")
+	case runStream && len(streamSystems) == 0:
+		return usage(stderr, fmt.Errorf("-systems: no system of the streaming cell (%s)", strings.Join(streamNames(), ", ")))
+	}
+	streamBytes, err := parseBytes(*streamSize)
+	if err != nil || streamBytes <= 0 {
+		return usage(stderr, fmt.Errorf("-stream-size: bad size %q", *streamSize))
+	}
+	if cfg.StreamChunk, err = load.ParseSize(*streamChunk); err != nil || cfg.StreamChunk <= 0 || cfg.StreamChunk > 64<<20 {
+		return usage(stderr, fmt.Errorf("-stream-chunk: bad size %q (1 B to 64 MiB)", *streamChunk))
+	}
+	cfg.StreamBytes = streamBytes
 	if cfg.Payloads, err = parseList(*payloads, load.ParseSize); err != nil {
 		return usage(stderr, fmt.Errorf("-payloads: %w", err))
 	}
@@ -159,7 +206,7 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		return usage(stderr, errors.New("-rounds and -duration must be positive, -warmup not negative"))
 	}
 	cells, skipped := cfg.Cells()
-	if len(cells) == 0 {
+	if runEcho && len(cells) == 0 {
 		return usage(stderr, errors.New("every cell is above -max-inflight"))
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
@@ -185,14 +232,29 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		SkippedCells:     []string{},
 		Notes:            []string{"mwrpc over the cgo ibv provider (build tag ibverbs) is not part of the harness yet."},
 	}
-	for _, s := range cfg.Systems {
-		rep.Setup.Systems = append(rep.Setup.Systems, bench.SystemInfo{Name: s.Name, Desc: s.Desc})
+	if runEcho {
+		rep.Setup.Cells = append(rep.Setup.Cells, bench.CellEcho)
+		for _, s := range echoSystems {
+			rep.Setup.Systems = append(rep.Setup.Systems, bench.SystemInfo{Name: s.Name, Desc: s.Desc})
+		}
+		for _, c := range skipped {
+			rep.Setup.SkippedCells = append(rep.Setup.SkippedCells, c.String())
+		}
+		fmt.Fprintf(stderr, "mwrpcbench: %s mode: %d cells × %d systems × %d rounds of %v; %s\n",
+			cfg.Mode, len(cells), len(echoSystems), cfg.Rounds, cfg.Duration, cfg.Mode.SidesNote())
+	} else {
+		rep.Setup.Payloads, rep.Setup.Concurrency = nil, nil
+		leftOut, skipped, rep.Setup.LeftOut = nil, nil, nil
 	}
-	for _, c := range skipped {
-		rep.Setup.SkippedCells = append(rep.Setup.SkippedCells, c.String())
+	if runStream {
+		rep.Setup.Cells = append(rep.Setup.Cells, bench.CellStream)
+		rep.Setup.StreamBytes, rep.Setup.StreamChunkBytes = cfg.StreamBytes, cfg.StreamChunk
+		for _, s := range streamSystems {
+			rep.Setup.StreamSystems = append(rep.Setup.StreamSystems, bench.SystemInfo{Name: s.Name, Desc: s.StreamDesc})
+		}
+		fmt.Fprintf(stderr, "mwrpcbench: %s mode: streaming cell: %d systems × %d rounds × (a server stream and a client stream of %s in %s messages)\n",
+			cfg.Mode, len(streamSystems), cfg.Rounds, bench.SizeName64(cfg.StreamBytes), bench.SizeName(cfg.StreamChunk))
 	}
-	fmt.Fprintf(stderr, "mwrpcbench: %s mode: %d cells × %d systems × %d rounds of %v; %s\n",
-		cfg.Mode, len(cells), len(cfg.Systems), cfg.Rounds, cfg.Duration, cfg.Mode.SidesNote())
 	if len(leftOut) > 0 {
 		fmt.Fprintf(stderr, "mwrpcbench: skipping %s: in-process only (run it with -mode %s)\n",
 			strings.Join(leftOut, ", "), bench.ModeInProcess)
@@ -221,7 +283,12 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		}()
 	}
 	cfg.Progress = bench.NewProgress(stderr, tty, cfg.Rounds)
-	rep.Results, err = bench.Run(cfg)
+	if runEcho {
+		rep.Results, err = bench.Run(cfg)
+	}
+	if err == nil && runStream {
+		rep.StreamResults, err = bench.RunStreams(cfg)
+	}
 	rep.Setup.LoadAvg[1] = bench.LoadAvg()
 	rep.Setup.WallSeconds = float64(time.Since(start).Round(100*time.Millisecond)) / 1e9
 	if err != nil {
@@ -246,6 +313,11 @@ func write(rep *bench.Report, dir string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if c, err := bench.WriteStreamChart(dir, rep.Setup.Mode, rep.StreamResults); err != nil {
+		return err
+	} else if c != "" {
+		charts = append(charts, c)
+	}
 	var md strings.Builder
 	if err := rep.WriteMarkdown(&md, charts); err != nil {
 		return err
@@ -260,6 +332,52 @@ func write(rep *bench.Report, dir string, stdout io.Writer) error {
 func usage(stderr io.Writer, err error) int {
 	fmt.Fprintln(stderr, "mwrpcbench:", err)
 	return 2
+}
+
+// parseCells reads -cells.
+func parseCells(s string) (echo, stream bool, err error) {
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		c, err := bench.ParseCellKind(f)
+		if err != nil {
+			return false, false, err
+		}
+		echo, stream = echo || c == bench.CellEcho, stream || c == bench.CellStream
+	}
+	if !echo && !stream {
+		return false, false, fmt.Errorf("no cell in %q", s)
+	}
+	return echo, stream, nil
+}
+
+// streamNames names the systems of the streaming cell.
+func streamNames() []string {
+	var out []string
+	for _, s := range bench.Systems {
+		if s.Streams() {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+// parseBytes reads a size that may be given in GiB (1GiB, 2g), or as load.ParseSize
+// reads it.
+func parseBytes(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	for _, suffix := range []string{"gib", "g"} {
+		if strings.HasSuffix(t, suffix) {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(t, suffix)), 10, 64)
+			if err != nil || n < 0 || n > 1<<10 {
+				return 0, fmt.Errorf("bad size %q", s)
+			}
+			return n << 30, nil
+		}
+	}
+	n, err := load.ParseSize(s)
+	return int64(n), err
 }
 
 func parseList(s string, parse func(string) (int, error)) ([]int, error) {

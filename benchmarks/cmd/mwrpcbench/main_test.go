@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mwrpc/mwrpc/benchmarks/internal/bench"
 	"github.com/mwrpc/mwrpc/benchmarks/internal/load"
 )
 
@@ -100,7 +101,7 @@ func TestTinyMatrix(t *testing.T) {
 	tok := markProcesses(t)
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	args := []string{"-systems", "mwrpc-tcp,mwrpc-tls,grpc,drpc,mwrpc-inproc", "-payloads", "64", "-concurrency", "1",
+	args := []string{"-cells", "echo", "-systems", "mwrpc-tcp,mwrpc-tls,grpc,drpc,mwrpc-inproc", "-payloads", "64", "-concurrency", "1",
 		"-duration", "200ms", "-warmup", "50ms", "-rounds", "1", "-out", dir}
 	if code := run(args, &stdout, &stderr, false); code != 0 {
 		t.Fatalf("exit status %d:\n%s", code, stderr.String())
@@ -198,7 +199,7 @@ func TestTinyMatrix(t *testing.T) {
 func TestInProcessMode(t *testing.T) {
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	args := []string{"-mode", "inproc", "-systems", "mwrpc-inproc,rawtcp", "-payloads", "64", "-concurrency", "1",
+	args := []string{"-mode", "inproc", "-cells", "echo", "-systems", "mwrpc-inproc,rawtcp", "-payloads", "64", "-concurrency", "1",
 		"-duration", "100ms", "-warmup", "20ms", "-rounds", "1", "-out", dir}
 	if code := run(args, &stdout, &stderr, false); code != 0 {
 		t.Fatalf("exit status %d:\n%s", code, stderr.String())
@@ -260,6 +261,117 @@ func TestHarnessKilled(t *testing.T) {
 	waitNoneMarked(t, tok, 5*time.Second)
 }
 
+// TestStreamCell runs the streaming cell end to end in two-process mode, tiny (8 MiB each
+// way in 1 MiB messages, one round, a warm-up), for every system that streams, checks what
+// it writes, and that no server process is left behind.
+func TestStreamCell(t *testing.T) {
+	tok := markProcesses(t)
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	args := []string{"-cells", "stream", "-stream-size", "8MiB", "-stream-chunk", "1MiB", "-rounds", "1", "-out", dir}
+	done := make(chan int, 1)
+	go func() { done <- run(args, &stdout, &stderr, false) }()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit status %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the streaming cell took more than 2 minutes for 8 MiB")
+	}
+	if runtime.GOOS == "linux" {
+		waitNoneMarked(t, tok, 0)
+	}
+	want := map[string]bool{}
+	for _, s := range bench.Systems {
+		if s.Streams() {
+			want[s.Name] = true
+		}
+	}
+	for _, s := range []string{"rawtcp", "grpc"} {
+		if !want[s] {
+			t.Errorf("system %s is not in the streaming cell", s)
+		}
+	}
+
+	b, err := os.ReadFile(filepath.Join(dir, "latest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Setup struct {
+			Mode          string           `json:"mode"`
+			Cells         []string         `json:"cells"`
+			StreamBytes   int64            `json:"stream_bytes"`
+			StreamChunk   int              `json:"stream_chunk_bytes"`
+			StreamSystems []map[string]any `json:"stream_systems"`
+		} `json:"setup"`
+		Results       []map[string]any `json:"results"`
+		StreamResults []map[string]any `json:"stream_results"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if s := rep.Setup; s.Mode != "two-process" || fmt.Sprint(s.Cells) != "[stream]" || s.StreamBytes != 8<<20 || s.StreamChunk != 1<<20 || len(s.StreamSystems) != len(want) {
+		t.Errorf("setup: mode %s, cells %v, %d bytes in %d, %d systems; want two-process, [stream], 8 MiB in 1 MiB, %d systems",
+			s.Mode, s.Cells, s.StreamBytes, s.StreamChunk, len(s.StreamSystems), len(want))
+	}
+	if len(rep.Results) != 0 {
+		t.Errorf("%d echo results, want none with -cells stream", len(rep.Results))
+	}
+	if len(rep.StreamResults) != 2*len(want) {
+		t.Fatalf("%d stream results, want %d (two per system)", len(rep.StreamResults), 2*len(want))
+	}
+	seen := map[string]bool{}
+	for _, r := range rep.StreamResults {
+		name := fmt.Sprintf("%v %v", r["system"], r["direction"])
+		seen[name] = true
+		if !want[fmt.Sprint(r["system"])] || (r["direction"] != "server-stream" && r["direction"] != "client-stream") {
+			t.Errorf("unexpected result %s", name)
+		}
+		if v, _ := r["mb_per_sec"].(float64); v <= 0 {
+			t.Errorf("%s: mb_per_sec = %v, want > 0", name, r["mb_per_sec"])
+		}
+		if v, ok := r["client_cpu_s_per_gib"].(float64); !ok || v < 0 {
+			t.Errorf("%s: client_cpu_s_per_gib = %v, want a number", name, r["client_cpu_s_per_gib"])
+		}
+		if v, ok := r["server_cpu_s_per_gib"].(float64); (!ok || v < 0) && runtime.GOOS == "linux" {
+			t.Errorf("%s: server_cpu_s_per_gib = %v, want a number (the server process's)", name, r["server_cpu_s_per_gib"])
+		}
+		if r["total_bytes"] != float64(8<<20) || r["chunk_bytes"] != float64(1<<20) || r["rounds"] != 1.0 {
+			t.Errorf("%s: %v bytes in %v, %v rounds; want 8 MiB in 1 MiB, 1 round", name, r["total_bytes"], r["chunk_bytes"], r["rounds"])
+		}
+	}
+	if len(seen) != len(rep.StreamResults) {
+		t.Errorf("duplicate results: %v", seen)
+	}
+
+	md, err := os.ReadFile(filepath.Join(dir, "latest.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMD := []string{"## Streaming (two-process)", "8 MiB in 1 MiB messages", "stream_mbps.png"}
+	for s := range want {
+		wantMD = append(wantMD, "| "+s+" | ")
+	}
+	for _, w := range wantMD {
+		if !strings.Contains(string(md), w) {
+			t.Errorf("latest.md lacks %q", w)
+		}
+	}
+	if strings.Contains(string(md), "## Results") {
+		t.Error("latest.md has an echo table with -cells stream")
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "stream_mbps.png")); err != nil {
+		t.Error(err)
+	} else if !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Error("stream_mbps.png is not a PNG")
+	}
+	if n := strings.Count(stderr.String(), "] stream 8 MiB"); n != 2*len(want) {
+		t.Errorf("%d progress lines for transfers on stderr, want %d:\n%s", n, 2*len(want), stderr.String())
+	}
+}
+
 func TestServeUsage(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"-serve-system", "corba", "-listen", "127.0.0.1:0"}, &stdout, &stderr, false); code != 1 {
@@ -268,6 +380,12 @@ func TestServeUsage(t *testing.T) {
 	if code := run([]string{"-serve-system", "mwrpc-inproc"}, &stdout, &stderr, false); code != 1 {
 		t.Errorf("-serve-system mwrpc-inproc: exit status %d, want 1 (stderr %q)", code, stderr.String())
 	}
+	if code := run([]string{"-serve-system", "drpc", "-serve-cell", "stream"}, &stdout, &stderr, false); code != 1 {
+		t.Errorf("-serve-system drpc -serve-cell stream: exit status %d, want 1 (stderr %q)", code, stderr.String())
+	}
+	if code := run([]string{"-serve-system", "rawtcp", "-serve-cell", "bulk"}, &stdout, &stderr, false); code != 2 {
+		t.Errorf("-serve-cell bulk: exit status %d, want 2 (stderr %q)", code, stderr.String())
+	}
 }
 
 func TestUsageErrors(t *testing.T) {
@@ -275,11 +393,18 @@ func TestUsageErrors(t *testing.T) {
 		{"-systems", "corba"},
 		{"-mode", "threads"},
 		{"-systems", "mwrpc-inproc"}, // in-process only, and the mode is two-process
+		{"-cells", "echo", "-systems", "mwrpc-inproc"},
 		{"-payloads", "12XB"},
 		{"-concurrency", "0"},
 		{"-rounds", "0"},
 		{"-payloads", "16MiB", "-concurrency", "64", "-max-inflight", "1MiB"},
 		{"extra"},
+		{"-cells", "ping"},
+		{"-cells", ","},
+		{"-cells", "stream", "-systems", "drpc"}, // drpc does not stream
+		{"-cells", "stream", "-stream-size", "0"},
+		{"-cells", "stream", "-stream-size", "2TiB"},
+		{"-cells", "stream", "-stream-chunk", "128MiB"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(append(args, "-out", t.TempDir()), &stdout, &stderr, false); code != 2 {

@@ -12,8 +12,8 @@ import (
 // rawTCPMax is the largest message the raw TCP server accepts: above the largest payload.
 const rawTCPMax = 64 << 20
 
-// rawTCPServer is the floor's server: a length-prefixed echo, one goroutine per
-// connection.
+// rawTCPServer is the floor's server: one goroutine per connection, serving a
+// length-prefixed echo (serveRawTCP) or bulk transfers (serveRawTCPBulk).
 type rawTCPServer struct {
 	ln    net.Listener
 	conns sync.WaitGroup
@@ -21,7 +21,11 @@ type rawTCPServer struct {
 	open  map[net.Conn]bool
 }
 
-func serveRawTCP(ln net.Listener) (Server, error) {
+func serveRawTCP(ln net.Listener) (Server, error) { return serveRawConns(ln, rawTCPServe), nil }
+
+// serveRawConns serves every connection accepted on ln with serve, on a goroutine of its
+// own; serve closes the connection.
+func serveRawConns(ln net.Listener, serve func(net.Conn)) *rawTCPServer {
 	r := &rawTCPServer{ln: ln, open: map[net.Conn]bool{}}
 	r.conns.Add(1)
 	go func() {
@@ -36,11 +40,11 @@ func serveRawTCP(ln net.Listener) (Server, error) {
 			go func() {
 				defer r.conns.Done()
 				defer r.track(c, false)
-				rawTCPServe(c)
+				serve(c)
 			}()
 		}
 	}()
-	return r, nil
+	return r
 }
 
 func (r *rawTCPServer) track(c net.Conn, open bool) {

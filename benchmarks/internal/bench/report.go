@@ -16,7 +16,9 @@ import (
 type Report struct {
 	Machine Machine  `json:"machine"`
 	Setup   Setup    `json:"setup"`
-	Results []Result `json:"results"`
+	Results []Result `json:"results"` // the echo matrix
+	// StreamResults is the streaming cell: one per system and direction.
+	StreamResults []StreamResult `json:"stream_results,omitempty"`
 }
 
 // Setup is how the run was made.
@@ -44,6 +46,14 @@ type Setup struct {
 	// busy the (shared) machine was besides this run.
 	LoadAvg [2]float64 `json:"loadavg_start_end"`
 	Notes   []string   `json:"notes"`
+	// Cells are the kinds of cells run: "echo" (the matrix above), "stream" (the
+	// streaming cell below).
+	Cells []CellKind `json:"cells"`
+	// The streaming cell: bytes per transfer, bytes per message, and its systems (how
+	// each streams). It runs in Mode too, with Rounds rounds.
+	StreamBytes      int64        `json:"stream_bytes,omitempty"`
+	StreamChunkBytes int          `json:"stream_chunk_bytes,omitempty"`
+	StreamSystems    []SystemInfo `json:"stream_systems,omitempty"`
 }
 
 // SystemInfo names a system in the report.
@@ -79,6 +89,16 @@ func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 	}
 	ew.printf(".\n")
 	ew.printf("- 1-minute load average %.2f at the start, %.2f at the end (this run alone keeps it near 1-2).\n", s.LoadAvg[0], s.LoadAvg[1])
+	echo := len(r.Results) > 0
+	if !echo {
+		ew.printf("- Mode: **%s**. Cells: %s.\n", s.Mode, joinCells(s.Cells))
+		for _, n := range s.Notes {
+			ew.printf("- %s\n", n)
+		}
+		r.writeStreams(ew)
+		r.writeCharts(ew, charts)
+		return ew.err
+	}
 	ew.printf("- Per cell: every system set up, warmed up for %v, then measured %d round(s) of %v each, systems interleaved (order rotated every round); figures are medians across rounds.\n",
 		time.Duration(s.WarmupNs), s.Rounds, time.Duration(s.DurationNs))
 	ew.printf("- Mode: **%s**. %s%s.\n", s.Mode, strings.ToUpper(s.Sides[:1]), s.Sides[1:])
@@ -119,15 +139,29 @@ func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 
 	r.writeVersus(ew, "mwrpc-tcp", "grpc")
 	r.writeFloor(ew, "rawtcp")
-
-	if len(charts) > 0 {
-		ew.printf("\n## Charts\n\n")
-		for _, c := range charts {
-			name := filepath.Base(c)
-			ew.printf("![%s](%s)\n\n", strings.TrimSuffix(name, ".png"), name)
-		}
-	}
+	r.writeStreams(ew)
+	r.writeCharts(ew, charts)
 	return ew.err
+}
+
+// writeCharts links the charts.
+func (r *Report) writeCharts(ew *errWriter, charts []string) {
+	if len(charts) == 0 {
+		return
+	}
+	ew.printf("\n## Charts\n\n")
+	for _, c := range charts {
+		name := filepath.Base(c)
+		ew.printf("![%s](%s)\n\n", strings.TrimSuffix(name, ".png"), name)
+	}
+}
+
+func joinCells(cells []CellKind) string {
+	s := make([]string, len(cells))
+	for i, c := range cells {
+		s[i] = string(c)
+	}
+	return strings.Join(s, ", ")
 }
 
 // sorted returns the results by payload, then concurrency, then system (in Systems order).

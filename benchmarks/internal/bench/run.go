@@ -33,12 +33,23 @@ type Config struct {
 	Executable string
 	// Progress, if not nil, is told about every measurement.
 	Progress Progress
+
+	// The streaming cell (RunStreams): each system's server streams StreamBytes to its
+	// client in messages of StreamChunk bytes, and its client streams as many to it, once
+	// per round each (Rounds). Warmup > 0 warms each system up with a transfer of
+	// min(StreamBytes, 64 MiB) each way.
+	StreamBytes int64
+	StreamChunk int
 }
 
-// RunSystems returns the systems the mode runs, and the names of those it leaves out
-// (in ModeTwoProcess, the systems that exist only in one process: mwrpc-inproc).
+// RunSystems returns the systems of the echo matrix the mode runs, and the names of those
+// it leaves out (in ModeTwoProcess, the systems that exist only in one process:
+// mwrpc-inproc). Systems of the streaming cell only are neither.
 func (cfg *Config) RunSystems() (run []System, left []string) {
 	for _, s := range cfg.Systems {
+		if !s.Echo() {
+			continue
+		}
 		if cfg.Mode != ModeInProcess && !s.TwoProcess() {
 			left = append(left, s.Name)
 			continue

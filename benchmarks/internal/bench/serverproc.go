@@ -46,8 +46,26 @@ func (m Mode) SidesNote() string {
 }
 
 // ServeFlag is the hidden flag that makes the harness binary a server process:
-// `mwrpcbench -serve-system NAME -listen 127.0.0.1:0`.
+// `mwrpcbench -serve-system NAME [-serve-cell stream] -listen 127.0.0.1:0`.
 const ServeFlag = "-serve-system"
+
+// CellKind names the kind of cell a server process serves (its -serve-cell flag).
+type CellKind string
+
+// The kinds of cells.
+const (
+	CellEcho   CellKind = "echo"   // the echo matrix: System.Serve
+	CellStream CellKind = "stream" // the streaming cell: System.ServeStream
+)
+
+// ParseCellKind reads a -serve-cell value, or one entry of -cells.
+func ParseCellKind(s string) (CellKind, error) {
+	switch CellKind(s) {
+	case CellEcho, CellStream:
+		return CellKind(s), nil
+	}
+	return "", fmt.Errorf("unknown cell %q (have %s, %s)", s, CellEcho, CellStream)
+}
 
 // Timeouts of a server process's life.
 const (
@@ -55,15 +73,24 @@ const (
 	serverStopTimeout  = 5 * time.Second  // from SIGTERM until it has exited; then SIGKILL
 )
 
-// ServeMain is the server process: it serves system on a listener at listen, writes the
+// ServeMain is the server process: it serves system's server for cell (its echo server,
+// or its bulk server for the streaming cell) on a listener at listen, writes the
 // listener's address and a newline to stdout, and serves until SIGTERM or SIGINT arrives or
 // stdin reaches its end (the harness is gone), then stops the server and returns.
-func ServeMain(system, listen string, stdin io.Reader, stdout io.Writer) error {
+func ServeMain(system string, cell CellKind, listen string, stdin io.Reader, stdout io.Writer) error {
 	s, err := LookupSystem(system)
 	if err != nil {
 		return err
 	}
-	if !s.TwoProcess() {
+	serveFn := s.Serve
+	switch {
+	case cell == CellStream && !s.Streams():
+		return fmt.Errorf("system %s is not in the streaming cell", system)
+	case cell == CellStream:
+		serveFn = s.ServeStream
+	case !s.Echo():
+		return fmt.Errorf("system %s is in the streaming cell only", system)
+	case !s.TwoProcess():
 		return fmt.Errorf("system %s runs in one process only", system)
 	}
 	sigs := make(chan os.Signal, 1)
@@ -73,7 +100,7 @@ func ServeMain(system, listen string, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv, err := s.Serve(ln)
+	srv, err := serveFn(ln)
 	if err != nil {
 		_ = ln.Close()
 		return fmt.Errorf("%s: serve: %w", system, err)
@@ -106,12 +133,12 @@ type serverProc struct {
 	err    error         // Wait's, once done is closed
 }
 
-// startServer starts `exe -serve-system name -listen 127.0.0.1:0` in a process group of
-// its own, which on Linux the kernel kills if the harness dies (Pdeathsig); the server
-// also stops when its stdin, a pipe from the harness, reaches its end. It returns once the
-// server has printed its address.
-func startServer(exe, name string) (*serverProc, error) {
-	cmd := exec.Command(exe, ServeFlag, name, "-listen", "127.0.0.1:0")
+// startServer starts `exe -serve-system name -serve-cell cell -listen 127.0.0.1:0` in a
+// process group of its own, which on Linux the kernel kills if the harness dies
+// (Pdeathsig); the server also stops when its stdin, a pipe from the harness, reaches its
+// end. It returns once the server has printed its address.
+func startServer(exe, name string, cell CellKind) (*serverProc, error) {
+	cmd := exec.Command(exe, ServeFlag, name, "-serve-cell", string(cell), "-listen", "127.0.0.1:0")
 	cmd.SysProcAttr = serverSysProcAttr()
 	p := &serverProc{cmd: cmd, stderr: &headBuffer{max: 4 << 10}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
@@ -185,11 +212,14 @@ func (r *remoteInstance) Close() error {
 
 // ServerCPU returns the CPU time (user + system, all threads) the server process has used
 // so far, where the system tells (Linux: /proc/PID/stat, in clock ticks of 10 ms).
-func (r *remoteInstance) ServerCPU() (time.Duration, bool) { return processCPU(r.proc.cmd.Process.Pid) }
+func (r *remoteInstance) ServerCPU() (time.Duration, bool) { return r.proc.cpu() }
+
+// cpu returns the CPU time the process has used so far (see remoteInstance.ServerCPU).
+func (p *serverProc) cpu() (time.Duration, bool) { return processCPU(p.cmd.Process.Pid) }
 
 // openRemote starts s's server process from exe and dials it.
 func openRemote(exe string, s System, size, concurrency int) (Instance, error) {
-	p, err := startServer(exe, s.Name)
+	p, err := startServer(exe, s.Name, CellEcho)
 	if err != nil {
 		return nil, err
 	}

@@ -52,10 +52,28 @@ type System struct {
 	// Open, if not nil, sets up server and client together in this process; for systems
 	// without Serve and Dial.
 	Open func(size, concurrency int) (Instance, error)
+
+	// The streaming cell (stream.go). Nil for a system that is not in it; a system with
+	// these alone (mwrpc-stream16M) is in the streaming cell only.
+
+	// StreamDesc is Desc for the streaming cell: how the system streams.
+	StreamDesc string
+	// ServeStream starts the system's bulk server on ln: it answers a server-stream
+	// request with the bytes asked for, and reads a client stream to its end, then
+	// answers once.
+	ServeStream func(ln net.Listener) (Server, error)
+	// DialStream connects a streaming client to the bulk server at addr.
+	DialStream func(addr string) (StreamInstance, error)
 }
 
-// TwoProcess reports whether the system can run its server in a process of its own.
+// TwoProcess reports whether the system can run its echo server in a process of its own.
 func (s System) TwoProcess() bool { return s.Serve != nil && s.Dial != nil }
+
+// Echo reports whether the system is in the echo matrix (in some mode).
+func (s System) Echo() bool { return s.TwoProcess() || s.Open != nil }
+
+// Streams reports whether the system is in the streaming cell.
+func (s System) Streams() bool { return s.ServeStream != nil && s.DialStream != nil }
 
 // Systems lists every system, in the order the reports show them.
 var Systems = []System{
@@ -64,10 +82,12 @@ var Systems = []System{
 	{Name: "mwrpc-tuned", Desc: "mwrpc-tcp tuned for the soft TCP fabric: payloads up to 64 KiB inside the SEND (66 KiB slots, shared by the server's connections: SharedReceives 512), handlers run to completion", Serve: serveMwrpcTuned, Dial: dialMwrpcTuned},
 	{Name: "mwrpc-tls", Desc: "mwrpc-tcp with the fabric's stream inside TLS 1.3 (transport credentials; self-signed certificate, the handshake not measured)", Serve: serveMwrpcTLS, Dial: dialMwrpcTLS},
 	{Name: "mwrpc-inproc", Desc: "mwrpc, soft provider over the in-process fabric (one soft.NewFabric; in-process mode only)", Open: openMwrpcInproc},
-	{Name: "grpc", Desc: "gRPC-Go over loopback TCP, hand-written ServiceDesc, raw-bytes codec (no protobuf)", Serve: serveGRPC, Dial: dialGRPC},
+	{Name: "grpc", Desc: "gRPC-Go over loopback TCP, hand-written ServiceDesc, raw-bytes codec (no protobuf)", Serve: serveGRPC, Dial: dialGRPC,
+		StreamDesc: grpcStreamDesc, ServeStream: serveGRPCStream, DialStream: dialGRPCStream},
 	{Name: "drpc", Desc: "DRPC (storj.io/drpc) over loopback TCP, hand-written description, raw-bytes encoding (no protobuf), one connection per caller (a DRPC connection carries one call at a time)", Serve: serveDRPC, Dial: dialDRPC},
 	{Name: "netrpc", Desc: "net/rpc (gob) over loopback TCP, one client shared by all callers", Serve: serveNetRPC, Dial: dialNetRPC},
-	{Name: "rawtcp", Desc: "length-prefixed echo over loopback TCP, one connection per caller: the floor", Serve: serveRawTCP, Dial: dialRawTCP},
+	{Name: "rawtcp", Desc: "length-prefixed echo over loopback TCP, one connection per caller: the floor", Serve: serveRawTCP, Dial: dialRawTCP,
+		StreamDesc: rawTCPStreamDesc, ServeStream: serveRawTCPBulk, DialStream: dialRawTCPBulk},
 }
 
 // LookupSystem returns the system called name.
