@@ -91,7 +91,8 @@ func (f commonOption) applyDial(o *dialOptions)     { f(&o.common) }
 
 type serverOptions struct {
 	common
-	interceptors []UnaryServerInterceptor
+	interceptors      []UnaryServerInterceptor
+	streamInterceptor StreamServerInterceptor
 }
 
 type dialOptions struct {

@@ -58,6 +58,9 @@ func TestIBV(t *testing.T) {
 		{"TLS", TestTLS},
 		{"Evolution", TestEvolution},
 		{"DialWaits", TestDialWaits},
+		{"StreamKinds", TestStreamKinds},
+		{"StreamFlowControl", TestStreamFlowControl},
+		{"StreamEnds", TestStreamEnds},
 	} {
 		t.Run(tc.name, tc.f)
 	}

@@ -113,11 +113,12 @@ func (s *impl) Sleep(ctx context.Context, m *Msg) (*Msg, error) {
 func (s *impl) Bytes(ctx context.Context, b []byte) ([]byte, error) { return bytes.Clone(b), nil }
 
 type env struct {
-	srv    *rpc.Server
-	client *rpc.Client
-	svc    Svc
-	impl   *impl
-	addr   string
+	srv     *rpc.Server
+	client  *rpc.Client
+	svc     Svc
+	impl    *impl
+	streams *streamsImpl // the streaming service's (stream_test.go)
+	addr    string
 }
 
 // withDevices, when set (the ibverbs-tagged rpc_ibv_test.go), gives the options that put a
@@ -141,9 +142,10 @@ func start(t testing.TB, sopts []rpc.ServerOption, copts ...rpc.DialOption) *env
 		sopts, copts = append(s, sopts...), append(c, copts...)
 	}
 	base := runtime.NumGoroutine()
-	e := &env{impl: &impl{slept: make(chan error, 1)}}
+	e := &env{impl: &impl{slept: make(chan error, 1)}, streams: &streamsImpl{ended: make(chan error, 16)}}
 	e.srv = rpc.NewServer(sopts...)
 	e.srv.RegisterService(&svcDesc, e.impl)
+	e.srv.RegisterService(&streamsDesc, e.streams)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

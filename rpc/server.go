@@ -36,7 +36,8 @@ type Server struct {
 
 type method struct {
 	full     string
-	desc     *MethodDesc
+	desc     *MethodDesc // a unary method's, or nil
+	stream   *StreamDesc // a streaming method's, or nil
 	impl     any
 	codec    codec.Codec
 	respHint atomic.Int64 // size of recent responses: where to encode the next one
@@ -91,6 +92,18 @@ func (s *Server) RegisterService(sd *ServiceDesc, impl any) {
 			m.codec = s.opts.codec
 		}
 		m.respHint.Store(256)
+		s.methods[full] = m
+	}
+	for i := range sd.Streams {
+		sdesc := &sd.Streams[i]
+		full := "/" + sd.ServiceName + "/" + sdesc.StreamName
+		if _, dup := s.methods[full]; dup {
+			panic(fmt.Sprintf("rpc: method %s registered twice", full))
+		}
+		m := &method{full: full, stream: sdesc, impl: impl, codec: sdesc.Codec}
+		if m.codec == nil {
+			m.codec = s.opts.codec
+		}
 		s.methods[full] = m
 	}
 }
@@ -299,6 +312,18 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		return
 	}
 	m := s.methods[string(r.method)]
+	if m != nil && (m.stream != nil) != (w.Stream() != nil) {
+		how := "a streaming method: open a stream (Client.NewStream)"
+		if m.stream == nil {
+			how = "a unary method: call it with Invoke"
+		}
+		s.writeError(w, nil, Unimplemented, fmt.Sprintf("method %s is %s", m.full, how))
+		return
+	}
+	if m != nil && m.stream != nil {
+		s.handleStream(ctx, &r, m, w)
+		return
+	}
 	if m == nil {
 		msg := "unknown method " + string(r.method)
 		if s.tel != nil {

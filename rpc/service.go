@@ -17,6 +17,8 @@ type ServiceDesc struct {
 	HandlerType any
 	// Methods are the unary methods of the service.
 	Methods []MethodDesc
+	// Streams are its streaming methods.
+	Streams []StreamDesc
 }
 
 // MethodDesc describes one method.

@@ -278,9 +278,13 @@ func (x *callCtx) cancelLocked(gen uint64, err error) {
 	fns := x.fns
 	x.fns = nil
 	x.mu.Unlock()
+	// Run here, not each in a goroutine: they are the context package's own cancel
+	// functions of contexts derived from this one (context.AfterFunc wraps a user's f in
+	// a goroutine itself), so a derived context (the caller's deadline) is canceled by the
+	// time this returns, as a handler that checks it after a failed send expects.
 	for _, f := range fns {
 		if f != nil {
-			go f()
+			f()
 		}
 	}
 }

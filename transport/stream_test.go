@@ -100,6 +100,12 @@ func TestStreamEcho(t *testing.T) {
 
 // TestStreamFlowControl: a reader that stops reading holds the sender to the window.
 func TestStreamFlowControl(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) { testStreamFlowControl(t, fb) })
+	}
+}
+
+func testStreamFlowControl(t *testing.T, fb fabric) {
 	const window, msg = 256 << 10, 32 << 10
 	var sentBytes atomic.Int64
 	done := make(chan error, 1)
@@ -114,7 +120,7 @@ func TestStreamFlowControl(t *testing.T) {
 			sentBytes.Add(msg)
 		}
 	})
-	e := newEnv(t, fabrics[1], h, Config{StreamWindow: window})
+	e := newEnv(t, fb, h, Config{StreamWindow: window})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st, err := e.conn.OpenStream(ctx, nil)
@@ -246,23 +252,31 @@ func TestStreamEnds(t *testing.T) {
 			}
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			handled := make(chan error, 1)
-			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
-				st := w.Stream()
-				tc.handler(ctx, st, w)
-				_, err := st.Recv(ctx)
-				handled <- err
+		for _, fb := range fabrics {
+			t.Run(fb.name+"/"+tc.name, func(t *testing.T) {
+				testStreamEnd(t, fb, big, tc.handler, tc.client)
 			})
-			e := newEnv(t, fabrics[1], h, Config{StreamWindow: 256 << 10})
-			st, err := e.conn.OpenStream(context.Background(), big) // a large request too
-			if err != nil {
-				t.Fatal(err)
-			}
-			tc.client(t, e, st, handled)
-			st.Close()
-		})
+		}
 	}
+}
+
+// testStreamEnd runs one case of TestStreamEnds: handler serves the stream, then reports
+// what its next Recv says; client drives it.
+func testStreamEnd(t *testing.T, fb fabric, big []byte, handler func(ctx context.Context, st *Stream, w *ResponseWriter), client func(t *testing.T, e *env, st *Stream, handled <-chan error)) {
+	handled := make(chan error, 1)
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		st := w.Stream()
+		handler(ctx, st, w)
+		_, err := st.Recv(ctx)
+		handled <- err
+	})
+	e := newEnv(t, fb, h, Config{StreamWindow: 256 << 10})
+	st, err := e.conn.OpenStream(context.Background(), big) // a large request too
+	if err != nil {
+		t.Fatal(err)
+	}
+	client(t, e, st, handled)
+	st.Close()
 }
 
 // TestStreamOverrun: a peer that sends past the window it was granted fails the

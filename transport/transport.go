@@ -75,6 +75,13 @@ func (c *counter) Add(d int) {
 
 func (c *counter) Done() { c.Add(-1) }
 
+// count returns how many handlers run.
+func (c *counter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
 // none reports whether no handler runs.
 func (c *counter) none() bool {
 	c.mu.Lock()
@@ -640,5 +647,5 @@ func (t *Transport) Stats() Stats {
 		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),
 		Refused: c.events[evRefused].Load(), SetupFailed: c.events[evSetup].Load(), Protocol: c.events[evProtocol].Load(),
 		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(),
-		Handlers: t.workers.Running(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
+		Handlers: t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }

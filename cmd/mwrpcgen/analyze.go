@@ -36,15 +36,23 @@ type param struct {
 	elem types.Type // kindPointer: the struct type pointed to
 }
 
-// method is one method of a service.
+// method is one method of a service. A stream's param is its element type; in and out
+// are the parameter and result types as the interface spells them.
 type method struct {
-	name      string
-	req, resp param
+	name                       string
+	req, resp                  param
+	clientStream, serverStream bool
+	in, out                    types.Type
 }
+
+// streaming reports whether the method is a streaming one.
+func (m *method) streaming() bool { return m.clientStream || m.serverStream }
 
 // raw reports whether the method uses the raw codec: both its request and its response
 // are []byte.
-func (m *method) raw() bool { return m.req.kind == kindBytes && m.resp.kind == kindBytes }
+func (m *method) raw() bool {
+	return !m.streaming() && m.req.kind == kindBytes && m.resp.kind == kindBytes
+}
 
 // service is one service interface and its methods.
 type service struct {
@@ -96,6 +104,7 @@ var localNames = map[string]bool{
 	"c": true, "cc": true, "ctx": true, "req": true, "out": true, "err": true, "zero": true,
 	"srv": true, "dec": true, "interceptor": true, "in": true, "info": true, "handler": true,
 	"s": true, "impl": true, "any": true, "error": true, "new": true, "nil": true,
+	"stream": true,
 }
 
 // pkgResult is what generation makes of one package.
@@ -435,8 +444,10 @@ func (a *analyzer) checkMethod(s *service, m *types.Func) *method {
 		return nil
 	}
 	shape := m.Name() + "(ctx context.Context, req T) (R, error)"
+	streamShapes := "or with streams of T, iter.Seq2[T, error] in place of req (client streaming), of (R, error) (server streaming), or both"
 	ok := true
 	params, results := sig.Params(), sig.Results()
+	mm := &method{name: m.Name()}
 	if n := params.Len(); n != 2 {
 		a.errorf(pos, "%s: has %s; want 2, as in %s", name, plural(n, "parameter"), shape)
 		ok = false
@@ -450,20 +461,57 @@ func (a *analyzer) checkMethod(s *service, m *types.Func) *method {
 			ok = false
 		}
 	}
-	if n := results.Len(); n != 2 {
-		a.errorf(pos, "%s: has %s; want 2, as in %s", name, plural(n, "result"), shape)
+	var respType types.Type
+	switch n := results.Len(); {
+	case n == 1:
+		elem, isSeq, problem := seqElem(results.At(0).Type())
+		switch {
+		case !isSeq:
+			a.errorf(pos, "%s: has 1 result; want 2, as in %s, %s", name, shape, streamShapes)
+			ok = false
+		case problem != "":
+			a.errorf(pos, "%s: the result %s: %s", name, a.typeString(results.At(0).Type()), problem)
+			ok = false
+		default:
+			mm.serverStream, mm.out, respType = true, results.At(0).Type(), elem
+		}
+	case n != 2:
+		a.errorf(pos, "%s: has %s; want 2, as in %s, %s", name, plural(n, "result"), shape, streamShapes)
 		ok = false
-	} else if !isError(results.At(1).Type()) {
-		a.errorf(pos, "%s: the second result has type %s; want error", name, a.typeString(results.At(1).Type()))
-		ok = false
+	default:
+		if _, isSeq, _ := seqElem(results.At(0).Type()); isSeq {
+			a.errorf(pos, "%s: a server stream is returned alone, as iter.Seq2[R, error]: its errors are yielded in it", name)
+			ok = false
+		} else if !isError(results.At(1).Type()) {
+			a.errorf(pos, "%s: the second result has type %s; want error", name, a.typeString(results.At(1).Type()))
+			ok = false
+		} else {
+			mm.out, respType = results.At(0).Type(), results.At(0).Type()
+		}
 	}
-	mm := &method{name: m.Name()}
 	if params.Len() == 2 && !sig.Variadic() {
-		p, good := a.checkParam(pos, name, "request", params.At(1).Type())
-		mm.req, ok = p, ok && good
+		reqType := params.At(1).Type()
+		elem, isSeq, problem := seqElem(reqType)
+		switch {
+		case isSeq && problem != "":
+			a.errorf(pos, "%s: the parameter %s: %s", name, a.typeString(reqType), problem)
+			ok = false
+		case isSeq:
+			mm.clientStream, mm.in = true, reqType
+			p, good := a.checkParam(pos, name, "stream message", elem)
+			mm.req, ok = p, ok && good
+		default:
+			mm.in = reqType
+			p, good := a.checkParam(pos, name, "request", reqType)
+			mm.req, ok = p, ok && good
+		}
 	}
-	if results.Len() == 2 {
-		p, good := a.checkParam(pos, name, "response", results.At(0).Type())
+	if respType != nil {
+		what := "response"
+		if mm.serverStream {
+			what = "stream message"
+		}
+		p, good := a.checkParam(pos, name, what, respType)
 		mm.resp, ok = p, ok && good
 	}
 	if !ok {
@@ -472,11 +520,34 @@ func (a *analyzer) checkMethod(s *service, m *types.Func) *method {
 	return mm
 }
 
+// seqElem reports whether t is an iterator type from package iter, and for
+// iter.Seq2[T, error] returns T; problem says what is wrong with any other.
+func seqElem(t types.Type) (elem types.Type, isSeq bool, problem string) {
+	n, ok := types.Unalias(t).(*types.Named)
+	if !ok || n.Obj().Pkg() == nil || n.Obj().Pkg().Path() != "iter" {
+		return nil, false, ""
+	}
+	args := n.TypeArgs()
+	switch {
+	case n.Obj().Name() == "Seq":
+		return nil, true, "a stream is iter.Seq2[T, error], so that its end can say why; iter.Seq has no error"
+	case n.Obj().Name() != "Seq2" || args.Len() != 2:
+		return nil, true, "a stream is iter.Seq2[T, error]"
+	case !isError(args.At(1)):
+		return nil, true, fmt.Sprintf("a stream is iter.Seq2[T, error]; its second type is %s", args.At(1))
+	}
+	return args.At(0), true, ""
+}
+
 // checkParam classifies a request or response type (what is "request" or "response").
 func (a *analyzer) checkParam(pos token.Pos, name, what string, t types.Type) (param, bool) {
 	p, ok := classify(t)
 	if !ok {
-		a.errorf(pos, "%s: %s type %s is not supported; %s", name, what, a.describe(t), allowedTypes)
+		hint := ""
+		if _, isChan := t.Underlying().(*types.Chan); isChan {
+			hint = " (a stream is iter.Seq2[T, error])"
+		}
+		a.errorf(pos, "%s: %s type %s is not supported; %s%s", name, what, a.describe(t), allowedTypes, hint)
 		return p, false
 	}
 	if problem := a.unnameable(t); problem != "" {

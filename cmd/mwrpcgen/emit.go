@@ -191,15 +191,44 @@ func (e *emitter) service(s *service) {
 	e.printf("HandlerType: (*%s)(nil),\n", S)
 	e.printf("Methods: []%s.MethodDesc{\n", e.rpc)
 	for _, m := range s.methods {
+		if m.streaming() {
+			continue
+		}
 		if m.raw() {
 			e.printf("{MethodName: %q, Handler: %s, BytesHandler: %s, Codec: %s.Raw{}},\n", m.name, handlerName(s, m), bytesHandlerName(s, m), e.codec)
 		} else {
 			e.printf("{MethodName: %q, Handler: %s},\n", m.name, handlerName(s, m))
 		}
 	}
-	e.printf("},\n}\n")
+	e.printf("},\n")
+	streams := 0
+	for _, m := range s.methods {
+		if !m.streaming() {
+			continue
+		}
+		if streams == 0 {
+			e.printf("Streams: []%s.StreamDesc{\n", e.rpc)
+		}
+		streams++
+		e.printf("{StreamName: %q, Handler: %s", m.name, handlerName(s, m))
+		if m.clientStream {
+			e.printf(", ClientStreams: true")
+		}
+		if m.serverStream {
+			e.printf(", ServerStreams: true")
+		}
+		e.printf("},\n")
+	}
+	if streams > 0 {
+		e.printf("},\n")
+	}
+	e.printf("}\n")
 
 	for _, m := range s.methods {
+		if m.streaming() {
+			e.streamHandler(s, m)
+			continue
+		}
 		e.handler(s, m, full)
 		if m.raw() {
 			e.bytesHandler(s, m)
@@ -214,8 +243,78 @@ func (e *emitter) bytesHandler(s *service, m *method) {
 	e.printf("return srv.(%s).%s(ctx, req)\n}\n", s.name, m.name)
 }
 
+// recvFunc is the rpc function that receives one stream message of p's type.
+func (e *emitter) recvFunc(p param) string {
+	switch p.kind {
+	case kindPointer:
+		return e.rpc + ".RecvPtr[" + e.im.typ(p.elem) + "]"
+	case kindValue:
+		return e.rpc + ".RecvValue[" + e.im.typ(p.typ) + "]"
+	}
+	return e.rpc + ".RecvBytes"
+}
+
+// streamClientMethod writes the client's implementation of a streaming method s.m.
+func (e *emitter) streamClientMethod(s *service, m *method, full string) {
+	in, out := e.im.typ(m.in), e.im.typ(m.out)
+	fullMethod := fmt.Sprintf("%q", "/"+full+"/"+m.name)
+	e.printf("\n// %s calls %s.%s, a stream.\n", m.name, s.name, m.name)
+	switch {
+	case m.clientStream && m.serverStream:
+		e.printf("func (c *%sClient) %s(ctx %s.Context, in %s) %s {\n", s.name, m.name, e.context, in, out)
+		e.printf("return %s.BidiStreamCall(ctx, c.cc, %s, in, %s)\n}\n", e.rpc, fullMethod, e.recvFunc(m.resp))
+	case m.serverStream:
+		e.printf("func (c *%sClient) %s(ctx %s.Context, req %s) %s {\n", s.name, m.name, e.context, in, out)
+		e.printf("return %s.ServerStreamCall(ctx, c.cc, %s, req, %s)\n}\n", e.rpc, fullMethod, e.recvFunc(m.resp))
+	default:
+		e.printf("func (c *%sClient) %s(ctx %s.Context, in %s) (%s, error) {\n", s.name, m.name, e.context, in, out)
+		switch m.resp.kind {
+		case kindPointer:
+			e.printf("out := new(%s)\n", e.im.typ(m.resp.elem))
+			e.printf("if err := %s.ClientStreamCall(ctx, c.cc, %s, in, out); err != nil {\nreturn nil, err\n}\n", e.rpc, fullMethod)
+		case kindValue:
+			e.printf("var out %s\n", out)
+			e.printf("if err := %s.ClientStreamCall(ctx, c.cc, %s, in, &out); err != nil {\nvar zero %s\nreturn zero, err\n}\n", e.rpc, fullMethod, out)
+		case kindBytes:
+			e.printf("var out %s\n", out)
+			e.printf("if err := %s.ClientStreamCall(ctx, c.cc, %s, in, &out); err != nil {\nreturn nil, err\n}\n", e.rpc, fullMethod)
+		}
+		e.printf("return out, nil\n}\n")
+	}
+}
+
+// streamHandler writes the server handler of a streaming method s.m.
+func (e *emitter) streamHandler(s *service, m *method) {
+	e.printf("\nfunc %s(srv any, stream *%s.ServerStream) (any, error) {\n", handlerName(s, m), e.rpc)
+	switch {
+	case m.clientStream && m.serverStream:
+		e.printf("return nil, %s.SendAll(stream, srv.(%s).%s(stream.Context(), %s.RecvAll(stream, %s)))\n}\n",
+			e.rpc, s.name, m.name, e.rpc, e.recvFunc(m.req))
+	case m.serverStream:
+		var decl, decArg, callArg string
+		switch m.req.kind {
+		case kindPointer:
+			decl, decArg, callArg = "in := new("+e.im.typ(m.req.elem)+")", "in", "in"
+		case kindValue:
+			decl, decArg, callArg = "in := new("+e.im.typ(m.req.typ)+")", "in", "*in"
+		case kindBytes:
+			decl, decArg, callArg = "var in "+e.im.typ(m.req.typ), "&in", "in"
+		}
+		e.printf("%s\n", decl)
+		e.printf("if err := stream.Request(%s); err != nil {\nreturn nil, err\n}\n", decArg)
+		e.printf("return nil, %s.SendAll(stream, srv.(%s).%s(stream.Context(), %s))\n}\n", e.rpc, s.name, m.name, callArg)
+	default:
+		e.printf("out, err := srv.(%s).%s(stream.Context(), %s.RecvAll(stream, %s))\n", s.name, m.name, e.rpc, e.recvFunc(m.req))
+		e.printf("if err != nil {\nreturn nil, err\n}\nreturn out, nil\n}\n")
+	}
+}
+
 // clientMethod writes the client's implementation of s.m.
 func (e *emitter) clientMethod(s *service, m *method, full string) {
+	if m.streaming() {
+		e.streamClientMethod(s, m, full)
+		return
+	}
 	T, R := e.im.typ(m.req.typ), e.im.typ(m.resp.typ)
 	fullMethod := fmt.Sprintf("%q", "/"+full+"/"+m.name)
 	e.printf("\n// %s calls %s.%s.\n", m.name, s.name, m.name)
