@@ -21,6 +21,8 @@
 //	              one connection per caller (a DRPC connection carries one call at a time)
 //	netrpc        net/rpc (gob) over TCP
 //	rawtcp        a length-prefixed echo over TCP: the floor
+//	mwrpc-stream16M  the streaming cell only: mwrpc-tcp's streams with a 16 MiB stream
+//	              window on both sides (transport.Config.StreamWindow; the default is 4 MiB)
 //
 // mwrpc over the cgo ibv provider (build tag ibverbs) is not part of the harness yet.
 //
@@ -36,7 +38,8 @@
 // The streaming cell (-cells stream; both cells run by default) moves -stream-size (1 GiB;
 // -quick: 256 MiB) each way in messages of -stream-chunk (1 MiB), one stream at a time
 // over one connection, per system that streams (rawtcp: a bulk copy, the floor; grpc:
-// server- and client-streaming methods): a server stream (the client asks, the server
+// server- and client-streaming methods; mwrpc-tcp and mwrpc-stream16M: rpc streams, the
+// latter with a 16 MiB stream window): a server stream (the client asks, the server
 // sends, the client checks each message's length and last byte) and a client stream (the
 // client sends, the server checks each message and answers once). Each is measured
 // -rounds times, systems interleaved, in the mode's processes; reports show MB/s and CPU

@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/rpc"
+	"github.com/mwrpc/mwrpc/transport"
+	"github.com/mwrpc/mwrpc/transport/verbs/soft"
+)
+
+// mwrpcStreamDesc describes mwrpc-tcp in the streaming cell.
+const mwrpcStreamDesc = "mwrpc streams (rpc.NewStream; a hand-written rpc.ServiceDesc with a server-streaming and a client-streaming method, raw codec, SendBytes/RecvBytes) over the soft provider's TCP fabric (loopback), one connection, the default stream window (4 MiB)"
+
+// mwrpcStream16MDesc describes mwrpc-stream16M, in the streaming cell only.
+const mwrpcStream16MDesc = "mwrpc-tcp's streams with a 16 MiB stream window on both sides (transport.Config.StreamWindow)"
+
+// mwrpcStream16M is the transport configuration of mwrpc-stream16M.
+var mwrpcStream16M = transport.Config{StreamWindow: 16 << 20}
+
+// mwrpcBulkDesc is the bulk service, by hand: Download streams the bytes a bulkRequest
+// (the stream's request) asks for; Upload reads the client's stream to its end and answers
+// with the count.
+var mwrpcBulkDesc = rpc.ServiceDesc{
+	ServiceName: "bench.Bulk",
+	Streams: []rpc.StreamDesc{
+		{StreamName: "Download", ServerStreams: true, Codec: codec.Raw{}, Handler: mwrpcDownload},
+		{StreamName: "Upload", ClientStreams: true, Codec: codec.Raw{}, Handler: mwrpcUpload},
+	},
+}
+
+const (
+	mwrpcDownloadMethod = "/bench.Bulk/Download"
+	mwrpcUploadMethod   = "/bench.Bulk/Upload"
+)
+
+func mwrpcDownload(_ any, s *rpc.ServerStream) (any, error) {
+	var req []byte
+	if err := s.Request(&req); err != nil {
+		return nil, err
+	}
+	total, chunk, err := parseBulkRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	buf := payload(chunk)
+	for sent := int64(0); sent < total; {
+		n := chunkLen(total, sent, chunk)
+		if err := s.SendBytes(buf[:n]); err != nil {
+			return nil, err
+		}
+		sent += int64(n)
+	}
+	return nil, nil
+}
+
+func mwrpcUpload(_ any, s *rpc.ServerStream) (any, error) {
+	var got int64
+	for {
+		p, err := s.RecvBytes()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := checkChunk("mwrpc", p, len(p)); err != nil {
+			return nil, err
+		}
+		got += int64(len(p))
+	}
+	return bulkReply(got), nil
+}
+
+func serveMwrpcStream(ln net.Listener) (Server, error) { return serveMwrpcBulk(ln) }
+
+func serveMwrpcStream16M(ln net.Listener) (Server, error) {
+	return serveMwrpcBulk(ln, rpc.WithTransport(mwrpcStream16M))
+}
+
+// serveMwrpcBulk serves the bulk service over the soft TCP fabric, on a device of its own.
+func serveMwrpcBulk(ln net.Listener, opts ...rpc.ServerOption) (Server, error) {
+	dev, err := soft.OpenTCP("bench-server")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	s := &mwrpcServer{dev: dev, served: make(chan error, 1)}
+	s.srv = rpc.NewServer(append([]rpc.ServerOption{rpc.WithDevice(dev)}, opts...)...)
+	s.srv.RegisterService(&mwrpcBulkDesc, nil)
+	go func() { s.served <- s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func dialMwrpcStream(addr string) (StreamInstance, error) { return dialMwrpcBulk(addr) }
+
+func dialMwrpcStream16M(addr string) (StreamInstance, error) {
+	return dialMwrpcBulk(addr, rpc.WithClientTransport(mwrpcStream16M))
+}
+
+// mwrpcBulkClient is one rpc.Client (one connection), a stream per transfer.
+type mwrpcBulkClient struct {
+	client *rpc.Client
+	dev    *soft.Device
+	buf    []byte
+}
+
+func dialMwrpcBulk(addr string, opts ...rpc.DialOption) (StreamInstance, error) {
+	dev, err := soft.OpenTCP("bench-client")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client, err := rpc.Dial(ctx, addr, append([]rpc.DialOption{rpc.WithClientDevice(dev)}, opts...)...)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("rpc.Dial: %w", err), dev.Close())
+	}
+	m := &mwrpcBulkClient{client: client, dev: dev}
+	// One small download now, so that the connection is up before anything is measured.
+	if err := m.Download(ctx, 1, 1); err != nil {
+		return nil, errors.Join(fmt.Errorf("first stream: %w", err), m.Close())
+	}
+	return m, nil
+}
+
+func (m *mwrpcBulkClient) Download(ctx context.Context, total int64, chunk int) error {
+	cs, err := m.client.NewStream(ctx, mwrpcDownloadMethod, bulkRequest(total, chunk))
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	for got := int64(0); got < total; {
+		p, err := cs.RecvBytes()
+		if err != nil {
+			return fmt.Errorf("mwrpc: receive at %d of %d: %w", got, total, err)
+		}
+		n := chunkLen(total, got, chunk)
+		if err := checkChunk("mwrpc", p, n); err != nil {
+			return err
+		}
+		got += int64(n)
+	}
+	if _, err := cs.RecvBytes(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("mwrpc: after the last chunk: %v, want io.EOF", err)
+	}
+	return nil
+}
+
+func (m *mwrpcBulkClient) Upload(ctx context.Context, total int64, chunk int) error {
+	if len(m.buf) != chunk {
+		m.buf = payload(chunk)
+	}
+	cs, err := m.client.NewStream(ctx, mwrpcUploadMethod, nil)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	for sent := int64(0); sent < total; {
+		n := chunkLen(total, sent, chunk)
+		if err := cs.SendBytes(m.buf[:n]); err != nil {
+			return fmt.Errorf("mwrpc: send at %d of %d: %w", sent, total, err)
+		}
+		sent += int64(n)
+	}
+	if err := cs.CloseSend(); err != nil {
+		return err
+	}
+	var reply []byte
+	if err := cs.RecvMsg(&reply); err != nil {
+		return fmt.Errorf("mwrpc: upload's answer: %w", err)
+	}
+	return checkBulkReply("mwrpc", reply, total)
+}
+
+func (m *mwrpcBulkClient) Close() error {
+	return errors.Join(m.client.Close(), m.dev.Close())
+}
