@@ -91,6 +91,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	system := fs.String(bench.ServeFlag[1:], "", "system to serve")
 	cellName := fs.String("serve-cell", string(bench.CellEcho), "what to serve: "+string(bench.CellEcho)+" (the echo server) or "+string(bench.CellStream)+" (the bulk server of the streaming cell)")
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the server process's life to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -98,6 +99,14 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "mwrpcbench server:", err)
 		return 2
+	}
+	if *cpuprofile != "" {
+		stop, err := startCPUProfile(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(stderr, "mwrpcbench server:", err)
+			return 1
+		}
+		defer stop()
 	}
 	if err := bench.ServeMain(*system, cell, *listen, stdin, stdout); err != nil {
 		fmt.Fprintln(stderr, "mwrpcbench server:", err)
@@ -134,7 +143,8 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		rounds      = fs.Int("rounds", 3, "rounds per cell; reports show medians across rounds")
 		maxInflight = fs.String("max-inflight", "128MiB", "skip cells whose payload × concurrency exceeds this (0: no cap)")
 		out         = fs.String("out", "results", "output directory (-quick: results/quick)")
-		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (the harness's process: the clients, in two-process mode)")
+		serverProf  = fs.String("server-cpuprofile", "", "two-process mode: every server process writes a CPU profile of its life to PREFIX.SYSTEM.CELL.pprof")
 		cellsFlag   = fs.String("cells", "echo,stream", "what to run, comma-separated: echo (the matrix of -payloads × -concurrency) and stream (the streaming cell)")
 		streamSize  = fs.String("stream-size", fullStream, "bytes per transfer of the streaming cell, each way (-quick: "+quickStream+")")
 		streamChunk = fs.String("stream-chunk", "1MiB", "bytes per message of the streaming cell")
@@ -271,19 +281,18 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 	}
 
 	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
+		stop, err := startCPUProfile(*cpuprofile)
 		if err != nil {
 			fmt.Fprintln(stderr, "mwrpcbench:", err)
 			return 1
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
+		defer stop()
+	}
+	if *serverProf != "" {
+		if cfg.ServerCPUProfile, err = filepath.Abs(*serverProf); err != nil {
 			fmt.Fprintln(stderr, "mwrpcbench:", err)
 			return 1
 		}
-		defer func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
-		}()
 	}
 	cfg.Progress = bench.NewProgress(stderr, tty, cfg.Rounds)
 	if runEcho {
@@ -335,6 +344,22 @@ func write(rep *bench.Report, dir string, stdout io.Writer) error {
 func usage(stderr io.Writer, err error) int {
 	fmt.Fprintln(stderr, "mwrpcbench:", err)
 	return 2
+}
+
+// startCPUProfile profiles this process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 // parseCells reads -cells.

@@ -268,7 +268,8 @@ func TestStreamCell(t *testing.T) {
 	tok := markProcesses(t)
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	args := []string{"-cells", "stream", "-stream-size", "8MiB", "-stream-chunk", "1MiB", "-rounds", "1", "-out", dir}
+	args := []string{"-cells", "stream", "-stream-size", "8MiB", "-stream-chunk", "1MiB", "-rounds", "1", "-out", dir,
+		"-server-cpuprofile", filepath.Join(dir, "srv")}
 	done := make(chan int, 1)
 	go func() { done <- run(args, &stdout, &stderr, false) }()
 	select {
@@ -366,6 +367,11 @@ func TestStreamCell(t *testing.T) {
 		t.Error(err)
 	} else if !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
 		t.Error("stream_mbps.png is not a PNG")
+	}
+	for s := range want {
+		if fi, err := os.Stat(filepath.Join(dir, "srv."+s+".stream.pprof")); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: no server CPU profile (%v)", s, err)
+		}
 	}
 	if n := strings.Count(stderr.String(), "] stream 8 MiB"); n != 2*len(want) {
 		t.Errorf("%d progress lines for transfers on stderr, want %d:\n%s", n, 2*len(want), stderr.String())

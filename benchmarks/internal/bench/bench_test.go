@@ -77,7 +77,7 @@ func TestServerProcessWithoutAddress(t *testing.T) {
 		t.Skip("no true(1):", err)
 	}
 	start := time.Now()
-	if p, err := startServer(exe, "rawtcp", CellEcho); err == nil {
+	if p, err := startServer(exe, "rawtcp", CellEcho, ""); err == nil {
 		_ = p.stop()
 		t.Fatal("startServer succeeded with a program that prints nothing")
 	} else if !strings.Contains(err.Error(), "no address") {

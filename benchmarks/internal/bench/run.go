@@ -33,6 +33,9 @@ type Config struct {
 	Executable string
 	// Progress, if not nil, is told about every measurement.
 	Progress Progress
+	// ServerCPUProfile, if not "", has every server process (ModeTwoProcess) write a CPU
+	// profile of its life to a file named after it (serverProfile).
+	ServerCPUProfile string
 
 	// The streaming cell (RunStreams): each system's server streams StreamBytes to its
 	// client in messages of StreamChunk bytes, and its client streams as many to it, once
@@ -167,7 +170,7 @@ func runCell(cfg Config, cell Cell, prog Progress) ([][]Round, error) {
 		if cfg.Mode == ModeInProcess {
 			inst, err = openLocal(s, cell.Payload, cell.Concurrency)
 		} else {
-			inst, err = openRemote(cfg.Executable, s, cell.Payload, cell.Concurrency)
+			inst, err = openRemote(cfg.Executable, s, cell.Payload, cell.Concurrency, serverProfile(cfg, s.Name, CellEcho, cell))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: setup: %w", s.Name, err)

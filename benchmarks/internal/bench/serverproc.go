@@ -123,6 +123,20 @@ func ServeMain(system string, cell CellKind, listen string, stdin io.Reader, std
 	return nil
 }
 
+// serverProfile names the CPU profile of a server process: "" without
+// Config.ServerCPUProfile, else the prefix, the system and what the process serves, as in
+// prefix.grpc.stream.pprof or prefix.mwrpc-tcp.echo.64B-c1.pprof.
+func serverProfile(cfg Config, system string, cell CellKind, echo Cell) string {
+	if cfg.ServerCPUProfile == "" {
+		return ""
+	}
+	what := string(cell)
+	if cell == CellEcho {
+		what += fmt.Sprintf(".%dB-c%d", echo.Payload, echo.Concurrency)
+	}
+	return fmt.Sprintf("%s.%s.%s.pprof", cfg.ServerCPUProfile, system, what)
+}
+
 // serverProc is one server process the harness started.
 type serverProc struct {
 	cmd    *exec.Cmd
@@ -136,9 +150,14 @@ type serverProc struct {
 // startServer starts `exe -serve-system name -serve-cell cell -listen 127.0.0.1:0` in a
 // process group of its own, which on Linux the kernel kills if the harness dies
 // (Pdeathsig); the server also stops when its stdin, a pipe from the harness, reaches its
-// end. It returns once the server has printed its address.
-func startServer(exe, name string, cell CellKind) (*serverProc, error) {
-	cmd := exec.Command(exe, ServeFlag, name, "-serve-cell", string(cell), "-listen", "127.0.0.1:0")
+// end. It returns once the server has printed its address. profile, if not "", is passed
+// as the server's -cpuprofile: it writes a CPU profile of its life there.
+func startServer(exe, name string, cell CellKind, profile string) (*serverProc, error) {
+	args := []string{ServeFlag, name, "-serve-cell", string(cell), "-listen", "127.0.0.1:0"}
+	if profile != "" {
+		args = append(args, "-cpuprofile", profile)
+	}
+	cmd := exec.Command(exe, args...)
 	cmd.SysProcAttr = serverSysProcAttr()
 	p := &serverProc{cmd: cmd, stderr: &headBuffer{max: 4 << 10}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
@@ -217,9 +236,9 @@ func (r *remoteInstance) ServerCPU() (time.Duration, bool) { return r.proc.cpu()
 // cpu returns the CPU time the process has used so far (see remoteInstance.ServerCPU).
 func (p *serverProc) cpu() (time.Duration, bool) { return processCPU(p.cmd.Process.Pid) }
 
-// openRemote starts s's server process from exe and dials it.
-func openRemote(exe string, s System, size, concurrency int) (Instance, error) {
-	p, err := startServer(exe, s.Name, CellEcho)
+// openRemote starts s's server process from exe and dials it; profile is startServer's.
+func openRemote(exe string, s System, size, concurrency int, profile string) (Instance, error) {
+	p, err := startServer(exe, s.Name, CellEcho, profile)
 	if err != nil {
 		return nil, err
 	}

@@ -228,7 +228,7 @@ func openStream(cfg Config, s System) (*streamRunner, error) {
 		}
 		addr = ln.Addr().String()
 	} else {
-		p, err := startServer(cfg.Executable, s.Name, CellStream)
+		p, err := startServer(cfg.Executable, s.Name, CellStream, serverProfile(cfg, s.Name, CellStream, Cell{}))
 		if err != nil {
 			return nil, err
 		}
