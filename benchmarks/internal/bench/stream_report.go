@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
@@ -169,6 +170,7 @@ func WriteStreamChart(dir string, mode Mode, results []StreamResult) (string, er
 	c.p.X.Min, c.p.X.Max = -0.6, float64(len(systems))-0.4
 	c.p.Y.Min = 0
 	c.p.Y.Max *= 1.1
+	c.p.Y.Tick.Marker = relabel{plot.DefaultTicks{}, func(v float64) string { return fmt.Sprintf("%g", v) }}
 	path := filepath.Join(dir, ChartStream)
 	if err := c.save(path); err != nil {
 		return "", fmt.Errorf("chart %s: %w", ChartStream, err)
