@@ -498,20 +498,25 @@ func (s *Stream) onAck(p []byte) bool {
 	return true
 }
 
-// copyOut copies a received payload out of its receive slot: into a pool buffer, or the
-// heap when the pool has none to spare now.
-func (c *Conn) copyOut(p []byte) *streamMsg {
+// copyOut copies a received payload out of its receive slot into a pool buffer; with
+// none to spare now, into the heap if heap is set (a stream's final response), else it
+// fails: a stream's messages are bounded by its window, but not the number of streams.
+func (c *Conn) copyOut(p []byte, heap bool) (*streamMsg, error) {
 	m := &streamMsg{ready: true}
 	if len(p) == 0 {
-		return m
+		return m, nil
 	}
-	if b, err := c.t.pool.TryGet(len(p)); err == nil {
+	b, err := c.t.pool.TryGet(len(p))
+	if err == nil {
 		copy(b.Bytes(), p)
 		m.buf, m.data = b, b.Bytes()
-		return m
+		return m, nil
 	}
-	m.data = bytes.Clone(p)
-	return m
+	if heap {
+		m.data = bytes.Clone(p)
+		return m, nil
+	}
+	return nil, err
 }
 
 // streamFor finds the stream a stream message or ack is for: one the peer opened (it
@@ -579,7 +584,11 @@ func (c *Conn) onStreamMsg(h *wire.Header, payload []byte) {
 	}
 	m := &streamMsg{ready: true, end: true}
 	if h.Flags&wire.FlagEnd == 0 {
-		m = c.copyOut(payload)
+		var err error
+		if m, err = c.copyOut(payload, false); err != nil {
+			c.refuseStreamMsg(st, nil, h, err)
+			return
+		}
 	}
 	if !st.push(m, len(payload)) {
 		c.streamOverrun(h)
@@ -608,10 +617,14 @@ func (c *Conn) startStreamRead(h *wire.Header) (*Stream, *streamMsg, bool) {
 	return st, m, true
 }
 
-// refuseStreamRead ends a stream whose large message this side cannot take now.
-func (c *Conn) refuseStreamRead(st *Stream, m *streamMsg, h *wire.Header, why error) {
-	c.queueInv(h.RKey, time.Now())
-	err := fmt.Errorf("transport: stream message of %d bytes: %w: %w", h.Len, ErrUnavailable, why)
+// refuseStreamMsg ends a stream whose message this side cannot take now (no pool buffer):
+// its window, if large, is revoked unread, the entry queued for it (m) dropped, and the
+// stream canceled on both sides.
+func (c *Conn) refuseStreamMsg(st *Stream, m *streamMsg, h *wire.Header, why error) {
+	if h.Flags&wire.FlagLarge != 0 {
+		c.queueInv(h.RKey, time.Now())
+	}
+	err := fmt.Errorf("transport: no registered memory for a stream message of %d bytes: %w", h.Len, why)
 	st.mu.Lock()
 	for i, q := range st.q { // the entry never fills: out of the queue
 		if q == m {

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mwrpc/mwrpc/pool"
 )
 
 // streamEcho sends back every message of a stream, then answers "done" with the count.
@@ -327,4 +330,51 @@ func TestStreamUnaryHandlerSeesNoStream(t *testing.T) {
 	if saw.Load() {
 		t.Fatal("a plain call's handler got a stream")
 	}
+}
+
+// TestStreamFullPool: a stream whose messages find the receiver's pool full ends with an
+// error on both sides, and the connection goes on serving.
+func TestStreamFullPool(t *testing.T) {
+	handled := make(chan error, 1)
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		st := w.Stream()
+		if st == nil {
+			_ = w.Write(StatusOK, []byte("plain"))
+			return
+		}
+		<-ctx.Done() // never reads: the messages pile up to the window, past the pool
+		var err error
+		for err == nil { // what arrived before comes first
+			_, err = st.Recv(context.Background())
+		}
+		handled <- err
+		_ = w.Write(StatusResourceExhausted, []byte(err.Error()))
+	})
+	e := newEnv(t, fabrics[1], h, Config{StreamWindow: 32 << 20, MaxMessage: 1 << 20, Pool: pool.Config{MaxBytes: 12 << 20}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := e.conn.OpenStream(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for i := 0; i < 30; i++ {
+		if err := st.Send(ctx, payload(1<<20, byte(i))); err != nil {
+			break // the server ended the stream (io.EOF)
+		}
+	}
+	if err := <-handled; err == nil || !strings.Contains(err.Error(), "no registered memory for a stream message") {
+		t.Fatalf("the handler's Recv: %v", err)
+	}
+	if _, err := st.Recv(ctx); err != io.EOF {
+		t.Fatalf("the caller's Recv: %v, want io.EOF", err)
+	}
+	if s, _, _ := st.Final(); s != StatusResourceExhausted {
+		t.Fatalf("final status %d", s)
+	}
+	resp, err := e.conn.Call(ctx, []byte("after"))
+	if err != nil {
+		t.Fatalf("a call after the stream: %v", err)
+	}
+	resp.Release()
 }
