@@ -41,6 +41,9 @@ const (
 	// assumes until the receiver's first ack says more.
 	minStreamWindow = 64 << 10
 	maxStreamWindow = 64 << 20
+	// msgCost is what a message counts against the window besides its bytes: the queue
+	// entry that holds it, so that a flood of empty messages is bounded too.
+	msgCost = 64
 )
 
 // ErrStreamEnded is returned by a Send after this side ended its half of the stream
@@ -64,6 +67,7 @@ type Stream struct {
 	final  *streamMsg    // the opener's: the response, once Recv reached it
 	err    error         // the stream failed: Recv (once the queue is empty) and Send return it
 	eof    bool          // Recv reached the peer's end
+	gotEnd bool          // the peer's end arrived
 	closed bool          // Close or the handler's end: what arrives later is released
 
 	// Receiving: bytes arrived, released by Recv, and announced to the peer as consumed.
@@ -243,8 +247,8 @@ func (s *Stream) reserve(ctx context.Context, n int) error {
 		case s.peerEnded:
 			return io.EOF
 		}
-		if out := s.sent - s.peerConsumed; out == 0 || out+int64(n) <= int64(s.peerWindow) {
-			s.sent += int64(n)
+		if out := s.sent - s.peerConsumed; out == 0 || out+int64(n+msgCost) <= int64(s.peerWindow) {
+			s.sent += int64(n + msgCost)
 			return nil
 		}
 		if err := s.waitLocked(ctx); err != nil {
@@ -289,7 +293,7 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 	s.mu.Lock()
 	if m := s.held; m != nil {
 		s.held = nil
-		s.consumed += int64(len(m.data))
+		s.consumed += int64(len(m.data) + msgCost)
 		m.release()
 	}
 	for {
@@ -319,7 +323,7 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 			s.mu.Unlock()
 			return nil, io.EOF
 		}
-		if len(s.q) == 0 && s.err != nil {
+		if s.err != nil && (len(s.q) == 0 || !s.q[0].ready) { // a pending READ never completes now
 			err := s.err
 			s.mu.Unlock()
 			return nil, err
@@ -449,13 +453,23 @@ func (s *Stream) wakeLocked() {
 func (s *Stream) push(m *streamMsg, n int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// The sender may have a window's worth outstanding, or one message of any size when
-	// nothing is: what this side has not acknowledged is at most what it has outstanding.
-	if prev := s.received - s.acked; n > 0 && prev > 0 && prev+int64(n) > int64(s.window) {
+	if s.gotEnd { // nothing follows the peer's end
 		m.release()
 		return false
 	}
-	s.received += int64(n)
+	if m.end {
+		s.gotEnd = true
+	} else {
+		// The sender may have a window's worth outstanding, or one message of any size
+		// when nothing is: what this side has not acknowledged is at most what it has
+		// outstanding.
+		cost := int64(n + msgCost)
+		if prev := s.received - s.acked; prev > 0 && prev+cost > int64(s.window) {
+			m.release()
+			return false
+		}
+		s.received += cost
+	}
 	if m.end && s.caller {
 		s.peerEnded = true // sending is over, though Recv has not reached the end yet
 	}
@@ -595,9 +609,10 @@ func (c *Conn) onStreamMsg(h *wire.Header, payload []byte) {
 	}
 }
 
-// streamOverrun fails a connection whose peer sent past a stream's window.
+// streamOverrun fails a connection whose peer sent past a stream's window, or after its
+// end.
 func (c *Conn) streamOverrun(h *wire.Header) {
-	c.fail(fmt.Errorf("%w: it sent a bad message: it sent past the window of stream %d (Config.StreamWindow %d)", ErrProtocol, h.CallID, c.t.cfg.StreamWindow))
+	c.fail(fmt.Errorf("%w: it sent a bad message: it sent past the window of stream %d (Config.StreamWindow %d), or after its end", ErrProtocol, h.CallID, c.t.cfg.StreamWindow))
 }
 
 // startStreamRead queues the entry a large stream message's READ fills; false means the
