@@ -177,11 +177,25 @@ type ClientStream struct {
 func (c *Client) NewStream(ctx context.Context, method string, req any, opts ...CallOption) (*ClientStream, error) {
 	var ci callInfo
 	applyOptions(&ci, opts)
+	return c.newStream(ctx, nil, nil, method, req, &ci)
+}
+
+// newStreamOn opens a streaming call on conn, ep's connection, instead of on the endpoint
+// the balancer picks (the health check's Watch of each connection). It fails with
+// Unavailable if conn has failed. Like NewStream's, the stream counts as one of ep's
+// outstanding calls until it ends.
+func (c *Client) newStreamOn(ctx context.Context, ep *endpoint, conn *transport.Conn, method string, req any) (*ClientStream, error) {
+	return c.newStream(ctx, ep, conn, method, req, &callInfo{})
+}
+
+// newStream opens a stream on conn, or, when conn is nil, on the connection connFor
+// gives.
+func (c *Client) newStream(ctx context.Context, ep *endpoint, conn *transport.Conn, method string, req any, ci *callInfo) (*ClientStream, error) {
 	cs := &ClientStream{c: c, ctx: ctx, method: method, cod: c.opts.codec, trailerP: ci.trailer, telCtx: ctx}
 	if c.tel != nil {
 		cs.telCtx = c.tel.startClient(ctx, method, &cs.tel)
 	}
-	err := cs.open(ctx, req, ci.waitForReady)
+	err := cs.open(ctx, ep, conn, req, ci.waitForReady)
 	if err != nil && c.tel != nil {
 		c.tel.endErr(cs.telCtx, &cs.tel, err)
 	}
@@ -191,15 +205,24 @@ func (c *Client) NewStream(ctx context.Context, method string, req any, opts ...
 	return cs, nil
 }
 
-func (cs *ClientStream) open(ctx context.Context, req any, waitForReady bool) error {
+// open opens the stream on conn, ep's connection, or, when conn is nil, on the one
+// connFor gives.
+func (cs *ClientStream) open(ctx context.Context, ep *endpoint, conn *transport.Conn, req any, waitForReady bool) error {
 	c := cs.c
 	md := outgoing(ctx)
 	if err := checkRequest(cs.method, md); err != nil {
 		return &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
 	}
-	ep, conn, err := c.connFor(ctx, waitForReady)
-	if err != nil {
-		return err
+	var err error
+	if conn == nil {
+		if ep, conn, err = c.connFor(ctx, waitForReady); err != nil {
+			return err
+		}
+	} else {
+		if err := conn.Err(); err != nil {
+			return &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: connection to %s: %v", ep.addr, err), cause: err}
+		}
+		ep.outstanding.Add(1)
 	}
 	var deadline int64
 	if dl, ok := ctx.Deadline(); ok {
