@@ -57,6 +57,10 @@ type endpoint struct {
 	lastHeard   atomic.Int64 // unix nanos of the last response: keepalive pings a connection silent since
 	lastErr     atomic.Value // error: why the last dial failed
 	tried       atomic.Bool  // the first dial has ended, either way
+	// health is what the health check (WithHealthCheck) last saw, for the connection it
+	// names: the endpoint is healthy while that is its connection and err is nil.
+	health   atomic.Pointer[healthState]
+	healthMu sync.Mutex // serializes storing health (setHealth)
 
 	ctx     context.Context // ends when the endpoint is removed (update) or the client closes
 	cancel  context.CancelFunc
@@ -65,7 +69,7 @@ type endpoint struct {
 
 // Dial connects to target, one address ("host:port") or several separated by commas (or
 // another form of target: see NewClient), and returns once at least one endpoint is
-// connected. Until then it retries each endpoint with the reconnection backoff
+// connected (and healthy, with WithHealthCheck). Until then it retries each endpoint with the reconnection backoff
 // (WithBackoff): a server that is not up yet is waited for, like grpc.WithBlock. It gives up when ctx ends, with Unavailable and the last error of each
 // endpoint; give ctx a deadline unless waiting forever is right. An address that cannot
 // be dialed at all (no port, a malformed host:port) is InvalidArgument, at once. The other
@@ -113,7 +117,9 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 			}
 			errs := make([]error, 0, len(eps))
 			for _, ep := range eps {
-				if e, ok := ep.lastErr.Load().(error); ok {
+				if e := ep.healthErr(); e != nil && c.opts.healthCheck {
+					errs = append(errs, e) // connected, but not healthy
+				} else if e, ok := ep.lastErr.Load().(error); ok {
 					errs = append(errs, e)
 				}
 			}
@@ -305,6 +311,10 @@ func (c *Client) maintain(ep *endpoint) {
 				ep.conn.Store(nc)
 				ep.tried.Store(true)
 				backoff = c.opts.backoffBase
+				if c.opts.healthCheck { // after the Store: it records health for nc only while nc is ep's
+					c.wg.Add(1)
+					go c.watchHealth(ep, nc)
+				}
 				c.signalUp()
 				if c.resolver != nil {
 					c.settle() // endpoints removed from the answer may wait for this one
@@ -362,7 +372,22 @@ func (c *Client) signalUp() {
 	c.upMu.Unlock()
 }
 
-// pick chooses an endpoint that is up, by the balancer; nil if none is.
+// usable says whether ep may take calls: its connection is up and, with WithHealthCheck,
+// the last health status on that connection was SERVING.
+func (c *Client) usable(ep *endpoint) bool {
+	conn := ep.conn.Load()
+	if conn == nil {
+		return false
+	}
+	if !c.opts.healthCheck {
+		return true
+	}
+	h := ep.health.Load()
+	return h != nil && h.conn == conn && h.err == nil
+}
+
+// pick chooses an endpoint that is up (and healthy, with WithHealthCheck), by the
+// balancer; nil if none is.
 func (c *Client) pick() *endpoint {
 	eps := *c.eps.Load()
 	n := len(eps)
@@ -374,14 +399,14 @@ func (c *Client) pick() *endpoint {
 		var best *endpoint
 		for i := 0; i < n; i++ {
 			ep := eps[(start+i)%n]
-			if ep.conn.Load() != nil && (best == nil || ep.outstanding.Load() < best.outstanding.Load()) {
+			if c.usable(ep) && (best == nil || ep.outstanding.Load() < best.outstanding.Load()) {
 				best = ep
 			}
 		}
 		return best
 	}
 	for i := 0; i < n; i++ {
-		if ep := eps[(start+i)%n]; ep.conn.Load() != nil {
+		if ep := eps[(start+i)%n]; c.usable(ep) {
 			return ep
 		}
 	}
@@ -611,6 +636,9 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 		c.upMu.Unlock()
 		if ep := c.pick(); ep != nil {
 			conn := ep.conn.Load()
+			if c.opts.healthCheck && !ep.healthyOn(conn) {
+				continue // a new connection since the pick, not yet known to be healthy
+			}
 			if conn != nil && conn.Err() == nil {
 				ep.outstanding.Add(1) // from the pick on, so concurrent picks see it
 				if ep.conn.Load() == conn {
@@ -627,6 +655,9 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 			continue
 		}
 		if !waitForReady {
+			if err := c.unhealthy(); err != nil {
+				return nil, nil, err
+			}
 			if err := c.lastResolveErr(); err != nil {
 				return nil, nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: no connection to %s is up (%v)", c.target(), err), cause: err}
 			}

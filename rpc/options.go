@@ -108,6 +108,8 @@ type dialOptions struct {
 	dnsLookup        DNSLookup
 	resolveInterval  time.Duration
 	resolveMin       time.Duration
+	healthCheck      bool   // WithHealthCheck
+	healthService    string // the service it watches
 }
 
 // Balancer chooses which endpoint a client call goes to.
@@ -209,6 +211,20 @@ func WithDNSLookup(l DNSLookup) DialOption {
 // and 5s; minInterval is at most interval.
 func WithResolveInterval(interval, minInterval time.Duration) DialOption {
 	return dialOption(func(o *dialOptions) { o.resolveInterval, o.resolveMin = interval, minInterval })
+}
+
+// WithHealthCheck makes the client watch the health of service ("" for the whole server)
+// on each connection, with the health service's Watch (package rpc/health,
+// grpc.health.v1.Health), and send calls only to endpoints whose last status on their
+// current connection was SERVING: a new connection takes calls from its first SERVING on,
+// and one that reports NOT_SERVING (or anything else) takes none until it reports SERVING
+// again. A server without the health service (Unimplemented) counts as healthy, with a
+// log line. A watch that fails while its connection is up makes the endpoint unhealthy
+// and is retried with the reconnection backoff. When no endpoint is healthy, calls fail
+// with Unavailable saying so, or wait with WaitForReady, and Dial waits for one. Each
+// watch holds one of the server's handlers (transport.Config.Handlers) while it lasts.
+func WithHealthCheck(service string) DialOption {
+	return dialOption(func(o *dialOptions) { o.healthCheck, o.healthService = true, service })
 }
 
 // WithClientLogger sets where a client logs what it cannot return to a caller: a failed

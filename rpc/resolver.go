@@ -329,7 +329,7 @@ func (c *Client) update(addrs []string) {
 		if i := slices.IndexFunc(prev, func(ep *endpoint) bool { return ep.addr == a }); i >= 0 {
 			ep := prev[i]
 			ep.leaving.Store(false)
-			up = up || ep.conn.Load() != nil
+			up = up || c.usable(ep)
 			want = append(want, ep)
 			continue
 		}
@@ -341,7 +341,7 @@ func (c *Client) update(addrs []string) {
 	for _, ep := range prev {
 		switch {
 		case slices.Contains(want, ep):
-		case !up && ep.conn.Load() != nil:
+		case !up && c.usable(ep):
 			ep.leaving.Store(true)
 			leaving = append(leaving, ep)
 		default:
@@ -370,11 +370,12 @@ func (c *Client) publish() {
 	c.eps.Store(&eps)
 }
 
-// settle retires the leaving endpoints once an endpoint of the last answer is up.
+// settle retires the leaving endpoints once an endpoint of the last answer is up (and
+// healthy, with WithHealthCheck).
 func (c *Client) settle() {
 	c.epsMu.Lock()
 	defer c.epsMu.Unlock()
-	if len(c.leaving) == 0 || !slices.ContainsFunc(c.want, func(ep *endpoint) bool { return ep.conn.Load() != nil }) {
+	if len(c.leaving) == 0 || !slices.ContainsFunc(c.want, c.usable) {
 		return
 	}
 	for _, ep := range c.leaving {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport"
 )
 
@@ -110,7 +111,7 @@ func StatusOf(err error) *Status {
 		return &Status{Code: DeadlineExceeded, Message: err.Error(), cause: err}
 	case errors.Is(err, context.Canceled):
 		return &Status{Code: Canceled, Message: err.Error(), cause: err}
-	case errors.Is(err, transport.ErrTooLarge):
+	case errors.Is(err, transport.ErrTooLarge), errors.Is(err, pool.ErrPoolExhausted):
 		return &Status{Code: ResourceExhausted, Message: err.Error(), cause: err}
 	case errors.Is(err, transport.ErrUnavailable), errors.Is(err, transport.ErrHandshake):
 		return &Status{Code: Unavailable, Message: err.Error(), cause: err}

@@ -161,6 +161,7 @@ type ClientStream struct {
 	tel      callSpan
 	telCtx   context.Context
 	trailerP *MD
+	counted  bool // one of ep's outstanding calls (connFor counted it)
 
 	mu      sync.Mutex
 	ended   bool
@@ -177,11 +178,26 @@ type ClientStream struct {
 func (c *Client) NewStream(ctx context.Context, method string, req any, opts ...CallOption) (*ClientStream, error) {
 	var ci callInfo
 	applyOptions(&ci, opts)
+	return c.newStream(ctx, nil, nil, method, req, &ci)
+}
+
+// newStreamOn opens a streaming call on conn, ep's connection, instead of on the endpoint
+// the balancer picks (the health check's Watch of each connection). It fails with
+// Unavailable if conn has failed. Unlike NewStream's, the stream is not one of ep's
+// outstanding calls: it would weigh on the least-outstanding balancer for as long as
+// the connection lasts (the connection's own count, InFlight, has it).
+func (c *Client) newStreamOn(ctx context.Context, ep *endpoint, conn *transport.Conn, method string, req any) (*ClientStream, error) {
+	return c.newStream(ctx, ep, conn, method, req, &callInfo{})
+}
+
+// newStream opens a stream on conn, or, when conn is nil, on the connection connFor
+// gives.
+func (c *Client) newStream(ctx context.Context, ep *endpoint, conn *transport.Conn, method string, req any, ci *callInfo) (*ClientStream, error) {
 	cs := &ClientStream{c: c, ctx: ctx, method: method, cod: c.opts.codec, trailerP: ci.trailer, telCtx: ctx}
 	if c.tel != nil {
 		cs.telCtx = c.tel.startClient(ctx, method, &cs.tel)
 	}
-	err := cs.open(ctx, req, ci.waitForReady)
+	err := cs.open(ctx, ep, conn, req, ci.waitForReady)
 	if err != nil && c.tel != nil {
 		c.tel.endErr(cs.telCtx, &cs.tel, err)
 	}
@@ -191,15 +207,22 @@ func (c *Client) NewStream(ctx context.Context, method string, req any, opts ...
 	return cs, nil
 }
 
-func (cs *ClientStream) open(ctx context.Context, req any, waitForReady bool) error {
+// open opens the stream on conn, ep's connection, or, when conn is nil, on the one
+// connFor gives.
+func (cs *ClientStream) open(ctx context.Context, ep *endpoint, conn *transport.Conn, req any, waitForReady bool) error {
 	c := cs.c
 	md := outgoing(ctx)
 	if err := checkRequest(cs.method, md); err != nil {
 		return &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
 	}
-	ep, conn, err := c.connFor(ctx, waitForReady)
-	if err != nil {
-		return err
+	var err error
+	if conn == nil {
+		if ep, conn, err = c.connFor(ctx, waitForReady); err != nil {
+			return err
+		}
+		cs.counted = true
+	} else if err := conn.Err(); err != nil {
+		return &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: connection to %s: %v", ep.addr, err), cause: err}
 	}
 	var deadline int64
 	if dl, ok := ctx.Deadline(); ok {
@@ -211,17 +234,24 @@ func (cs *ClientStream) open(ctx context.Context, req any, waitForReady bool) er
 	}
 	if req != nil {
 		if b, err = encodeMsg(cs.cod, b, req); err != nil {
-			ep.outstanding.Add(-1)
+			cs.uncount(ep)
 			return &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", cs.method, err), cause: err}
 		}
 	}
 	ts, err := conn.OpenStream(ctx, b)
 	if err != nil {
-		ep.outstanding.Add(-1)
+		cs.uncount(ep)
 		return streamErr(ctx, err)
 	}
 	cs.ep, cs.ts = ep, ts
 	return nil
+}
+
+// uncount ends the stream's count among ep's outstanding calls, if it has one.
+func (cs *ClientStream) uncount(ep *endpoint) {
+	if cs.counted {
+		ep.outstanding.Add(-1)
+	}
 }
 
 // Context returns the stream's context.
@@ -340,7 +370,7 @@ func (cs *ClientStream) end(err error) {
 		*cs.trailerP = trailer
 	}
 	cs.ts.Close()
-	cs.ep.outstanding.Add(-1)
+	cs.uncount(cs.ep)
 	if cs.c.tel != nil {
 		if err == io.EOF {
 			err = nil

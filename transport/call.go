@@ -240,7 +240,7 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 	if cl.st != nil { // the stream's end, behind the messages before it
 		m := &streamMsg{buf: buf, data: payload, ready: true}
 		if buf == nil {
-			m = c.copyOut(payload)
+			m, _ = c.copyOut(payload, true)
 			c.releaseSlot(slot, true)
 		}
 		m.end, m.status = true, h.Status

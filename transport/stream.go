@@ -41,6 +41,9 @@ const (
 	// assumes until the receiver's first ack says more.
 	minStreamWindow = 64 << 10
 	maxStreamWindow = 64 << 20
+	// msgCost is what a message counts against the window besides its bytes: the queue
+	// entry that holds it, so that a flood of empty messages is bounded too.
+	msgCost = 64
 )
 
 // ErrStreamEnded is returned by a Send after this side ended its half of the stream
@@ -64,6 +67,7 @@ type Stream struct {
 	final  *streamMsg    // the opener's: the response, once Recv reached it
 	err    error         // the stream failed: Recv (once the queue is empty) and Send return it
 	eof    bool          // Recv reached the peer's end
+	gotEnd bool          // the peer's end arrived
 	closed bool          // Close or the handler's end: what arrives later is released
 
 	// Receiving: bytes arrived, released by Recv, and announced to the peer as consumed.
@@ -243,8 +247,8 @@ func (s *Stream) reserve(ctx context.Context, n int) error {
 		case s.peerEnded:
 			return io.EOF
 		}
-		if out := s.sent - s.peerConsumed; out == 0 || out+int64(n) <= int64(s.peerWindow) {
-			s.sent += int64(n)
+		if out := s.sent - s.peerConsumed; out == 0 || out+int64(n+msgCost) <= int64(s.peerWindow) {
+			s.sent += int64(n + msgCost)
 			return nil
 		}
 		if err := s.waitLocked(ctx); err != nil {
@@ -289,7 +293,7 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 	s.mu.Lock()
 	if m := s.held; m != nil {
 		s.held = nil
-		s.consumed += int64(len(m.data))
+		s.consumed += int64(len(m.data) + msgCost)
 		m.release()
 	}
 	for {
@@ -319,7 +323,7 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 			s.mu.Unlock()
 			return nil, io.EOF
 		}
-		if len(s.q) == 0 && s.err != nil {
+		if s.err != nil && (len(s.q) == 0 || !s.q[0].ready) { // a pending READ never completes now
 			err := s.err
 			s.mu.Unlock()
 			return nil, err
@@ -449,13 +453,23 @@ func (s *Stream) wakeLocked() {
 func (s *Stream) push(m *streamMsg, n int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// The sender may have a window's worth outstanding, or one message of any size when
-	// nothing is: what this side has not acknowledged is at most what it has outstanding.
-	if prev := s.received - s.acked; n > 0 && prev > 0 && prev+int64(n) > int64(s.window) {
+	if s.gotEnd { // nothing follows the peer's end
 		m.release()
 		return false
 	}
-	s.received += int64(n)
+	if m.end {
+		s.gotEnd = true
+	} else {
+		// The sender may have a window's worth outstanding, or one message of any size
+		// when nothing is: what this side has not acknowledged is at most what it has
+		// outstanding.
+		cost := int64(n + msgCost)
+		if prev := s.received - s.acked; prev > 0 && prev+cost > int64(s.window) {
+			m.release()
+			return false
+		}
+		s.received += cost
+	}
 	if m.end && s.caller {
 		s.peerEnded = true // sending is over, though Recv has not reached the end yet
 	}
@@ -498,20 +512,25 @@ func (s *Stream) onAck(p []byte) bool {
 	return true
 }
 
-// copyOut copies a received payload out of its receive slot: into a pool buffer, or the
-// heap when the pool has none to spare now.
-func (c *Conn) copyOut(p []byte) *streamMsg {
+// copyOut copies a received payload out of its receive slot into a pool buffer; with
+// none to spare now, into the heap if heap is set (a stream's final response), else it
+// fails: a stream's messages are bounded by its window, but not the number of streams.
+func (c *Conn) copyOut(p []byte, heap bool) (*streamMsg, error) {
 	m := &streamMsg{ready: true}
 	if len(p) == 0 {
-		return m
+		return m, nil
 	}
-	if b, err := c.t.pool.TryGet(len(p)); err == nil {
+	b, err := c.t.pool.TryGet(len(p))
+	if err == nil {
 		copy(b.Bytes(), p)
 		m.buf, m.data = b, b.Bytes()
-		return m
+		return m, nil
 	}
-	m.data = bytes.Clone(p)
-	return m
+	if heap {
+		m.data = bytes.Clone(p)
+		return m, nil
+	}
+	return nil, err
 }
 
 // streamFor finds the stream a stream message or ack is for: one the peer opened (it
@@ -579,16 +598,21 @@ func (c *Conn) onStreamMsg(h *wire.Header, payload []byte) {
 	}
 	m := &streamMsg{ready: true, end: true}
 	if h.Flags&wire.FlagEnd == 0 {
-		m = c.copyOut(payload)
+		var err error
+		if m, err = c.copyOut(payload, false); err != nil {
+			c.refuseStreamMsg(st, nil, h, err)
+			return
+		}
 	}
 	if !st.push(m, len(payload)) {
 		c.streamOverrun(h)
 	}
 }
 
-// streamOverrun fails a connection whose peer sent past a stream's window.
+// streamOverrun fails a connection whose peer sent past a stream's window, or after its
+// end.
 func (c *Conn) streamOverrun(h *wire.Header) {
-	c.fail(fmt.Errorf("%w: it sent a bad message: it sent past the window of stream %d (Config.StreamWindow %d)", ErrProtocol, h.CallID, c.t.cfg.StreamWindow))
+	c.fail(fmt.Errorf("%w: it sent a bad message: it sent past the window of stream %d (Config.StreamWindow %d), or after its end", ErrProtocol, h.CallID, c.t.cfg.StreamWindow))
 }
 
 // startStreamRead queues the entry a large stream message's READ fills; false means the
@@ -608,10 +632,14 @@ func (c *Conn) startStreamRead(h *wire.Header) (*Stream, *streamMsg, bool) {
 	return st, m, true
 }
 
-// refuseStreamRead ends a stream whose large message this side cannot take now.
-func (c *Conn) refuseStreamRead(st *Stream, m *streamMsg, h *wire.Header, why error) {
-	c.queueInv(h.RKey, time.Now())
-	err := fmt.Errorf("transport: stream message of %d bytes: %w: %w", h.Len, ErrUnavailable, why)
+// refuseStreamMsg ends a stream whose message this side cannot take now (no pool buffer):
+// its window, if large, is revoked unread, the entry queued for it (m) dropped, and the
+// stream canceled on both sides.
+func (c *Conn) refuseStreamMsg(st *Stream, m *streamMsg, h *wire.Header, why error) {
+	if h.Flags&wire.FlagLarge != 0 {
+		c.queueInv(h.RKey, time.Now())
+	}
+	err := fmt.Errorf("transport: no registered memory for a stream message of %d bytes: %w", h.Len, why)
 	st.mu.Lock()
 	for i, q := range st.q { // the entry never fills: out of the queue
 		if q == m {

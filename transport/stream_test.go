@@ -6,9 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
 )
 
 // streamEcho sends back every message of a stream, then answers "done" with the count.
@@ -279,39 +283,65 @@ func testStreamEnd(t *testing.T, fb fabric, big []byte, handler func(ctx context
 	st.Close()
 }
 
-// TestStreamOverrun: a peer that sends past the window it was granted fails the
-// connection with ErrProtocol.
+// TestStreamOverrun: a peer that sends past the window it was granted, or after its own
+// end, fails the connection with ErrProtocol.
 func TestStreamOverrun(t *testing.T) {
-	block := make(chan struct{})
-	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
-		select {
-		case <-block:
-		case <-ctx.Done():
-		}
-	})
-	e := newEnv(t, fabrics[1], h, Config{StreamWindow: 64 << 10})
-	defer close(block)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := e.conn.OpenStream(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	time.Sleep(200 * time.Millisecond) // the server's first ack, which sets the window, has come
-	st.mu.Lock()
-	st.peerWindow = 1 << 30 // a sender that ignores the window
-	st.mu.Unlock()
-	for i := 0; i < 64 && err == nil; i++ {
-		err = st.Send(ctx, payload(8<<10, 1))
-		time.Sleep(time.Millisecond)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.server.Stats().Protocol == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if n := e.server.Stats().Protocol; n != 1 {
-		t.Fatalf("the server counted %d protocol failures, want 1", n)
+	for _, tc := range []struct {
+		name string
+		run  func(ctx context.Context, st *Stream) error
+	}{
+		{"past the window", func(ctx context.Context, st *Stream) error {
+			st.mu.Lock()
+			st.peerWindow = 1 << 30 // a sender that ignores the window
+			st.mu.Unlock()
+			var err error
+			for i := 0; i < 64 && err == nil; i++ {
+				err = st.Send(ctx, payload(8<<10, 1))
+				time.Sleep(time.Millisecond)
+			}
+			return nil
+		}},
+		{"after its end", func(ctx context.Context, st *Stream) error {
+			if err := st.CloseSend(ctx); err != nil {
+				return err
+			}
+			h := st.header(wire.KindStreamMsg) // what Send would refuse to send now
+			_, err := st.c.send(ctx, &h, []byte("more"), nil, revoke{}, sendWait)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			block := make(chan struct{})
+			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+				select {
+				case <-block:
+				case <-ctx.Done():
+				}
+			})
+			e := newEnv(t, fabrics[1], h, Config{StreamWindow: 64 << 10})
+			defer close(block)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := e.conn.OpenStream(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			time.Sleep(200 * time.Millisecond) // the server's first ack, which sets the window, has come
+			if err := tc.run(ctx, st); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for e.server.Stats().Protocol == 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if n := e.server.Stats().Protocol; n != 1 {
+				t.Fatalf("the server counted %d protocol failures, want 1", n)
+			}
+			if _, err := st.Recv(ctx); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("the caller's Recv after: %v, want ErrUnavailable", err)
+			}
+		})
 	}
 }
 
@@ -327,4 +357,51 @@ func TestStreamUnaryHandlerSeesNoStream(t *testing.T) {
 	if saw.Load() {
 		t.Fatal("a plain call's handler got a stream")
 	}
+}
+
+// TestStreamFullPool: a stream whose messages find the receiver's pool full ends with an
+// error on both sides, and the connection goes on serving.
+func TestStreamFullPool(t *testing.T) {
+	handled := make(chan error, 1)
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		st := w.Stream()
+		if st == nil {
+			_ = w.Write(StatusOK, []byte("plain"))
+			return
+		}
+		<-ctx.Done() // never reads: the messages pile up to the window, past the pool
+		var err error
+		for err == nil { // what arrived before comes first
+			_, err = st.Recv(context.Background())
+		}
+		handled <- err
+		_ = w.Write(StatusResourceExhausted, []byte(err.Error()))
+	})
+	e := newEnv(t, fabrics[1], h, Config{StreamWindow: 32 << 20, MaxMessage: 1 << 20, Pool: pool.Config{MaxBytes: 12 << 20}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := e.conn.OpenStream(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for i := 0; i < 30; i++ {
+		if err := st.Send(ctx, payload(1<<20, byte(i))); err != nil {
+			break // the server ended the stream (io.EOF)
+		}
+	}
+	if err := <-handled; err == nil || !strings.Contains(err.Error(), "no registered memory for a stream message") {
+		t.Fatalf("the handler's Recv: %v", err)
+	}
+	if _, err := st.Recv(ctx); err != io.EOF {
+		t.Fatalf("the caller's Recv: %v, want io.EOF", err)
+	}
+	if s, _, _ := st.Final(); s != StatusResourceExhausted {
+		t.Fatalf("final status %d", s)
+	}
+	resp, err := e.conn.Call(ctx, []byte("after"))
+	if err != nil {
+		t.Fatalf("a call after the stream: %v", err)
+	}
+	resp.Release()
 }

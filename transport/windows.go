@@ -148,7 +148,7 @@ func (c *Conn) startRead(h *wire.Header) {
 			buf.Release()
 		}
 		if st != nil {
-			c.refuseStreamRead(st, msg, h, err)
+			c.refuseStreamMsg(st, msg, h, err)
 			return
 		}
 		c.refuseLarge(h, err)
