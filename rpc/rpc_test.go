@@ -110,7 +110,12 @@ func (s *impl) Sleep(ctx context.Context, m *Msg) (*Msg, error) {
 		return m, nil
 	}
 }
-func (s *impl) Bytes(ctx context.Context, b []byte) ([]byte, error) { return bytes.Clone(b), nil }
+func (s *impl) Bytes(ctx context.Context, b []byte) ([]byte, error) {
+	if string(b) == "slow" {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return bytes.Clone(b), nil
+}
 
 type env struct {
 	srv     *rpc.Server
@@ -427,5 +432,67 @@ func TestBadOutgoingMetadata(t *testing.T) {
 	}
 	if _, err := e.svc.Echo(context.Background(), &Msg{Text: "still fine"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAdaptiveInline: a method whose runs are all short runs where its request is reaped
+// (transport.Config.InlineBudget); a slow one never does; one slow run of an inline method
+// sends it back to the handler pool, and while that run lasts the poller's other
+// connections are served.
+func TestAdaptiveInline(t *testing.T) {
+	e := start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	inline := func() uint64 { return e.srv.Stats().Inline }
+	calls := func(n int, b []byte) uint64 {
+		t.Helper()
+		before := inline()
+		for i := 0; i < n; i++ {
+			if _, err := e.svc.Bytes(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return inline() - before
+	}
+	if n := calls(200, []byte("fast")); n < 100 {
+		t.Fatalf("%d of 200 short calls ran inline, want most after the first 64", n)
+	}
+	before := inline()
+	for i := 0; i < 80; i++ {
+		if _, err := e.svc.Sleep(ctx, &Msg{N: int64(time.Millisecond)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := inline() - before; n != 0 {
+		t.Fatalf("%d calls of a 1 ms method ran inline", n)
+	}
+	// One slow run of the inline method: another connection is served meanwhile.
+	other, err := rpc.Dial(ctx, e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	slow := make(chan error, 1)
+	go func() {
+		_, err := e.svc.Bytes(ctx, []byte("slow"))
+		slow <- err
+	}()
+	time.Sleep(time.Millisecond) // the slow call is running
+	t0 := time.Now()
+	if _, err := (svcClient{other}).Echo(ctx, &Msg{Text: "meanwhile"}); err != nil {
+		t.Fatal(err)
+	}
+	waited := time.Since(t0)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	if waited > 25*time.Millisecond {
+		t.Fatalf("a call on another connection took %v while an inline handler slept 50ms: the poller was not lent", waited)
+	}
+	if n := calls(64, []byte("fast")); n != 0 {
+		t.Fatalf("%d of the 64 calls after a slow run ran inline, want none", n)
+	}
+	if n := calls(100, []byte("fast")); n == 0 {
+		t.Fatal("the method did not go back to running inline after 64 short runs")
 	}
 }

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,9 +23,10 @@ import (
 
 // Server serves registered services over mwrpc transports.
 type Server struct {
-	opts        serverOptions
-	interceptor UnaryServerInterceptor
-	tel         *telemetry // nil: off
+	opts         serverOptions
+	interceptor  UnaryServerInterceptor
+	tel          *telemetry    // nil: off
+	inlineBudget time.Duration // a run shorter than this counts toward running a method inline; <= 0: off
 
 	mu        sync.Mutex
 	methods   map[string]*method
@@ -41,6 +43,46 @@ type method struct {
 	impl     any
 	codec    codec.Codec
 	respHint atomic.Int64 // size of recent responses: where to encode the next one
+	// short counts the method's latest runs in a row that took less than the inline
+	// budget, up to inlineRuns: at inlineRuns the transport may run it inline (InlineOK).
+	short atomic.Int32
+}
+
+// inlineRuns is how many short runs in a row make a method run inline.
+const inlineRuns = 64
+
+// ran records how long a run of m's handler took.
+func (m *method) ran(d, budget time.Duration) {
+	if d >= budget {
+		if m.short.Load() != 0 {
+			m.short.Store(0)
+		}
+	} else if m.short.Load() < inlineRuns {
+		m.short.Add(1)
+	}
+}
+
+// transportHandler is what the server gives its transport: the handler, and its advice on
+// what may run inline (transport.InlineAdvisor).
+type transportHandler struct{ s *Server }
+
+func (h transportHandler) Serve(ctx context.Context, req []byte, w *transport.ResponseWriter) {
+	h.s.handle(ctx, req, w)
+}
+
+// InlineOK: a unary method whose latest runs were all shorter than the inline budget
+// (transport.Config.InlineBudget) may run where its request was reaped.
+func (h transportHandler) InlineOK(req []byte) bool {
+	s := h.s
+	if s.inlineBudget <= 0 || len(req) < reqFixed {
+		return false
+	}
+	ml := int(binary.LittleEndian.Uint16(req[2:]))
+	if ml > len(req)-reqFixed {
+		return false
+	}
+	m := s.methods[string(req[reqFixed:reqFixed+ml])]
+	return m != nil && m.desc != nil && m.short.Load() >= inlineRuns
 }
 
 // NewServer returns a server with no services.
@@ -56,6 +98,9 @@ func NewServer(opts ...ServerOption) *Server {
 		s.opts.logger = slog.Default()
 	}
 	s.interceptor = chainServer(s.opts.interceptors)
+	if s.inlineBudget = s.opts.transport.InlineBudget; s.inlineBudget == 0 {
+		s.inlineBudget = transport.DefaultInlineBudget
+	}
 	s.tel = newTelemetry(s.opts.telemetry, true)
 	return s
 }
@@ -174,7 +219,7 @@ func (s *Server) transport() (*transport.Transport, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = s.opts.logger
 	}
-	tr, err := transport.New(dev, transport.HandlerFunc(s.handle), cfg)
+	tr, err := transport.New(dev, transportHandler{s}, cfg)
 	if err != nil {
 		if s.ownDev != nil {
 			_ = s.ownDev.Close()
@@ -356,8 +401,15 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 			st.tel.span.SetAttributes(kv[:]...)
 		}
 	}
+	var start time.Time
+	if s.inlineBudget > 0 {
+		start = time.Now()
+	}
 	if bh := m.desc.BytesHandler; bh != nil && s.interceptor == nil {
 		out, err := s.invokeBytes(st, m, bh)
+		if s.inlineBudget > 0 {
+			m.ran(time.Since(start), s.inlineBudget)
+		}
 		if err != nil {
 			status := handlerStatus(err, r.deadline)
 			s.writeError(w, st, status.Code, status.Message)
@@ -365,9 +417,15 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 			s.writeBytes(w, st, out)
 		}
 	} else if resp, err := s.invoke(st, m); err != nil {
+		if s.inlineBudget > 0 {
+			m.ran(time.Since(start), s.inlineBudget)
+		}
 		status := handlerStatus(err, r.deadline)
 		s.writeError(w, st, status.Code, status.Message)
 	} else {
+		if s.inlineBudget > 0 {
+			m.ran(time.Since(start), s.inlineBudget)
+		}
 		s.writeResponse(w, st, m, resp)
 	}
 	if s.tel != nil {

@@ -140,6 +140,14 @@ type Config struct {
 	// to the pool as usual), its buffer is taken without waiting, and a large one that
 	// finds every window exposed is sent from a goroutine of its own.
 	InlineHandlers bool
+	// InlineBudget is the adaptive version of InlineHandlers, on by default: a handler
+	// that implements InlineAdvisor (the rpc server does) runs a request inline when its
+	// method's last 64 runs each took less than InlineBudget, as the last completion of a
+	// poller's batch, with the poller's queue lent to the NIC's goroutines while it runs
+	// (on soft fabrics they reap what arrives meanwhile); one run over the budget sends the
+	// method back to the handler pool until it has 64 short runs again. Zero means
+	// DefaultInlineBudget; negative turns it off.
+	InlineBudget time.Duration
 	// Pool configures the registered buffer pool. Its MaxBytes must hold every
 	// connection's receive slots and the large messages in flight.
 	Pool pool.Config
@@ -213,6 +221,7 @@ const (
 	DefaultMaxMessage     = 64 << 20
 	DefaultWindows        = 64
 	DefaultStreamWindow   = 4 << 20
+	DefaultInlineBudget   = 20 * time.Microsecond
 	DefaultLease          = 10 * time.Second
 	DefaultPeerTimeout    = 15 * time.Second
 	DefaultCreditTimeout  = 10 * time.Second

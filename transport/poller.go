@@ -46,7 +46,13 @@ type poller struct {
 	// active is held by whoever reaps the queue: the poller goroutine while it is not
 	// parked, or a provider goroutine that filled the armed queue (verbs.DirectCQ).
 	active  sync.Mutex
-	stopped bool // the poller goroutine has returned; active is held
+	stopped bool // the poller goroutine has returned: whoever takes active after it finds this
+
+	// lendable (active's holder's) is set while the reaper dispatches the last completion
+	// of a batch: a handler may run inline there with the queue lent (runInline), since
+	// nothing of the batch is left to dispatch after it.
+	lendable bool
+	lent     atomic.Bool // a handler runs inline, the queue lent: a NIC goroutine reaps it all
 }
 
 func newPoller(t *Transport, i int) (*poller, error) {
@@ -99,9 +105,17 @@ func (p *poller) reapInline() {
 	for round := 0; ; round++ {
 		n, err := p.cq.Poll(p.wcs)
 		for i := 0; i < n; i++ {
+			p.lendable = i == n-1
 			p.dispatch(&p.wcs[i])
 		}
-		if err != nil || n > 0 && round > 0 { // an overrun, or still busy: the poller's
+		p.lendable = false
+		if p.stopped { // while a handler ran inline with the queue lent
+			p.active.Unlock()
+			return
+		}
+		// An overrun, or still busy: the poller's, unless it lent us the queue while it
+		// runs a handler.
+		if err != nil || n > 0 && round > 0 && !p.lent.Load() {
 			p.active.Unlock()
 			p.kick()
 			return
@@ -114,6 +128,25 @@ func (p *poller) reapInline() {
 		}
 	}
 	p.active.Unlock()
+}
+
+// runInline runs a handler to completion where its request was reaped. As the last of
+// its batch, the queue is lent while the handler runs: armed, and the token let go, so
+// that a NIC goroutine that adds a completion reaps it (verbs.DirectCQ) and a handler
+// slower than its record holds up no other connection. The reaper takes the token back
+// after (and, on a NIC goroutine, stops if the poller stopped meanwhile).
+func (p *poller) runInline(sc *serverCall) {
+	if !p.lendable {
+		sc.run()
+		return
+	}
+	p.lendable = false
+	p.lent.Store(true)
+	_ = p.cq.ReqNotify()
+	p.active.Unlock()
+	sc.run()
+	p.active.Lock()
+	p.lent.Store(false)
 }
 
 // arm arms the queue and reports whether it is still empty: the poll after arming catches
@@ -215,8 +248,10 @@ func (p *poller) run() {
 			}
 		}
 		for i := 0; i < n; i++ {
+			p.lendable = i == n-1
 			p.dispatch(&p.wcs[i])
 		}
+		p.lendable = false
 		if n > 0 {
 			idleSince = time.Time{}
 			if !locked {

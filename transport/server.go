@@ -305,6 +305,26 @@ func (x *callCtx) reset() bool {
 
 var bg = context.Background()
 
+// InlineAdvisor is implemented by a Handler that can tell which requests are safe to run
+// to completion on the poller that reaped them (short handlers that never block): the
+// rpc server answers for a method once its recent runs were all short
+// (Config.InlineBudget). The poller asks it only where running inline cannot hold up
+// other work: on its own goroutine, for the last completion of a batch.
+type InlineAdvisor interface {
+	InlineOK(req []byte) bool
+}
+
+// inlineOK reports whether a request may run where it was reaped: always with
+// InlineHandlers, else when the handler's InlineAdvisor says so and the poller's own
+// goroutine reaped it as the last of its batch (runInline then lends the queue to the
+// NIC's goroutines while the handler runs).
+func (c *Conn) inlineOK(req []byte) bool {
+	if c.t.cfg.InlineHandlers {
+		return true
+	}
+	return c.t.advisor != nil && c.p.lendable && c.t.advisor.InlineOK(req)
+}
+
 // dispatch hands a request to the handler pool.
 // at is when a large request's window was announced.
 func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at time.Time) {
@@ -345,11 +365,12 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		sc.finish()
 		return
 	}
-	if c.t.cfg.InlineHandlers && sc.st == nil && !dead && c.reserveCredit() {
+	if sc.st == nil && !dead && c.inlineOK(req) && c.reserveCredit() {
 		// Run to completion here: no hand-off, and the response cannot wait on anything
 		// this goroutine would have to reap (Config.InlineHandlers).
 		sc.inline = true
-		sc.run()
+		c.t.counters.inline.Add(1)
+		c.p.runInline(sc)
 		return
 	}
 	if err := c.t.workers.Invoke(sc); err != nil {

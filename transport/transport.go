@@ -31,6 +31,7 @@ type Transport struct {
 	pollers []*poller
 	workers *ants.PoolWithFunc
 	handler Handler
+	advisor InlineAdvisor // the handler's, if it is one and Config.InlineBudget allows
 
 	// Test hooks: every large message header received, and every completion polled.
 	testHookLarge atomic.Pointer[func(*wire.Header)]
@@ -154,7 +155,11 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 		_ = pd.Dealloc()
 		return nil, fmt.Errorf("transport: %w", err)
 	}
-	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, conns: make(map[*Conn]struct{}), setup: make(map[net.Conn]struct{}),
+	advisor, _ := h.(InlineAdvisor)
+	if cfg.InlineBudget < 0 {
+		advisor = nil
+	}
+	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, advisor: advisor, conns: make(map[*Conn]struct{}), setup: make(map[net.Conn]struct{}),
 		hosts: make(map[string]*hostState), sweepAt: 1024, seeing: make(chan struct{}, 64)}
 	t.events.logger = cfg.Logger
 	t.tick = cfg.Lease / 4
@@ -601,6 +606,7 @@ type Stats struct {
 	Calls        uint64 // calls made (Call, CallBuf)
 	Served       uint64 // requests handed to the handler
 	Streams      uint64 // streams opened, by this side or the peer
+	Inline       uint64 // requests whose handler ran where they were reaped (InlineHandlers, InlineBudget)
 	WindowsBound uint64 // large messages exposed through a window
 	Reads        uint64 // large messages fetched with RDMA READ
 	RevokedPeer  uint64 // our windows revoked by the peer's SEND_WITH_INV
@@ -625,8 +631,8 @@ type Stats struct {
 }
 
 type counters struct {
-	calls, served, streams, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed atomic.Uint64
-	events                                                                                              [numEvents]atomic.Uint64
+	calls, served, streams, inline, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed atomic.Uint64
+	events                                                                                                      [numEvents]atomic.Uint64
 }
 
 // Stats returns a snapshot of the transport's counters. It costs about a nanosecond per
@@ -641,7 +647,7 @@ func (t *Transport) Stats() Stats {
 		exposed += ws.Bound + ws.Invalidating
 	}
 	t.mu.Unlock()
-	return Stats{Calls: c.calls.Load(), Served: c.served.Load(), Streams: c.streams.Load(), WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
+	return Stats{Calls: c.calls.Load(), Served: c.served.Load(), Streams: c.streams.Load(), Inline: c.inline.Load(), WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
 		RevokedPeer: c.revoked.Load(), Reclaimed: c.reclaimed.Load(),
 		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
 		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),

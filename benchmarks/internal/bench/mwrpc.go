@@ -57,6 +57,16 @@ func serveMwrpcInline(ln net.Listener) (Server, error) {
 	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{InlineHandlers: true})), nil
 }
 
+// serveMwrpcPool is serveMwrpcTCP without adaptive inline handlers: every request goes to
+// the handler pool, as before InlineBudget.
+func serveMwrpcPool(ln net.Listener) (Server, error) {
+	dev, err := soft.OpenTCP("bench-server")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{InlineBudget: -1})), nil
+}
+
 // tunedSoftTCP is the transport configuration mwrpc-tuned measures (docs/tuning.md): on
 // the soft TCP fabric a READ costs a round trip through the peer's CPU, so payloads up to
 // 64 KiB (and the rpc envelope around them) go inside the SEND, in 66 KiB receive slots that
