@@ -255,7 +255,7 @@ clean:
 # benchmarks/results/ (a few minutes), which docs/performance.md shows. BENCHFLAGS='-cells
 # stream' runs the streaming cell alone. Not part of `make test` (test-benchmarks runs the
 # harness's self-test, tiny two-process runs of both).
-.PHONY: bench-quick bench
+.PHONY: bench-quick bench timeline
 
 BENCHFLAGS ?=
 
@@ -266,3 +266,12 @@ bench-quick:
 bench:
 	@$(call header,bench: benchmarks/cmd/mwrpcbench (full matrix; two-process unless BENCHFLAGS says -mode inproc))
 	cd benchmarks && $(GO) run ./cmd/mwrpcbench $(BENCHFLAGS)
+
+# timeline: one 64 B and one 64 KiB call at concurrency 1, client and server in two
+# processes over the soft TCP fabric, step by step (each socket syscall, hand-off, copy
+# and wire trip, joined on CLOCK_MONOTONIC), beside a raw TCP ping-pong and mwrpc-tuned;
+# built with the probe (build tag mwrpcprobe, internal/probe). About 20 s; writes
+# benchmarks/results/timeline/ (timeline.md, .json, .png), which docs/performance.md shows.
+timeline:
+	@$(call header,timeline: benchmarks/cmd/mwrpctimeline -tags mwrpcprobe)
+	cd benchmarks && $(GO) run -tags mwrpcprobe ./cmd/mwrpctimeline $(TIMELINEFLAGS)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/credentials"
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -477,7 +478,9 @@ func (c *Client) invokeBytes(ctx context.Context, method string, req []byte) ([]
 	if err != nil {
 		return nil, err
 	}
+	probe.Mark(probe.Clone)
 	out := bytes.Clone(body)
+	probe.Mark(probe.CloneDone)
 	resp.Release()
 	return out, nil
 }
@@ -606,12 +609,14 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 	if err != nil {
 		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request buffer for %s: %v", method, err), cause: err}
 	}
+	probe.Mark(probe.CopyIn)
 	b := append(buf.Bytes()[:0], env...)
 	if req == nil {
 		b = append(b, raw...)
 	} else {
 		b, err = cod.Append(b, req)
 	}
+	probe.Mark(probe.CopyInDone)
 	if err != nil {
 		buf.Release()
 		return nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}

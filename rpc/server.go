@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
@@ -489,7 +490,9 @@ func (s *Server) invokeBytes(st *serverStream, m *method, bh func(any, context.C
 func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body []byte) {
 	env := appendResponse(st.scratch[:0], st.trailer, "")
 	if len(body) <= 16<<10 {
+		probe.Mark(probe.CopyResp)
 		out := append(env, body...)
+		probe.Mark(probe.CopyRespDone)
 		st.scratch = out[:0]
 		st.code, st.respLen = OK, len(out)
 		_ = w.Write(uint16(OK), out)
@@ -501,8 +504,10 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 		s.writeError(w, st, ResourceExhausted, err.Error())
 		return
 	}
+	probe.Mark(probe.CopyResp)
 	n := copy(buf, env)
 	copy(buf[n:], body)
+	probe.Mark(probe.CopyRespDone)
 	st.code, st.respLen = OK, len(buf)
 	_ = w.Write(uint16(OK), buf)
 }

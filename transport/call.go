@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 )
@@ -55,6 +56,7 @@ func (r *Response) Status() uint16 { return r.status }
 // Release returns the response's memory to the connection. The Response and its Bytes
 // must not be used afterwards.
 func (r *Response) Release() {
+	probe.Mark(probe.Release)
 	c, cl := r.c, r.cl
 	if c == nil {
 		panic("transport: Response released twice")
@@ -105,6 +107,9 @@ func (c *Conn) CallBuf(ctx context.Context, buf *pool.Buf) (*Response, error) {
 }
 
 func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Response, error) {
+	if probe.Enabled {
+		probe.MarkN(probe.Call, b2u(large != nil))
+	}
 	c.t.counters.calls.Add(1)
 	cl := callPool.Get().(*call)
 	c.mu.Lock()
@@ -141,6 +146,7 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 	}
 	select {
 	case <-cl.done:
+		probe.Mark(probe.Woken)
 		if cl.err != nil {
 			err := cl.err
 			cl.err = nil
@@ -253,5 +259,6 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 		c.mu.Unlock()
 	}
 	cl.resp = Response{c: c, cl: cl, status: h.Status, data: payload, slot: slot, buf: buf}
+	probe.Mark(probe.Deliver)
 	cl.finish(nil)
 }

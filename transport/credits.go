@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -218,7 +219,11 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 		s.wrs[0] = *bind
 		wrs = s.wrs[:]
 	}
+	if probe.Enabled {
+		probe.MarkN(probe.Post, uint32(h.Kind)|uint32(b2u(inv != 0))<<8)
+	}
 	err := c.qp.PostSend(wrs)
+	probe.Mark(probe.Posted)
 	c.mu.Lock()
 	s.filling = false
 	if c.torn { // torn down meanwhile: the slot is ours to release
@@ -334,6 +339,7 @@ func (c *Conn) queueCtrl(h wire.Header, inv revoke, msg ...string) {
 
 // flushCtrl sends what queueCtrl and queueInv queued, as far as credits allow.
 func (c *Conn) flushCtrl() {
+	probe.Mark(probe.FlushCtrl)
 	if c.ready.Load() {
 		c.postUnposted()
 	}

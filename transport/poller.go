@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
@@ -102,6 +103,7 @@ func (p *poller) reapInline() {
 		p.active.Unlock()
 		return
 	}
+	probe.Mark(probe.Reap)
 	for round := 0; ; round++ {
 		n, err := p.cq.Poll(p.wcs)
 		for i := 0; i < n; i++ {
@@ -299,8 +301,11 @@ func (p *poller) run() {
 		p.active.Unlock()
 		select {
 		case <-p.cq.Notify():
+			probe.MarkN(probe.PollerWake, 1)
 		case <-p.wake:
+			probe.MarkN(probe.PollerWake, 2)
 		case <-timer.C:
+			probe.MarkN(probe.PollerWake, 3)
 		case <-p.quit:
 		}
 		p.active.Lock()

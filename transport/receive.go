@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -174,6 +175,9 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 		c.fail(fmt.Errorf("%w: it sent a bad message: %w", ErrProtocol, err))
 		c.dropShared(i)
 		return
+	}
+	if probe.Enabled {
+		probe.MarkN(probe.Recv, uint32(h.Kind)|uint32(h.Flags&wire.FlagLarge)<<8)
 	}
 	if wc.Flags&verbs.WCWithInv != 0 {
 		c.t.counters.revoked.Add(1)

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 )
@@ -38,7 +39,10 @@ var serverCallPool = sync.Pool{New: func() any {
 }}
 
 // runServerCall is the handler pool's function.
-func runServerCall(arg any) { arg.(*serverCall).run() }
+func runServerCall(arg any) {
+	probe.Mark(probe.Handler)
+	arg.(*serverCall).run()
+}
 
 func (sc *serverCall) run() {
 	c := sc.c
@@ -139,6 +143,7 @@ func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
 // sent without a copy, or any other bytes, copied once). It may be called once; a handler
 // that returns without calling it answers StatusOK with no payload.
 func (w *ResponseWriter) Write(status uint16, payload []byte) error {
+	probe.Mark(probe.RespWrite)
 	if w.sent {
 		return errors.New("transport: response already written")
 	}
@@ -365,6 +370,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		sc.finish()
 		return
 	}
+	probe.Mark(probe.Dispatch)
 	if sc.st == nil && !dead && c.inlineOK(req) && c.reserveCredit() {
 		// Run to completion here: no hand-off, and the response cannot wait on anything
 		// this goroutine would have to reap (Config.InlineHandlers).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -55,6 +56,7 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv 
 		return fmt.Errorf("transport: %w", err)
 	}
 	h.Flags, h.Len, h.RKey, h.Addr = h.Flags|wire.FlagLarge, uint32(buf.Len()), w.RKey(), buf.Addr()
+	probe.Mark(probe.Bind)
 	posted, err := c.send(ctx, h, nil, &bind, rv, mode)
 	if posted {
 		c.t.counters.bound.Add(1)
@@ -175,6 +177,7 @@ func (c *Conn) startRead(h *wire.Header) {
 		return
 	}
 	c.mu.Unlock()
+	probe.Mark(probe.ReadPost)
 	if err := c.qp.PostSend(r.wr[:]); err != nil {
 		c.fail(err)
 	}
@@ -213,6 +216,7 @@ func (c *Conn) refuseLarge(h *wire.Header, why error) {
 
 // onRead completes the READ of a large message.
 func (c *Conn) onRead(i int) {
+	probe.Mark(probe.ReadDoneT)
 	c.t.counters.reads.Add(1)
 	r := c.reads[i]
 	buf, h, at, st, msg := r.buf, r.h, r.at, r.st, r.msg

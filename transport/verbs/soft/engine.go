@@ -3,6 +3,7 @@ package soft
 import (
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
@@ -16,6 +17,7 @@ func (q *QP) engine(l link, stop <-chan struct{}) {
 		case <-stop:
 			return
 		}
+		probe.Mark(probe.EngWake)
 		q.txMu.Lock()
 		for q.step(l, false) == stepMore {
 		}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
@@ -157,7 +158,9 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 	l.bufs = l.vec
 	// Counted before the write: the peer may have the bytes before writev returns here.
 	l.q.dev.stats.socketTx.Add(uint64(h.len))
+	probe.MarkN(probe.Writev, h.len)
 	_, err := l.bufs.WriteTo(l.conn)
+	probe.Mark(probe.WritevDone)
 	clear(l.vec) // drop references to registered memory
 	return err
 }
@@ -173,7 +176,9 @@ func (l *tcpLink) flush() error {
 		b = l.pend
 	}
 	l.pend, l.pendN = l.pend[:headerLen], 0
+	probe.MarkN(probe.Write, uint32(len(b)))
 	_, err := l.conn.Write(b)
+	probe.Mark(probe.WriteDone)
 	return err
 }
 
@@ -196,6 +201,7 @@ func (l *tcpLink) readLoop() {
 		if small, err = l.fr.next(&h); err != nil {
 			break // the stream ended, or a peer that breaks the protocol is dropped
 		}
+		probe.MarkN(probe.Frame, uint32(h.op))
 		var src payloadSource = &l.src
 		if h.len <= smallMax {
 			l.buf.b = small
@@ -208,6 +214,7 @@ func (l *tcpLink) readLoop() {
 		// for payload bytes (connSource.fill).
 		l.q.eachCQ((*cq).beginDefer)
 		err = l.q.deliver(&h, src)
+		probe.MarkN(probe.Delivered, uint32(h.op))
 		l.q.eachCQ((*cq).endDefer)
 		if err == errNotReady { // cannot happen: the reader starts at RTR
 			break
@@ -322,7 +329,9 @@ func (f *frameReader) fill(n int) error {
 		if f.have > 0 && !f.guard.isArmed() { // the frame has begun: it must keep coming
 			f.guard.arm()
 		}
+		probe.Mark(probe.Read)
 		m, err := f.r.Read(f.rb[f.have:max(n, headerLen+smallMax)])
+		probe.MarkN(probe.ReadDone, uint32(m))
 		f.have += m
 		if err != nil && f.have < n {
 			if err == io.EOF && f.have > 0 {
@@ -382,7 +391,9 @@ func (s *connSource) readFull(dst []byte) (int, error) {
 	n := 0
 	for n < len(dst) {
 		s.guard.arm()
+		probe.Mark(probe.ReadPay)
 		m, err := s.r.Read(dst[n:])
+		probe.MarkN(probe.ReadPayDone, uint32(m))
 		n += m
 		if err != nil {
 			if err == io.EOF && n > 0 {

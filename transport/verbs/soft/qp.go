@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
@@ -532,6 +533,7 @@ func (q *QP) clearSlot(w *swqe) {
 func (q *QP) kick() {
 	select {
 	case q.wake <- struct{}{}:
+		probe.Mark(probe.KickEng)
 	default:
 	}
 }
@@ -539,6 +541,9 @@ func (q *QP) kick() {
 // PostSend queues send work requests. When request i is refused, the ones before it are
 // queued and transmitted all the same (as libibverbs providers ring the doorbell for them).
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
+	if probe.Enabled && len(wrs) > 0 {
+		probe.MarkN(probe.PostSend, uint32(wrs[0].Opcode))
+	}
 	q.mu.Lock()
 	var err error
 	posted := 0
@@ -570,6 +575,7 @@ func (q *QP) transmitInline(l link) {
 		q.kick()
 		return
 	}
+	probe.Mark(probe.TxInline)
 	st := stepMore
 	for st == stepMore {
 		st = q.step(l, true)
