@@ -229,16 +229,19 @@ func (c *Conn) onRead(i int) {
 		c.dispatch(&h, buf.Bytes(), -1, buf, at) // the response revokes the window
 		return
 	}
+	// We have the bytes: the window is revoked now, but after the bytes are handed on, as
+	// queueing the revocation may wake the poller (a futex round trip the caller need not
+	// wait for; a request the caller sends meanwhile carries it anyway).
 	if st != nil {
-		c.queueInv(h.RKey, at) // we have the bytes: revoke the window now
 		st.fill(msg, buf)
+		c.queueInv(h.RKey, at)
 		return
 	}
 	if f := c.t.testHookBeforeRelease.Load(); f != nil {
 		(*f)(c)
 	}
-	c.queueInv(h.RKey, at) // we have the bytes: revoke the window now
 	c.deliver(&h, buf.Bytes(), -1, buf)
+	c.queueInv(h.RKey, at)
 }
 
 // reclaim revokes a window the peer did not release in time.
