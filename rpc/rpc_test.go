@@ -440,7 +440,8 @@ func TestBadOutgoingMetadata(t *testing.T) {
 // sends it back to the handler pool, and while that run lasts the poller's other
 // connections are served.
 func TestAdaptiveInline(t *testing.T) {
-	e := start(t, nil)
+	// A budget of 10 ms: short runs stay short under the race detector or a busy machine.
+	e := start(t, []rpc.ServerOption{rpc.WithTransport(transport.Config{InlineBudget: 10 * time.Millisecond})})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	inline := func() uint64 { return e.srv.Stats().Inline }
@@ -458,13 +459,13 @@ func TestAdaptiveInline(t *testing.T) {
 		t.Fatalf("%d of 200 short calls ran inline, want most after the first 64", n)
 	}
 	before := inline()
-	for i := 0; i < 80; i++ {
-		if _, err := e.svc.Sleep(ctx, &Msg{N: int64(time.Millisecond)}); err != nil {
+	for i := 0; i < 20; i++ {
+		if _, err := e.svc.Sleep(ctx, &Msg{N: int64(15 * time.Millisecond)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if n := inline() - before; n != 0 {
-		t.Fatalf("%d calls of a 1 ms method ran inline", n)
+		t.Fatalf("%d calls of a 15 ms method ran inline", n)
 	}
 	// One slow run of the inline method: another connection is served meanwhile.
 	other, err := rpc.Dial(ctx, e.addr)

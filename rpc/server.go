@@ -304,7 +304,8 @@ type serverStream struct {
 	respLen int    // the response payload's length
 	tel     callSpan
 	carrier mdExtractor
-	derived atomic.Bool // AfterFunc was called: a derived context may use it after the call
+	derived atomic.Bool   // AfterFunc was called: a derived context may use it after the call
+	ss      *ServerStream // a streaming call's, for StreamBuffer
 }
 
 var streamPool = sync.Pool{New: func() any {

@@ -8,11 +8,13 @@ import (
 	"io"
 	"sync"
 	"time"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport"
 )
 
@@ -416,6 +418,48 @@ type ServerStream struct {
 	scratch []byte
 	nsent   int
 	nrecv   int
+	lent    []*pool.Buf // Buffer's, not sent yet: released when the handler returns
+}
+
+// Buffer returns n bytes of registered memory to build a []byte message in: sent from
+// it (or a prefix of it), the message leaves without a copy, through a window when it is
+// large. Each sent buffer is the stream's from then on: take a new one for the next
+// message. Buffers not sent go back when the handler returns. Like SendMsg, call it from
+// the handler's goroutine.
+func (ss *ServerStream) Buffer(n int) ([]byte, error) {
+	if n > ss.ts.MaxSend() {
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: stream buffer of %d bytes, over the maximum message size of %d", n, ss.ts.MaxSend()), cause: transport.ErrTooLarge}
+	}
+	buf, err := ss.tr.Pool().Get(ss.ctx, n)
+	if err != nil {
+		return nil, streamErr(ss.ctx, err)
+	}
+	ss.lent = append(ss.lent, buf)
+	return buf.Bytes()[:n], nil
+}
+
+// StreamBuffer is ServerStream.Buffer for a streaming handler's context, where an
+// iterator producing a stream of []byte has no ServerStream at hand: the bytes it yields
+// from such a buffer leave without a copy. Outside a streaming handler it fails with
+// FailedPrecondition; fall back to ordinary memory then.
+func StreamBuffer(ctx context.Context, n int) ([]byte, error) {
+	st, ok := ctx.Value(streamKey{}).(*serverStream)
+	if !ok || st.ss == nil {
+		return nil, Errorf(FailedPrecondition, "rpc: StreamBuffer outside a streaming handler")
+	}
+	return st.ss.Buffer(n)
+}
+
+// takeLent returns the buffer of Buffer's that p is (a prefix of), no longer lent, or nil.
+func (ss *ServerStream) takeLent(p []byte) *pool.Buf {
+	for i, b := range ss.lent {
+		if len(p) > 0 && len(p) <= b.Cap() && unsafe.SliceData(p) == unsafe.SliceData(b.Bytes()) {
+			ss.lent = append(ss.lent[:i], ss.lent[i+1:]...)
+			b.SetLen(len(p))
+			return b
+		}
+	}
+	return nil
 }
 
 // Context returns the handler's context: canceled when the caller cancels or goes.
@@ -429,8 +473,19 @@ func (ss *ServerStream) Request(v any) error {
 	return nil
 }
 
-// SendMsg sends one message to the caller, waiting while its window is full.
+// SendMsg sends one message to the caller, waiting while its window is full. A []byte
+// message built in Buffer's memory leaves without a copy.
 func (ss *ServerStream) SendMsg(v any) error {
+	if p, ok := v.([]byte); ok && len(ss.lent) > 0 {
+		if b := ss.takeLent(p); b != nil {
+			if err := ss.ts.SendBuf(ss.ctx, b); err != nil {
+				return streamErr(ss.ctx, err)
+			}
+			ss.nsent++
+			msgEvent(ss.st.tel.span, true, ss.nsent, len(p))
+			return nil
+		}
+	}
 	n, err := sendMsg(ss.ctx, ss.ts, ss.tr, ss.cod, &ss.scratch, v)
 	if err != nil {
 		return streamErr(ss.ctx, err)
@@ -483,7 +538,12 @@ func (s *Server) handleStream(ctx context.Context, r *request, m *method, w *tra
 		}
 	}
 	ss := &ServerStream{st: st, ctx: st, ts: w.Stream(), tr: s.tr, cod: m.codec}
+	st.ss = ss
 	reply, err := s.invokeStream(ss, m)
+	for _, b := range ss.lent {
+		b.Release()
+	}
+	ss.lent = nil
 	if err != nil {
 		status := handlerStatus(err, r.deadline)
 		s.writeError(w, st, status.Code, status.Message)

@@ -28,6 +28,9 @@ type Streams interface {
 	Sum(ctx context.Context, in iter.Seq2[*Msg, error]) (*Msg, error)
 	// Echo answers each message with itself.
 	Echo(ctx context.Context, in iter.Seq2[*Msg, error]) iter.Seq2[*Msg, error]
+	// Chunks yields m.N chunks of len(m.Blob) bytes, chunk i filled with byte i, built in
+	// StreamBuffer's memory (and takes one more buffer it never sends).
+	Chunks(ctx context.Context, m *Msg) iter.Seq2[[]byte, error]
 }
 
 type streamsClient struct{ cc rpc.Invoker }
@@ -44,6 +47,9 @@ func (c streamsClient) Sum(ctx context.Context, in iter.Seq2[*Msg, error]) (*Msg
 }
 func (c streamsClient) Echo(ctx context.Context, in iter.Seq2[*Msg, error]) iter.Seq2[*Msg, error] {
 	return rpc.BidiStreamCall(ctx, c.cc, "/test.Streams/Echo", in, rpc.RecvPtr[Msg])
+}
+func (c streamsClient) Chunks(ctx context.Context, m *Msg) iter.Seq2[[]byte, error] {
+	return rpc.ServerStreamCall(ctx, c.cc, "/test.Streams/Chunks", m, rpc.RecvBytes)
 }
 
 var streamsDesc = rpc.ServiceDesc{
@@ -66,6 +72,13 @@ var streamsDesc = rpc.ServiceDesc{
 		}},
 		{StreamName: "Echo", ClientStreams: true, ServerStreams: true, Handler: func(srv any, stream *rpc.ServerStream) (any, error) {
 			return nil, rpc.SendAll(stream, srv.(Streams).Echo(stream.Context(), rpc.RecvAll(stream, rpc.RecvPtr[Msg])))
+		}},
+		{StreamName: "Chunks", ServerStreams: true, Handler: func(srv any, stream *rpc.ServerStream) (any, error) {
+			in := new(Msg)
+			if err := stream.Request(in); err != nil {
+				return nil, err
+			}
+			return nil, rpc.SendAll(stream, srv.(Streams).Chunks(stream.Context(), in))
 		}},
 	},
 }
@@ -122,6 +135,27 @@ func (s *streamsImpl) Sum(ctx context.Context, in iter.Seq2[*Msg, error]) (*Msg,
 		size += int64(len(m.Blob))
 	}
 	return &Msg{N: n, Text: fmt.Sprint(size)}, nil
+}
+
+func (s *streamsImpl) Chunks(ctx context.Context, m *Msg) iter.Seq2[[]byte, error] {
+	return func(yield func([]byte, error) bool) {
+		for i := int64(0); i < m.N; i++ {
+			b, err := rpc.StreamBuffer(ctx, len(m.Blob))
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for j := range b {
+				b[j] = byte(i)
+			}
+			if !yield(b, nil) {
+				return
+			}
+		}
+		if _, err := rpc.StreamBuffer(ctx, 1<<20); err != nil { // never sent: released at the end
+			yield(nil, err)
+		}
+	}
 }
 
 func (s *streamsImpl) Echo(ctx context.Context, in iter.Seq2[*Msg, error]) iter.Seq2[*Msg, error] {
@@ -450,4 +484,31 @@ func TestStreamTelemetry(t *testing.T) {
 			t.Fatalf("%s span status %q", tc.side, got)
 		}
 	}
+}
+
+// TestStreamBuffer: chunks built in StreamBuffer's registered memory arrive intact, sent
+// without a copy; a buffer never sent goes back to the pool (clean checks).
+func TestStreamBuffer(t *testing.T) {
+	e := startStreams(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, size := range []int{100, 200 << 10} {
+		i := 0
+		for b, err := range e.streams.Chunks(ctx, &Msg{N: 20, Blob: make([]byte, size)}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) != size || b[0] != byte(i) || b[size-1] != byte(i) {
+				t.Fatalf("chunk %d of %d bytes: %d bytes, first %d", i, size, len(b), b[0])
+			}
+			i++
+		}
+		if i != 20 {
+			t.Fatalf("%d chunks of %d bytes, want 20", i, size)
+		}
+	}
+	if _, err := rpc.StreamBuffer(ctx, 10); rpc.CodeOf(err) != rpc.FailedPrecondition {
+		t.Fatalf("StreamBuffer outside a handler: %v", err)
+	}
+	e.clean(t)
 }

@@ -52,8 +52,9 @@ const MaxChunk = 16 << 20
 // Server implements Files.
 type Server struct{}
 
-// Download yields the content in chunks; the chunk it yields is reused for the next one,
-// as the framework has sent it by the time yield returns.
+// Download yields the content in chunks, each built in registered memory
+// (rpc.StreamBuffer) so that it leaves without a copy; called outside a server, it reuses
+// one ordinary buffer (the caller has the chunk until yield returns).
 func (Server) Download(ctx context.Context, req *DownloadRequest) iter.Seq2[[]byte, error] {
 	return func(yield func([]byte, error) bool) {
 		if req.Size < 0 || req.ChunkSize <= 0 || req.ChunkSize > MaxChunk {
@@ -61,11 +62,22 @@ func (Server) Download(ctx context.Context, req *DownloadRequest) iter.Seq2[[]by
 			return
 		}
 		c := NewContent(req.Seed)
-		chunk := make([]byte, req.ChunkSize)
+		var plain []byte
 		for left := req.Size; left > 0; {
-			n := int(min(left, int64(len(chunk))))
-			c.Read(chunk[:n])
-			if !yield(chunk[:n], nil) {
+			n := int(min(left, int64(req.ChunkSize)))
+			chunk, err := rpc.StreamBuffer(ctx, n)
+			if rpc.CodeOf(err) == rpc.FailedPrecondition { // not served by an rpc.Server
+				if plain == nil {
+					plain = make([]byte, req.ChunkSize)
+				}
+				chunk, err = plain[:n], nil
+			}
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			c.Read(chunk)
+			if !yield(chunk, nil) {
 				return // the caller stopped reading, or went away
 			}
 			left -= int64(n)
