@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -16,26 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/rpc"
 )
-
-// noLeaks fails the test if it leaves goroutines behind: call it first, so that its check
-// runs after every other cleanup.
-func noLeaks(t *testing.T) {
-	t.Helper()
-	base := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("%d goroutines leaked:\n%s", runtime.NumGoroutine()-base, buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
-}
 
 // backend is a server of the test service that counts the calls it is given.
 type backend struct {
@@ -177,7 +159,7 @@ func follow(t *testing.T, c *rpc.Client, from, to *backend, change func()) {
 // lookup's) from one host to another: calls land on the new one; the old endpoint is
 // dropped, its call in flight finishes, and then its connection closes.
 func TestResolverFollowsDNS(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	a, b, port := backendPair(t)
 	dns := newFakeLookup()
 	dns.set("kv.test", "127.0.0.1")
@@ -360,7 +342,7 @@ func (s *dnsServer) answer(q []byte) []byte {
 // TestDNSResolver: DNSResolver through Go's resolver and a DNS server: A and AAAA records,
 // SRV records (each target's addresses with its port), an IP, a name that does not exist.
 func TestDNSResolver(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	dns := startDNS(t)
 	dns.setHost("kv.test", "127.0.0.1", "127.0.0.2", "::1")
 	dns.setHost("a.kv.test", "127.0.0.1")
@@ -407,7 +389,7 @@ func TestDNSResolver(t *testing.T) {
 // server (dns://server/name).
 func TestResolverDNSServer(t *testing.T) {
 	t.Run("A", func(t *testing.T) {
-		noLeaks(t)
+		leakcheck.Check(t)
 		dns := startDNS(t)
 		a, b, port := backendPair(t)
 		dns.setHost("kv.test", "127.0.0.1")
@@ -415,7 +397,7 @@ func TestResolverDNSServer(t *testing.T) {
 		follow(t, c, a, b, func() { dns.setHost("kv.test", "127.0.0.2") })
 	})
 	t.Run("SRV", func(t *testing.T) {
-		noLeaks(t)
+		leakcheck.Check(t)
 		dns := startDNS(t)
 		a, b := startBackend(t), startBackend(t)
 		srvOf := func(host string, b *backend) net.SRV {
@@ -450,7 +432,7 @@ func dialOK(t *testing.T, target string, opts ...rpc.DialOption) *rpc.Client {
 // before the interval, and follows the new answer; while dials keep failing it asks no more
 // than once per the minimum interval.
 func TestReresolveOnFailure(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	a, b, port := backendPair(t)
 	dns := newFakeLookup()
 	dns.set("kv.test", "127.0.0.1")
@@ -481,7 +463,7 @@ func TestReresolveOnFailure(t *testing.T) {
 // TestResolverKeepsAddresses: an answer with no address, or an error, keeps the client's
 // endpoints; the client logs it.
 func TestResolverKeepsAddresses(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	a := startBackend(t)
 	host, port, _ := net.SplitHostPort(a.addr)
 	dns := newFakeLookup()
@@ -516,7 +498,7 @@ func (f resolverFunc) Resolve(ctx context.Context) ([]string, error) { return f(
 // TestWithResolver: a resolver of one's own replaces the target's (which is then only a
 // name); an address it gives that cannot be dialed is left out, and the others are used.
 func TestWithResolver(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	a, b := startBackend(t), startBackend(t)
 	t.Run("static", func(t *testing.T) {
 		c := dialOK(t, "my service", rpc.WithResolver(rpc.StaticResolver(a.addr)))
@@ -536,7 +518,7 @@ func TestWithResolver(t *testing.T) {
 // TestDialResolution: Dial retries a name that does not resolve until its context ends, and
 // then says that resolution failed and why; a name that resolves meanwhile is dialed.
 func TestDialResolution(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Check(t)
 	opts := func(dns rpc.DNSLookup) []rpc.DialOption {
 		return []rpc.DialOption{rpc.WithDNSLookup(dns), rpc.WithBackoff(10*time.Millisecond, 50*time.Millisecond)}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/rpc"
 	"github.com/mwrpc/mwrpc/transport"
 )
@@ -170,15 +171,7 @@ func start(t testing.TB, sopts []rpc.ServerOption, copts ...rpc.DialOption) *env
 		if err := <-served; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("%d goroutines leaked:\n%s", runtime.NumGoroutine()-base, buf[:runtime.Stack(buf, true)])
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		leakcheck.Wait(t, base)
 	})
 	return e
 }

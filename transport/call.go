@@ -82,12 +82,22 @@ func (c *Conn) Call(ctx context.Context, req []byte) (*Response, error) {
 	if len(req) <= c.eager {
 		return c.call(ctx, req, nil)
 	}
-	buf, err := c.t.pool.Get(ctx, len(req))
+	buf, err := c.copyRegistered(ctx, req, "request")
 	if err != nil {
-		return nil, fmt.Errorf("transport: request buffer: %w", err)
+		return nil, err
 	}
-	copy(buf.Bytes(), req)
 	return c.call(ctx, nil, buf)
+}
+
+// copyRegistered copies p, a message above the eager threshold, into a pool buffer of its
+// own, to be exposed through a window; what names the message in an error.
+func (c *Conn) copyRegistered(ctx context.Context, p []byte, what string) (*pool.Buf, error) {
+	buf, err := c.t.pool.Get(ctx, len(p))
+	if err != nil {
+		return nil, fmt.Errorf("transport: %s buffer: %w", what, err)
+	}
+	copy(buf.Bytes(), p)
+	return buf, nil
 }
 
 // CallBuf is Call with a request built in registered memory: buf (its Len bytes) is sent

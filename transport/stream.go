@@ -113,11 +113,10 @@ func (c *Conn) OpenStream(ctx context.Context, open []byte) (*Stream, error) {
 	if len(open) <= c.eager {
 		return c.openStream(ctx, open, nil)
 	}
-	buf, err := c.t.pool.Get(ctx, len(open))
+	buf, err := c.copyRegistered(ctx, open, "stream request")
 	if err != nil {
-		return nil, fmt.Errorf("transport: stream request buffer: %w", err)
+		return nil, err
 	}
-	copy(buf.Bytes(), open)
 	return c.openStream(ctx, nil, buf)
 }
 
@@ -180,11 +179,10 @@ func (s *Stream) Send(ctx context.Context, p []byte) error {
 	if len(p) <= s.c.eager {
 		return s.send(ctx, p, nil)
 	}
-	buf, err := s.c.t.pool.Get(ctx, len(p))
+	buf, err := s.c.copyRegistered(ctx, p, "stream message")
 	if err != nil {
-		return fmt.Errorf("transport: stream message buffer: %w", err)
+		return err
 	}
-	copy(buf.Bytes(), p)
 	return s.send(ctx, nil, buf)
 }
 

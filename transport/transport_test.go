@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
@@ -94,7 +95,7 @@ func newEnv(t testing.TB, fb fabric, h Handler, cfg Config) *env {
 				t.Errorf("device close: %v", err)
 			}
 		}
-		checkGoroutines(t, base)
+		leakcheck.Wait(t, base)
 	})
 	return e
 }
@@ -139,19 +140,6 @@ func (e *env) checkWindows(t testing.TB) {
 			return
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-func checkGoroutines(t testing.TB, base int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Errorf("%d goroutines leaked:\n%s", runtime.NumGoroutine()-base, buf[:runtime.Stack(buf, true)])
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

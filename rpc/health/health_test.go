@@ -6,12 +6,12 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/rpc"
 	"github.com/mwrpc/mwrpc/rpc/health"
 )
@@ -39,24 +39,6 @@ func who(ctx context.Context, c *rpc.Client, opts ...rpc.CallOption) (string, er
 		return "", err
 	}
 	return out.Name, nil
-}
-
-// checkLeaks fails the test if goroutines started during it outlive its cleanups (it
-// registers first, so it runs last).
-func checkLeaks(t *testing.T) {
-	t.Helper()
-	base := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("%d goroutines leaked:\n%s", runtime.NumGoroutine()-base, buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
 }
 
 type server struct {
@@ -120,7 +102,7 @@ func TestServingStatusString(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Check(t)
 	s := startServer(t, "a", "", true)
 	hc := health.NewHealthClient(dial(t, s.addr))
 	ctx := context.Background()
@@ -192,7 +174,7 @@ func watch(ctx context.Context, hc *health.HealthClient, service string) (<-chan
 }
 
 func TestWatch(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Check(t)
 	s := startServer(t, "a", "", true)
 	s.hs.SetServingStatus("kv.KV", health.Serving)
 	hc := health.NewHealthClient(dial(t, s.addr))
@@ -244,7 +226,7 @@ func TestWatch(t *testing.T) {
 // A watcher that does not read must not hold up SetServingStatus, and gets the latest
 // status when it reads again, without the ones in between.
 func TestWatchSlowWatcher(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Check(t)
 	hs := health.NewServer()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -299,7 +281,7 @@ func TestWatchSlowWatcher(t *testing.T) {
 // A client that breaks out of Watch leaves no handler running on the server and no
 // window bound.
 func TestWatchCancel(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Check(t)
 	s := startServer(t, "a", "", true)
 	c := dial(t, s.addr)
 	hc := health.NewHealthClient(c)
@@ -381,7 +363,7 @@ func TestHealthCheckBalancing(t *testing.T) {
 		{"least outstanding, a service", rpc.LeastOutstanding, "kv.KV"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkLeaks(t)
+			leakcheck.Check(t)
 			a, b := startServer(t, "a", "", true), startServer(t, "b", "", true)
 			if tc.service != "" {
 				a.hs.SetServingStatus(tc.service, health.Serving)
@@ -420,7 +402,7 @@ func waitBoth(t *testing.T, c *rpc.Client) {
 // marked down: both a caller's Watch and the client's health check, whose endpoint then
 // takes no calls.
 func TestHealthWatchReportsNotServingWithinKeepalive(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Check(t)
 	const interval = 200 * time.Millisecond
 	a, b := startServer(t, "a", "", true), startServer(t, "b", "", true)
 	for _, s := range []*server{a, b} {
@@ -447,7 +429,7 @@ func TestHealthWatchReportsNotServingWithinKeepalive(t *testing.T) {
 // A server without the health service counts as healthy, and the client says so in
 // its log.
 func TestHealthCheckNoHealthService(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Check(t)
 	a, b := startServer(t, "a", "", true), startServer(t, "b", "", false)
 	var log syncBuffer
 	c := dial(t, a.addr+","+b.addr, rpc.WithHealthCheck(""), rpc.WithClientLogger(slog.New(slog.NewTextHandler(&log, nil))))
@@ -465,7 +447,7 @@ func TestHealthCheckNoHealthService(t *testing.T) {
 // With every endpoint unhealthy, calls fail with Unavailable saying why, or wait with
 // WaitForReady; Dial waits for a healthy one.
 func TestHealthCheckAllUnhealthy(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Check(t)
 	a, b := startServer(t, "a", "", true), startServer(t, "b", "", true)
 	c := dial(t, a.addr+","+b.addr, rpc.WithHealthCheck(""))
 	a.hs.SetServingStatus("", health.NotServing)
@@ -519,7 +501,7 @@ func TestHealthCheckAllUnhealthy(t *testing.T) {
 // After a reconnection the client watches again, on the new connection: a new server
 // on the same address that is NOT_SERVING takes no calls.
 func TestHealthCheckReconnect(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Check(t)
 	a, b := startServer(t, "a", "", true), startServer(t, "b", "", true)
 	c := dial(t, a.addr+","+b.addr, rpc.WithHealthCheck(""), rpc.WithBackoff(10*time.Millisecond, 50*time.Millisecond))
 	waitBoth(t, c)
@@ -544,7 +526,7 @@ func TestHealthCheckReconnect(t *testing.T) {
 // GracefulStop waits for calls in flight: the client's watch ends when the server says
 // GOAWAY, so that it does not hold the stop up.
 func TestHealthCheckGracefulStop(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Check(t)
 	a := startServer(t, "a", "", true)
 	c := dial(t, a.addr, rpc.WithHealthCheck(""))
 	if _, err := who(context.Background(), c); err != nil {
