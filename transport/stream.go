@@ -139,7 +139,7 @@ func (c *Conn) openStream(ctx context.Context, eager []byte, large *pool.Buf) (*
 	c.calls[cl.id] = cl
 	c.mu.Unlock()
 
-	h := wire.Header{Kind: wire.KindRequest, Flags: wire.FlagStream, Status: uint16(st.window >> 10), CallID: cl.id}
+	h := wire.Header{Kind: wire.KindRequest, Flags: wire.FlagStream, Status: uint16(min(st.window>>10, 0xffff)), CallID: cl.id}
 	var err error
 	if large != nil {
 		err = c.sendLarge(ctx, &h, large, revoke{}, sendWait)
