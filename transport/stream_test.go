@@ -405,3 +405,91 @@ func TestStreamFullPool(t *testing.T) {
 	}
 	resp.Release()
 }
+
+// TestStreamStress: many streams at once on one connection, of mixed sizes, some closed
+// early by the caller and some ended early by the handler, beside plain calls; the env's
+// cleanup then finds every window revoked, every buffer returned and no goroutine left.
+func TestStreamStress(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+				st := w.Stream()
+				if st == nil {
+					_ = w.Write(StatusOK, req)
+					return
+				}
+				stopAt := int(req[0]) // the handler ends after this many messages (255: never)
+				for i := 0; ; i++ {
+					if i == stopAt {
+						_ = w.Write(9, []byte("stopped early"))
+						return
+					}
+					m, err := st.Recv(ctx)
+					if err != nil {
+						return
+					}
+					if err := st.Send(ctx, m); err != nil {
+						return
+					}
+				}
+			})
+			e := newEnv(t, fb, h, Config{StreamWindow: 128 << 10, Windows: 16})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			sizes := []int{0, 64, 20 << 10, 150 << 10}
+			done := make(chan error, 24)
+			for g := 0; g < 24; g++ {
+				go func() {
+					done <- func() error {
+						if g%4 == 3 { // plain calls beside the streams
+							for i := 0; i < 50; i++ {
+								resp, err := e.conn.Call(ctx, payload(sizes[i%4], byte(i)))
+								if err != nil {
+									return err
+								}
+								resp.Release()
+							}
+							return nil
+						}
+						stopAt := byte(255)
+						if g%3 == 1 {
+							stopAt = byte(3 + g%5)
+						}
+						st, err := e.conn.OpenStream(ctx, []byte{stopAt})
+						if err != nil {
+							return err
+						}
+						defer st.Close()
+						for i := 0; i < 20; i++ {
+							if g%3 == 2 && i == 2+g%4 {
+								return nil // the caller walks away: Close cancels
+							}
+							p := payload(sizes[(i+g)%4], byte(i))
+							if err := st.Send(ctx, p); err == io.EOF {
+								break // the handler ended the stream
+							} else if err != nil {
+								return fmt.Errorf("stream %d send %d: %w", g, i, err)
+							}
+							m, err := st.Recv(ctx)
+							if err == io.EOF {
+								break
+							}
+							if err != nil {
+								return fmt.Errorf("stream %d recv %d: %w", g, i, err)
+							}
+							if !bytes.Equal(m, p) {
+								return fmt.Errorf("stream %d message %d: %d bytes, not what was sent", g, i, len(m))
+							}
+						}
+						return nil
+					}()
+				}()
+			}
+			for g := 0; g < 24; g++ {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
