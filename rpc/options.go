@@ -97,19 +97,20 @@ type serverOptions struct {
 
 type dialOptions struct {
 	common
-	interceptors     []UnaryClientInterceptor
-	balancer         Balancer
-	keepaliveTime    time.Duration
-	keepaliveTimeout time.Duration
-	keepaliveSet     bool
-	backoffBase      time.Duration
-	backoffMax       time.Duration
-	resolver         Resolver
-	dnsLookup        DNSLookup
-	resolveInterval  time.Duration
-	resolveMin       time.Duration
-	healthCheck      bool   // WithHealthCheck
-	healthService    string // the service it watches
+	interceptors       []UnaryClientInterceptor
+	streamInterceptors []StreamClientInterceptor
+	balancer           Balancer
+	keepaliveTime      time.Duration
+	keepaliveTimeout   time.Duration
+	keepaliveSet       bool
+	backoffBase        time.Duration
+	backoffMax         time.Duration
+	resolver           Resolver
+	dnsLookup          DNSLookup
+	resolveInterval    time.Duration
+	resolveMin         time.Duration
+	healthCheck        bool   // WithHealthCheck
+	healthService      string // the service it watches
 }
 
 // Balancer chooses which endpoint a client call goes to.
@@ -165,6 +166,13 @@ func WithClientTransport(c transport.Config) DialOption {
 // WithUnaryInterceptor adds a server interceptor; several run in the order given.
 func WithUnaryInterceptor(i UnaryServerInterceptor) ServerOption {
 	return serverOption(func(o *serverOptions) { o.interceptors = append(o.interceptors, i) })
+}
+
+// WithClientStreamInterceptor adds a client interceptor around every stream the client
+// opens (NewStream, and so every generated streaming method); several run in the order
+// given. Unary calls go through WithClientInterceptor's.
+func WithClientStreamInterceptor(i StreamClientInterceptor) DialOption {
+	return dialOption(func(o *dialOptions) { o.streamInterceptors = append(o.streamInterceptors, i) })
 }
 
 // WithClientInterceptor adds a client interceptor; several run in the order given.

@@ -178,9 +178,36 @@ type ClientStream struct {
 // it cancels the call on the server. Read to io.EOF, cancel ctx or call Close, or the
 // stream's memory stays held.
 func (c *Client) NewStream(ctx context.Context, method string, req any, opts ...CallOption) (*ClientStream, error) {
+	if is := c.opts.streamInterceptors; len(is) > 0 {
+		return chainStreamClient(is, c.openStream)(ctx, method, req, opts...)
+	}
+	return c.openStream(ctx, method, req, opts...)
+}
+
+// openStream is NewStream without the interceptors: the Streamer they end in.
+func (c *Client) openStream(ctx context.Context, method string, req any, opts ...CallOption) (*ClientStream, error) {
 	var ci callInfo
 	applyOptions(&ci, opts)
 	return c.newStream(ctx, nil, nil, method, req, &ci)
+}
+
+// Streamer opens a stream: the next step of a client stream interceptor chain.
+type Streamer func(ctx context.Context, method string, req any, opts ...CallOption) (*ClientStream, error)
+
+// StreamClientInterceptor wraps every stream a client opens (adding metadata to ctx,
+// logging, retrying the open), as UnaryClientInterceptor does unary calls.
+type StreamClientInterceptor func(ctx context.Context, method string, req any, streamer Streamer, opts ...CallOption) (*ClientStream, error)
+
+// chainStreamClient folds interceptors around open, the first outermost.
+func chainStreamClient(is []StreamClientInterceptor, open Streamer) Streamer {
+	next := open
+	for i := len(is) - 1; i >= 0; i-- {
+		ic, n := is[i], next
+		next = func(ctx context.Context, method string, req any, opts ...CallOption) (*ClientStream, error) {
+			return ic(ctx, method, req, n, opts...)
+		}
+	}
+	return next
 }
 
 // newStreamOn opens a streaming call on conn, ep's connection, instead of on the endpoint

@@ -512,3 +512,35 @@ func TestStreamBuffer(t *testing.T) {
 	}
 	e.clean(t)
 }
+
+// TestStreamClientInterceptor: a client stream interceptor sees every stream the client
+// opens, generated streaming methods' too, and can add metadata to it.
+func TestStreamClientInterceptor(t *testing.T) {
+	var seen atomic.Value
+	add := func(ctx context.Context, method string, req any, streamer rpc.Streamer, opts ...rpc.CallOption) (*rpc.ClientStream, error) {
+		seen.Store(method)
+		return streamer(rpc.NewOutgoingContext(ctx, rpc.Pairs("x-echo", "from-interceptor")), method, req, opts...)
+	}
+	e := startStreams(t, nil, rpc.WithClientStreamInterceptor(add))
+	var trailer rpc.MD
+	cs, err := e.client.NewStream(context.Background(), "/test.Streams/Count", &Msg{N: 1}, rpc.Trailer(&trailer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if err := cs.RecvMsg(new(Msg)); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := trailer["x-echoed"]; len(got) != 1 || got[0] != "from-interceptor" {
+		t.Fatalf("trailer %v: the interceptor's metadata did not travel", trailer)
+	}
+	for range e.streams.Chunks(context.Background(), &Msg{N: 1, Blob: []byte("x")}) {
+	}
+	if m, _ := seen.Load().(string); m != "/test.Streams/Chunks" {
+		t.Fatalf("the interceptor last saw %q, want the generated method's stream", m)
+	}
+	e.clean(t)
+}
