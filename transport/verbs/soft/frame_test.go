@@ -31,11 +31,12 @@ type testFrame struct {
 	payload []byte
 }
 
-// frameStream encodes frames with payloads of around smallMax bytes as the sender does,
-// with one flush at the end: the small frames between two large ones go as a BATCH.
+// frameStream encodes frames with payloads of around smallMax and batchFrameMax bytes as
+// the sender does, with one flush at the end: the small and medium frames on either side of
+// the large one go as BATCHes.
 func frameStream() ([]testFrame, []byte) {
 	var frames []testFrame
-	for i, n := range []int{0, 1, 64, smallMax - 1, smallMax, smallMax + 1, 4096, 0, 3} {
+	for i, n := range []int{0, 1, 64, smallMax - 1, smallMax, smallMax + 1, batchFrameMax, batchFrameMax + 1, 0, 3} {
 		p := bytes.Repeat([]byte{byte(i + 1)}, n)
 		frames = append(frames, testFrame{header{op: opSend, psn: uint32(i), len: uint32(n)}, p})
 		frames = append(frames, testFrame{header{op: opAck, psn: uint32(i)}, nil})
@@ -67,10 +68,11 @@ func (w *writeRecorder) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestLinkWrites: small frames wait for flush and leave in one write, as they are when
-// alone and as a BATCH when more (a full batch leaves at once), without allocating; their
-// payloads count as copied. A large frame first flushes what waits, then is written from
-// its segments (one writev on a socket: header, padding, payload) without a copy.
+// TestLinkWrites: small and medium frames wait for flush and leave in one write, as they
+// are when alone (a medium one with its padding) and as a BATCH when more (a full batch
+// leaves at once), without allocating; their payloads count as copied. A large frame
+// first flushes what waits, then is written from its segments (one writev on a socket:
+// header, padding, payload) without a copy.
 func TestLinkWrites(t *testing.T) {
 	const batchFull = batchMax/(headerLen+smallMax) + 1 // small frames that overflow a batch
 	for _, tc := range []struct {
@@ -81,9 +83,12 @@ func TestLinkWrites(t *testing.T) {
 		{"one small frame", []int{64}, []int{headerLen + 64}},
 		{"an empty frame", []int{0}, []int{headerLen}},
 		{"small frames together", []int{0, 64, smallMax}, []int{headerLen + 3*headerLen + 64 + smallMax}},
-		{"large frame", []int{smallMax + 1}, []int{headerLen, smallMax, smallMax / 2, smallMax/2 + 1}},
-		{"small, then large", []int{1, 2, 4096}, []int{3*headerLen + 3, headerLen, smallMax, 2048, 2048}},
-		{"large, then small", []int{4096, 1}, []int{headerLen, smallMax, 2048, 2048, headerLen + 1}},
+		{"a medium frame alone", []int{smallMax + 1}, []int{headerLen, smallMax, smallMax + 1}},
+		{"medium frames together", []int{1000, batchFrameMax}, []int{3*headerLen + 1000 + batchFrameMax}},
+		{"small, then medium", []int{1, 2, 4096}, []int{4*headerLen + 4099}},
+		{"large frame", []int{batchFrameMax + 2}, []int{headerLen, smallMax, batchFrameMax/2 + 1, batchFrameMax/2 + 1}},
+		{"small, then large", []int{1, 2, 8192}, []int{3*headerLen + 3, headerLen, smallMax, 4096, 4096}},
+		{"large, then small", []int{8192, 1}, []int{headerLen, smallMax, 4096, 4096, headerLen + 1}},
 		{"a full batch", repeat(smallMax, batchFull), []int{headerLen + (batchFull-1)*(headerLen+smallMax), headerLen + smallMax}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,7 +102,7 @@ func TestLinkWrites(t *testing.T) {
 				if err := l.send(&f.h, [][]byte{f.payload[:n/2], f.payload[n/2:]}); err != nil {
 					t.Fatal(err)
 				}
-				if n <= smallMax {
+				if n <= batchFrameMax {
 					small += uint64(n)
 				} else {
 					large += uint64(n)
@@ -153,10 +158,12 @@ func readFrames(t *testing.T, stream []byte, chunk int, want []testFrame) {
 			t.Fatalf("chunks of %d, frame %d: header %+v, want %+v", chunk, i, h, want.h)
 		}
 		got := small
-		if h.len > smallMax {
-			if small != nil {
-				t.Fatalf("chunks of %d, frame %d: a large frame returned %d bytes with its header", chunk, i, len(small))
-			}
+		switch {
+		case small != nil && h.len > batchFrameMax:
+			t.Fatalf("chunks of %d, frame %d: a large frame returned %d bytes with its header", chunk, i, len(small))
+		case small == nil && h.len <= smallMax:
+			t.Fatalf("chunks of %d, frame %d: a small frame came without its payload", chunk, i)
+		case small == nil:
 			got = make([]byte, h.len)
 			if _, err := io.ReadFull(r, got); err != nil {
 				t.Fatalf("chunks of %d, frame %d: payload: %v", chunk, i, err)
@@ -195,7 +202,7 @@ func TestFrameReaderRejects(t *testing.T) {
 		{"bad opcode", append([]byte{0}, stream[1:]...), errFrame},
 		{"cut in a BATCH", batch(enc(opAck, 0), enc(opAck, 0))[:headerLen+50], io.ErrUnexpectedEOF},
 		{"BATCH inside a BATCH", batch(batch(enc(opAck, 0), enc(opAck, 0))), errFrame},
-		{"BATCH carrying a large frame", batch(enc(opSend, smallMax+1), enc(opAck, 0)), errFrame},
+		{"BATCH carrying a large frame", batch(enc(opSend, batchFrameMax+1), enc(opAck, 0)), errFrame},
 		{"frame overrunning its BATCH", batch(enc(opAck, 0), enc(opSend, 5)[:headerLen]), errFrame},
 		{"BATCH of one header", batch(enc(opAck, 0)), errFrame},
 		{"BATCH over batchMax", appendHeader(nil, &header{op: opBatch, len: batchMax + 1}), errFrame},
@@ -235,6 +242,7 @@ func FuzzFrameReader(f *testing.F) {
 	f.Add(stream, uint8(7))
 	f.Add(stream[:100], uint8(0))
 	f.Add(batch(enc(opAck, 0), enc(opSend, 3), enc(opSend, smallMax+1)), uint8(40))
+	f.Add(batch(enc(opSend, batchFrameMax+1)), uint8(9))
 	f.Fuzz(func(t *testing.T, b []byte, chunk uint8) {
 		r := &chunkReader{b: b, n: int(chunk)%(headerLen+smallMax+3) + 1}
 		fr := frameReader{r: r}
@@ -248,13 +256,13 @@ func FuzzFrameReader(f *testing.F) {
 			if h.op == opBatch {
 				t.Fatal("a BATCH came out of the reader")
 			}
-			if h.len <= smallMax {
-				if len(small) != int(h.len) {
-					t.Fatalf("small frame of %d bytes returned %d", h.len, len(small))
+			if small != nil { // a small frame, or a small or medium one of a BATCH
+				if len(small) != int(h.len) || h.len > batchFrameMax {
+					t.Fatalf("frame of %d bytes returned %d with its header", h.len, len(small))
 				}
 				continue
 			}
-			if small != nil || r.off != start+headerLen+smallMax {
+			if h.len <= smallMax || r.off != start+headerLen+smallMax {
 				t.Fatalf("large frame at %d: read up to %d with its header, want %d", start, r.off, start+headerLen+smallMax)
 			}
 			if int64(h.len) > int64(len(b)-r.off) {

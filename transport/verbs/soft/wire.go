@@ -31,16 +31,19 @@ import (
 // The sender mirrors it: a small frame is copied behind its header and leaves in one write
 // (counted in Stats.CopyBytes too), a larger one in one writev from registered memory.
 //
-// Small frames that are ready together (a busy connection's requests, responses and ACKs)
-// leave together: a BATCH frame, whose payload is two or more whole small frames (at most
-// batchMax bytes, never a larger frame, never a BATCH), and no padding. Its reader takes the
+// Small and medium frames that are ready together (a busy connection's requests, responses
+// and ACKs) leave together: a BATCH frame, whose payload is two or more whole frames of at
+// most batchFrameMax payload bytes each (at most batchMax bytes in all, never a BATCH),
+// without their padding. A medium frame (more than smallMax, at most batchFrameMax) that
+// leaves alone is an ordinary padded frame. Its reader takes the
 // whole batch in at most two reads, and its frames are then parsed from memory: a write and
 // a read per batch rather than per message. A batch is what it carries: it has no PSN and
 // is never acknowledged itself.
 const (
-	headerLen = 36
-	smallMax  = 128
-	batchMax  = 16 << 10
+	headerLen     = 36
+	smallMax      = 128
+	batchMax      = 16 << 10
+	batchFrameMax = 4 << 10
 )
 
 // zeroPad is the padding of frames with more than smallMax payload bytes.
