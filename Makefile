@@ -272,9 +272,8 @@ bench:
 
 # bench-rxe: the side-by-side harness inside the rxe VM (scripts/rxe-vm/bench-rxe.sh and
 # guest-bench-rxe.sh): mwrpcbench, built here with -tags ibverbs (cgo, libibverbs), runs in
-# two-process mode for mwrpc-ibv and mwrpc-ibv-busy (server and client processes on rxe0,
-# connections set up over the guest's loopback TCP; the latter with spinning pollers),
-# mwrpc-tcp and rawtcp (the soft fabric and the floor, in
+# two-process mode for mwrpc-ibv (server and client processes on rxe0, connections set up
+# over the guest's loopback TCP), mwrpc-tcp and rawtcp (the soft fabric and the floor, in
 # the same VM) at 64 B, 4 KiB, 64 KiB and 1 MiB, concurrency 1 and 16, 3 rounds of 500 ms;
 # then perftest's ib_send_lat (64 B, 4 KiB) and ib_read_lat (64 B, 64 KiB, 1 MiB) on rxe0, 3
 # runs each. The files come out of the VM on its console; cmd/rxereport joins them into one

@@ -1,14 +1,14 @@
 #!/bin/sh
 # guest-bench-rxe.sh MWRPCBENCH: the guest half of `make bench-rxe`, run by run-in-vm.sh
 # inside the VM (rxe0 is up). It runs the harness MWRPCBENCH (built with -tags ibverbs) in
-# two-process mode for mwrpc-ibv and mwrpc-ibv-busy (server and client processes on rxe0),
-# mwrpc-tcp and rawtcp (both over the guest's loopback), then perftest's latency tools on rxe0 for the
+# two-process mode for mwrpc-ibv (server and client processes on rxe0), mwrpc-tcp and
+# rawtcp (both over the guest's loopback), then perftest's latency tools on rxe0 for the
 # floor, and writes everything to the console as one gzipped tar in base32 between the
 # lines "==> bench-rxe files begin" and "==> bench-rxe files end" (the VM's root file
 # system is read-only: nothing else comes out of it); bench-rxe.sh unpacks it.
 #
 # Environment (bench-rxe.sh passes these in):
-#   RXE_BENCH_SYSTEMS      -systems (mwrpc-ibv,mwrpc-ibv-busy,mwrpc-tcp,rawtcp)
+#   RXE_BENCH_SYSTEMS      -systems (mwrpc-ibv,mwrpc-tcp,rawtcp)
 #   RXE_BENCH_PAYLOADS     -payloads (64,4KiB,64KiB,1MiB)
 #   RXE_BENCH_CONCURRENCY  -concurrency (1,16)
 #   RXE_BENCH_ROUNDS       -rounds (3)
@@ -34,7 +34,7 @@ echo "==> bench-rxe: mwrpcbench in two-process mode  [$(date +%T)]"
 # markdown on stdout is in the files.
 {
   timeout "${RXE_BENCH_TIMEOUT:-900}" "$bin" -mode two-process -cells echo \
-    -systems "${RXE_BENCH_SYSTEMS:-mwrpc-ibv,mwrpc-ibv-busy,mwrpc-tcp,rawtcp}" \
+    -systems "${RXE_BENCH_SYSTEMS:-mwrpc-ibv,mwrpc-tcp,rawtcp}" \
     -payloads "${RXE_BENCH_PAYLOADS:-64,4KiB,64KiB,1MiB}" -concurrency "${RXE_BENCH_CONCURRENCY:-1,16}" \
     -rounds "${RXE_BENCH_ROUNDS:-3}" -duration "${RXE_BENCH_DURATION:-500ms}" -warmup "${RXE_BENCH_WARMUP:-200ms}" \
     -out "$out" 2>&1 >/dev/null

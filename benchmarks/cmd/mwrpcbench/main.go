@@ -24,16 +24,13 @@
 //	mwrpc-stream16M  the streaming cell only: mwrpc-tcp's streams with a 16 MiB stream
 //	              window on both sides (transport.Config.StreamWindow; the default is 4 MiB)
 //
-// Built with -tags ibverbs (cgo, libibverbs), the harness has two systems more, which run
-// only when -systems names them (they need an RDMA device):
+// Built with -tags ibverbs (cgo, libibverbs), the harness has one system more, which runs
+// only when -systems names it (it needs an RDMA device):
 //
 //	mwrpc-ibv     mwrpc over the cgo ibv provider, server and client on the RDMA device
 //	              MWRPC_IBV_DEVICE names (default: the first); connections are set up over
-//	              loopback TCP, calls go over the device
-//	mwrpc-ibv-busy  the same with both sides' pollers spinning (transport.PollBusy)
-//
-// make bench-rxe runs them on Soft-RoCE (rxe0) in a VM, beside mwrpc-tcp and rawtcp in the
-// same VM.
+//	              loopback TCP, calls go over the device. make bench-rxe runs it on
+//	              Soft-RoCE (rxe0) in a VM, beside mwrpc-tcp and rawtcp in the same VM.
 //
 // Each system echoes payloads of each size (-payloads) from each number of concurrent
 // callers (-concurrency) sharing one client (raw TCP: one connection per caller). Per

@@ -8,8 +8,6 @@ import (
 	"os"
 	"slices"
 
-	"github.com/mwrpc/mwrpc/rpc"
-	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs/ibv"
 )
 
@@ -18,35 +16,23 @@ import (
 // it from the harness.
 const IBVDeviceEnv = "MWRPC_IBV_DEVICE"
 
-// The ibverbs build adds, after mwrpc-tcp, mwrpc-ibv: mwrpc over the cgo ibv provider, the
-// server and the client each on a context of their own of one RDMA device, with rpc's
-// defaults. Connections are set up as rpc does on any device: the client dials the
-// server's TCP listener (loopback here) and the two exchange their queue pairs' addresses
-// over it; every call after that goes over the device. And mwrpc-ibv-busy: the same with
-// both sides' pollers spinning (transport.PollBusy), as perftest does, where the default
-// (PollAdaptive) parks on the completion channel at once on a machine of fewer than 4
-// cores. Neither is in "all": they need an RDMA device (make bench-rxe runs them on
-// Soft-RoCE in a VM).
+// The ibverbs build adds mwrpc-ibv, after mwrpc-tcp: mwrpc over the cgo ibv provider, the
+// server and the client each on a context of their own of one RDMA device. Connections are
+// set up as rpc does on any device: the client dials the server's TCP listener (loopback
+// here) and the two exchange their queue pairs' addresses over it; every call after that
+// goes over the device. It is not in "all": it needs an RDMA device (make bench-rxe runs it
+// on Soft-RoCE in a VM).
 func init() {
 	i := slices.IndexFunc(Systems, func(s System) bool { return s.Name == "mwrpc-tcp" }) + 1
 	Systems = slices.Insert(Systems, i, System{
 		Name:      ibvSystem,
-		Desc:      "mwrpc, the cgo ibv provider on an RDMA device (" + IBVDeviceEnv + ", default the first; connections set up over loopback TCP), generated stub, raw codec, rpc's defaults",
+		Desc:      "mwrpc, the cgo ibv provider on an RDMA device (" + IBVDeviceEnv + ", default the first; connections set up over loopback TCP), generated stub, raw codec",
 		Serve:     serveMwrpcIBV,
 		Dial:      dialMwrpcIBV,
 		NamedOnly: true,
 		Note:      ibvNote,
-	}, System{
-		Name:      ibvSystem + "-busy",
-		Desc:      ibvSystem + " with both sides' pollers spinning, never parking (transport.Config.PollMode PollBusy), as perftest polls",
-		Serve:     serveMwrpcIBVBusy,
-		Dial:      dialMwrpcIBVBusy,
-		NamedOnly: true,
 	})
 }
-
-// busyPoll is mwrpc-ibv-busy's transport configuration, on both sides.
-var busyPoll = transport.Config{PollMode: transport.PollBusy}
 
 // openIBV opens the device IBVDeviceEnv names.
 func openIBV() (*ibv.Device, error) {
@@ -90,22 +76,4 @@ func dialMwrpcIBV(addr string, size, _ int) (Instance, error) {
 		return nil, err
 	}
 	return dialMwrpc(d, addr, size)
-}
-
-// serveMwrpcIBVBusy is serveMwrpcIBV with busyPoll.
-func serveMwrpcIBVBusy(ln net.Listener) (Server, error) {
-	d, err := openIBV()
-	if err != nil {
-		return nil, err
-	}
-	return serveMwrpc(d, ln, rpc.WithTransport(busyPoll)), nil
-}
-
-// dialMwrpcIBVBusy is dialMwrpcIBV with busyPoll.
-func dialMwrpcIBVBusy(addr string, size, _ int) (Instance, error) {
-	d, err := openIBV()
-	if err != nil {
-		return nil, err
-	}
-	return dialMwrpc(d, addr, size, rpc.WithClientTransport(busyPoll))
 }
