@@ -274,7 +274,7 @@ bench:
 # guest-bench-rxe.sh): mwrpcbench, built here with -tags ibverbs (cgo, libibverbs), runs in
 # two-process mode for mwrpc-ibv (server and client processes on rxe0, connections set up
 # over the guest's loopback TCP), mwrpc-tcp and rawtcp (the soft fabric and the floor, in
-# the same VM) at 64 B, 4 KiB, 64 KiB and 1 MiB, concurrency 1 and 16, 3 rounds of 500 ms;
+# the same VM) at 64 B, 4 KiB, 64 KiB and 1 MiB, concurrency 1 and 16, 3 rounds of 1 s;
 # then perftest's ib_send_lat (64 B, 4 KiB) and ib_read_lat (64 B, 64 KiB, 1 MiB) on rxe0, 3
 # runs each. The files come out of the VM on its console; cmd/rxereport joins them into one
 # table with ratios to rawtcp and to the perftest floor. Writes benchmarks/results/rxe/

@@ -12,7 +12,7 @@
 #   RXE_BENCH_PAYLOADS     -payloads (64,4KiB,64KiB,1MiB)
 #   RXE_BENCH_CONCURRENCY  -concurrency (1,16)
 #   RXE_BENCH_ROUNDS       -rounds (3)
-#   RXE_BENCH_DURATION     -duration (500ms)
+#   RXE_BENCH_DURATION     -duration (1s)
 #   RXE_BENCH_WARMUP       -warmup (200ms)
 #   RXE_BENCH_TIMEOUT      seconds before the harness is killed (900)
 #   RXE_BENCH_PERFTEST     perftest runs, TOOL:BYTES:ITERATIONS separated by spaces
@@ -36,7 +36,7 @@ echo "==> bench-rxe: mwrpcbench in two-process mode  [$(date +%T)]"
   timeout "${RXE_BENCH_TIMEOUT:-900}" "$bin" -mode two-process -cells echo \
     -systems "${RXE_BENCH_SYSTEMS:-mwrpc-ibv,mwrpc-tcp,rawtcp}" \
     -payloads "${RXE_BENCH_PAYLOADS:-64,4KiB,64KiB,1MiB}" -concurrency "${RXE_BENCH_CONCURRENCY:-1,16}" \
-    -rounds "${RXE_BENCH_ROUNDS:-3}" -duration "${RXE_BENCH_DURATION:-500ms}" -warmup "${RXE_BENCH_WARMUP:-200ms}" \
+    -rounds "${RXE_BENCH_ROUNDS:-3}" -duration "${RXE_BENCH_DURATION:-1s}" -warmup "${RXE_BENCH_WARMUP:-200ms}" \
     -out "$out" 2>&1 >/dev/null
   echo $? >/tmp/bench-rxe.rc
 } | cat
@@ -49,6 +49,9 @@ brc=$(cat /tmp/bench-rxe.rc)
 # (microseconds; ib_send_lat's are half a round trip, ib_read_lat's a whole one).
 prc=0
 : >"$out/perftest.txt"
+# The harness's processes have just torn down their QPs and MRs: the kernel's deferred
+# cleanup would compete with the first run (one measured at once took 60x as long).
+sleep 5
 rounds=${RXE_BENCH_PT_ROUNDS:-3}
 r=1
 while [ "$r" -le "$rounds" ]; do

@@ -67,6 +67,9 @@ type Row struct {
 	P50Us        float64 `json:"p50_us"`
 	P99Us        float64 `json:"p99_us"`
 	OpsPerSec    float64 `json:"ops_per_sec"`
+	// Calls is how many calls the rounds measured together (p99 of few calls is their
+	// slowest).
+	Calls int64 `json:"calls"`
 	// P50VsRawTCP and OpsVsRawTCP are the ratios to rawtcp's p50 and ops/s in the cell;
 	// P50VsFloor the ratio to the perftest floor (concurrency 1). Zero: not measured.
 	P50VsRawTCP float64 `json:"p50_vs_rawtcp,omitempty"`
@@ -234,7 +237,7 @@ func summarize(rep *bench.Report, pts []Perftest) *Summary {
 	})
 	for _, r := range res {
 		row := Row{System: r.System, PayloadBytes: r.PayloadBytes, Concurrency: r.Concurrency,
-			P50Us: us(r.P50Ns), P99Us: us(r.P99Ns), OpsPerSec: r.OpsPerSec}
+			P50Us: us(r.P50Ns), P99Us: us(r.P99Ns), OpsPerSec: r.OpsPerSec, Calls: r.Ops}
 		if rt, ok := raw[r.Cell()]; ok && rt.P50Ns > 0 && rt.OpsPerSec > 0 {
 			row.P50VsRawTCP = round2(float64(r.P50Ns) / float64(rt.P50Ns))
 			row.OpsVsRawTCP = round2(r.OpsPerSec / rt.OpsPerSec)
@@ -258,16 +261,16 @@ func writeMarkdown(w *strings.Builder, s *Summary) {
 	if s.Source != "" {
 		fmt.Fprintf(w, "; mwrpc at %s", s.Source)
 	}
-	fmt.Fprintf(w, ". Each system's server in a process of its own; p50, p99 and ops/s are medians across rounds.\n")
+	fmt.Fprintf(w, ". Each system's server in a process of its own; p50, p99 and ops/s are medians across rounds, calls their total.\n")
 	for _, n := range s.Notes {
 		fmt.Fprintf(w, "- %s\n", n)
 	}
 	fmt.Fprintf(w, "- rxe is a software RDMA NIC in the kernel (verbs over UDP, here over a dummy netdev), and the VM is emulated (TCG): these are not a hardware NIC's figures. Compare ratios taken in the one run, not absolute times.\n")
-	fmt.Fprintf(w, "\n| payload | conc | system | p50 µs | p99 µs | ops/s | p50 ÷ rawtcp | ops/s ÷ rawtcp | p50 ÷ perftest floor |\n")
-	fmt.Fprintf(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "\n| payload | conc | system | p50 µs | p99 µs | ops/s | calls | p50 ÷ rawtcp | ops/s ÷ rawtcp | p50 ÷ perftest floor |\n")
+	fmt.Fprintf(w, "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range s.Rows {
-		fmt.Fprintf(w, "| %s | %d | %s | %.1f | %.1f | %.0f | %s | %s | %s |\n", bench.SizeName(r.PayloadBytes), r.Concurrency, r.System,
-			r.P50Us, r.P99Us, r.OpsPerSec, ratio(r.P50VsRawTCP), ratio(r.OpsVsRawTCP), ratio(r.P50VsFloor))
+		fmt.Fprintf(w, "| %s | %d | %s | %.1f | %.1f | %.0f | %d | %s | %s | %s |\n", bench.SizeName(r.PayloadBytes), r.Concurrency, r.System,
+			r.P50Us, r.P99Us, r.OpsPerSec, r.Calls, ratio(r.P50VsRawTCP), ratio(r.OpsVsRawTCP), ratio(r.P50VsFloor))
 	}
 	fmt.Fprintf(w, "\nperftest on rxe0 in the same VM (medians across runs; ib_send_lat reports half a round trip, ib_read_lat a whole one):\n\n")
 	fmt.Fprintf(w, "| tool | bytes | runs | t_typical µs | 99%% µs |\n|---|---:|---:|---:|---:|\n")

@@ -44,7 +44,7 @@ func TestRun(t *testing.T) {
 		Setup: bench.Setup{Command: "mwrpcbench", Payloads: []int{64}, Systems: []bench.SystemInfo{{Name: "mwrpc-ibv"}, {Name: "rawtcp"}}},
 		Results: []bench.Result{
 			{System: "rawtcp", PayloadBytes: 64, Concurrency: 1, P50Ns: 20000, P99Ns: 40000, OpsPerSec: 1000},
-			{System: "mwrpc-ibv", PayloadBytes: 64, Concurrency: 1, P50Ns: 52000, P99Ns: 90000, OpsPerSec: 500},
+			{System: "mwrpc-ibv", PayloadBytes: 64, Concurrency: 1, P50Ns: 52000, P99Ns: 90000, OpsPerSec: 500, Ops: 750},
 		},
 	}
 	if err := rep.WriteJSON(filepath.Join(dir, "latest.json")); err != nil {
@@ -57,7 +57,7 @@ func TestRun(t *testing.T) {
 	if err := run(dir, &out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "| 64 B | 1 | mwrpc-ibv | 52.0 | 90.0 | 500 | 2.60x | 0.50x | 2.00x |") {
+	if !strings.Contains(out.String(), "| 64 B | 1 | mwrpc-ibv | 52.0 | 90.0 | 500 | 750 | 2.60x | 0.50x | 2.00x |") {
 		t.Errorf("markdown:\n%s", out.String())
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "rxe.json"))
