@@ -35,7 +35,7 @@ if sed -n '/^==> bench-rxe files begin$/,/^==> bench-rxe files end$/{/^==> /d;p}
   | base32 -d | tar -xzf - -C "$stage/files"; then
   if [ -s "$stage/files/latest.json" ] && [ -s "$stage/files/perftest.txt" ]; then
     mkdir -p "$outdir"
-    rm -f "$outdir"/latest.json "$outdir"/latest.md "$outdir"/*.png "$outdir"/perftest.txt
+    rm -f "$outdir"/latest.json "$outdir"/latest.md "$outdir"/*.png "$outdir"/perftest.txt "$outdir"/rxe0.txt
     cp "$stage/files"/* "$outdir"/
     echo "bench-rxe: wrote $(cd "$stage/files" && ls | tr '\n' ' ')into $outdir"
   else

@@ -28,8 +28,14 @@ mkdir -p "$out"
 dmesg -n 1 2>/dev/null || true
 export MWRPC_IBV_DEVICE=${MWRPC_IBV_DEVICE:-rxe0}
 
+# rxe0's packet counters show that mwrpc-ibv's calls went over the device (mwrpc-tcp and
+# rawtcp use loopback TCP; so do mwrpc-ibv's connection setups).
+counters=/sys/class/infiniband/rxe0/ports/1/hw_counters
+pkts() { echo "$(cat "$counters/sent_pkts" 2>/dev/null || echo '?') $(cat "$counters/rcvd_pkts" 2>/dev/null || echo '?')"; }
+
 echo # the first line can be lost in the console's boot noise
 echo "==> bench-rxe: mwrpcbench in two-process mode  [$(date +%T)]"
+before=$(pkts)
 # Its progress goes through a pipe (the console is a terminal: it would draw a bar); its
 # markdown on stdout is in the files.
 {
@@ -41,6 +47,8 @@ echo "==> bench-rxe: mwrpcbench in two-process mode  [$(date +%T)]"
   echo $? >/tmp/bench-rxe.rc
 } | cat
 brc=$(cat /tmp/bench-rxe.rc)
+after=$(pkts)
+echo "rxe0 packets sent, received during the harness: $before before, $after after" | tee "$out/rxe0.txt"
 [ "$brc" -eq 0 ] || echo "bench-rxe: mwrpcbench failed (exit $brc)"
 
 # perftest: each TOOL:BYTES:ITERATIONS RXE_BENCH_PT_ROUNDS times, server and client on rxe0
