@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -109,11 +110,14 @@ func run(dir string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("read perftest's results: %w", err)
 	}
-	pts, err := parsePerftest(f)
+	pts, dropped, err := parsePerftest(f)
 	if err = errors.Join(err, f.Close()); err != nil {
 		return fmt.Errorf("perftest.txt: %w", err)
 	}
 	s := summarize(&rep, pts)
+	if dropped > 0 {
+		s.Notes = append(s.Notes, fmt.Sprintf("%d perftest run(s) printed no finite latency (inf) and are left out of the medians.", dropped))
+	}
 	// rxe0.txt, where the guest left it: rxe0's packet counters around the harness.
 	if b, err := os.ReadFile(filepath.Join(dir, "rxe0.txt")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 		s.Notes = append(s.Notes, strings.TrimSpace(string(b))+" (mwrpc-ibv's calls; mwrpc-tcp, rawtcp and connection setup use loopback TCP).")
@@ -134,9 +138,9 @@ func run(dir string, stdout io.Writer) error {
 	return err
 }
 
-// parsePerftest reads perftest.txt and returns one Perftest per tool and size, in the
-// order they first appear.
-func parsePerftest(r io.Reader) ([]Perftest, error) {
+// parsePerftest reads perftest.txt and returns one Perftest per tool and size, by tool
+// and size, and how many runs it left out for want of a finite result.
+func parsePerftest(r io.Reader) (_ []Perftest, dropped int, _ error) {
 	type key struct {
 		tool  string
 		bytes int
@@ -150,19 +154,23 @@ func parsePerftest(r io.Reader) ([]Perftest, error) {
 			continue
 		}
 		if len(f) < 9 {
-			return nil, fmt.Errorf("line %d: %d fields, want 10", n, len(f))
+			return nil, 0, fmt.Errorf("line %d: %d fields, want 10", n, len(f))
 		}
 		size, err := strconv.Atoi(f[1])
 		if err != nil {
-			return nil, fmt.Errorf("line %d: bytes: %w", n, err)
+			return nil, 0, fmt.Errorf("line %d: bytes: %w", n, err)
 		}
 		t, err := strconv.ParseFloat(f[5], 64)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: t_typical: %w", n, err)
+			return nil, 0, fmt.Errorf("line %d: t_typical: %w", n, err)
 		}
 		p, err := strconv.ParseFloat(f[8], 64)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: 99%% percentile: %w", n, err)
+			return nil, 0, fmt.Errorf("line %d: 99%% percentile: %w", n, err)
+		}
+		if math.IsInf(t, 0) || math.IsNaN(t) || math.IsInf(p, 0) || math.IsNaN(p) {
+			dropped++ // perftest prints inf when its clock failed it: no result
+			continue
 		}
 		k := key{f[0], size}
 		if _, ok := typ[k]; !ok {
@@ -172,14 +180,20 @@ func parsePerftest(r io.Reader) ([]Perftest, error) {
 		p99[k] = append(p99[k], p)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	slices.SortFunc(order, func(a, b key) int {
+		if c := strings.Compare(a.tool, b.tool); c != 0 {
+			return c
+		}
+		return a.bytes - b.bytes
+	})
 	var out []Perftest
 	for _, k := range order {
 		out = append(out, Perftest{Tool: k.tool, Bytes: k.bytes, Runs: len(typ[k]),
 			TypicalUs: median(typ[k]), P99Us: median(p99[k]), RunsUs: typ[k]})
 	}
-	return out, nil
+	return out, dropped, nil
 }
 
 func median(v []float64) float64 {

@@ -14,14 +14,18 @@ const perftestTxt = `ib_send_lat 64 1000 12.12 175.21 12.00 13.79 9.44 39.54 175
 ib_send_lat 64 1000 12.12 175.21 14.00 13.79 9.44 41.00 175.21
 ib_send_lat 64 1000 12.12 175.21 13.00 13.79 9.44 40.00 175.21
 ib_read_lat 65536 1000 1395.55 2947.67 1000.00 1671.51 244.92 2846.36 2947.67
+ib_read_lat 65536 1000 inf inf inf inf -nan inf inf
 `
 
 func TestParsePerftestAndFloors(t *testing.T) {
-	pts, err := parsePerftest(strings.NewReader(perftestTxt))
+	pts, dropped, err := parsePerftest(strings.NewReader(perftestTxt))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pts) != 2 || pts[0].Tool != "ib_send_lat" || pts[0].Runs != 3 || pts[0].TypicalUs != 13 || pts[0].P99Us != 40 {
+	if dropped != 1 {
+		t.Errorf("dropped %d runs, want 1 (inf)", dropped)
+	}
+	if len(pts) != 2 || pts[0].Tool != "ib_read_lat" || pts[0].Runs != 1 || pts[1].Runs != 3 || pts[1].TypicalUs != 13 || pts[1].P99Us != 40 {
 		t.Fatalf("parsed %+v", pts)
 	}
 	if f, ok := floor(pts, 64); !ok || f.Us != 26 {
@@ -33,7 +37,7 @@ func TestParsePerftestAndFloors(t *testing.T) {
 	if _, ok := floor(pts, 4<<10); ok {
 		t.Error("4 KiB floor without ib_send_lat at 4 KiB")
 	}
-	if _, err := parsePerftest(strings.NewReader("ib_send_lat 64 x\n")); err == nil {
+	if _, _, err := parsePerftest(strings.NewReader("ib_send_lat 64 x\n")); err == nil {
 		t.Error("a short line parsed")
 	}
 }
