@@ -2,8 +2,8 @@
 // table: the harness's results (latest.json: mwrpc-ibv, mwrpc-tcp and rawtcp in two
 // processes inside the VM) beside perftest's latency on rxe0 (perftest.txt, one line per
 // run: "TOOL #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%", in
-// microseconds), and rxe0.txt (rxe0's packet counters around the harness) if there is
-// one. It writes rxe.md and rxe.json into the directory and prints the markdown.
+// microseconds), and rxe0.txt (rxe0's packet counters around the harness) and host.txt
+// (the load of the machine running the VM) where they are. It writes rxe.md and rxe.json into the directory and prints the markdown.
 //
 //	go run ./cmd/rxereport -dir results/rxe
 //
@@ -118,9 +118,13 @@ func run(dir string, stdout io.Writer) error {
 	if dropped > 0 {
 		s.Notes = append(s.Notes, fmt.Sprintf("%d perftest run(s) printed no finite latency (inf) and are left out of the medians.", dropped))
 	}
-	// rxe0.txt, where the guest left it: rxe0's packet counters around the harness.
+	// rxe0.txt, where the guest left it: rxe0's packet counters around the harness;
+	// host.txt: the load of the machine running the VM.
 	if b, err := os.ReadFile(filepath.Join(dir, "rxe0.txt")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 		s.Notes = append(s.Notes, strings.TrimSpace(string(b))+" (mwrpc-ibv's calls; mwrpc-tcp, rawtcp and connection setup use loopback TCP).")
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "host.txt")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		s.Notes = append(s.Notes, strings.TrimSpace(string(b)))
 	}
 	out, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
