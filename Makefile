@@ -10,9 +10,10 @@
 #                      over it, latency against perftest (root and Debian; the last step
 #                      of `make test`, which skips it elsewhere with a SKIPPED line, and
 #                      fails instead with CI=true)
-#   make bench-rxe     the harness inside the rxe VM: mwrpc over ibv (rxe0) against mwrpc-tcp and
-#                      raw TCP in the same VM, two processes each, and perftest's latency on
-#                      rxe0; writes benchmarks/results/rxe/ (not part of `make test`)
+#   make bench-rxe     the harness inside the rxe VM: mwrpc over ibv (rxe0) against
+#                      mwrpc-tcp and raw TCP in the same VM, two processes each, and
+#                      perftest's latency on rxe0; writes benchmarks/results/rxe/ (not part
+#                      of `make test`)
 #   make clean         remove the project-local tools in .bin/
 #
 # The recipes need only Go (and, for -race, a C compiler: cgo). Go is taken from PATH,
