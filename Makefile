@@ -10,6 +10,10 @@
 #                      over it, latency against perftest (root and Debian; the last step
 #                      of `make test`, which skips it elsewhere with a SKIPPED line, and
 #                      fails instead with CI=true)
+#   make bench-rxe     the harness inside the rxe VM: mwrpc over ibv (rxe0) against
+#                      mwrpc-tcp and raw TCP in the same VM, two processes each, and
+#                      perftest's latency on rxe0; writes benchmarks/results/rxe/ (not part
+#                      of `make test`)
 #   make clean         remove the project-local tools in .bin/
 #
 # The recipes need only Go (and, for -race, a C compiler: cgo). Go is taken from PATH,
@@ -266,6 +270,29 @@ bench-quick:
 bench:
 	@$(call header,bench: benchmarks/cmd/mwrpcbench (full matrix; two-process unless BENCHFLAGS says -mode inproc))
 	cd benchmarks && $(GO) run ./cmd/mwrpcbench $(BENCHFLAGS)
+
+# bench-rxe: the side-by-side harness inside the rxe VM (scripts/rxe-vm/bench-rxe.sh and
+# guest-bench-rxe.sh): mwrpcbench, built here with -tags ibverbs (cgo, libibverbs), runs in
+# two-process mode for mwrpc-ibv (server and client processes on rxe0, connections set up
+# over the guest's loopback TCP), mwrpc-tcp and rawtcp (the soft fabric and the floor, in
+# the same VM) at 64 B, 4 KiB, 64 KiB and 1 MiB, concurrency 1 and 16, 3 rounds of 1 s;
+# then perftest's ib_send_lat (64 B, 4 KiB) and ib_read_lat (64 B, 64 KiB, 1 MiB) on rxe0, 3
+# runs each. The files come out of the VM on its console; cmd/rxereport joins them into one
+# table with ratios to rawtcp and to the perftest floor. Writes benchmarks/results/rxe/
+# (latest.json, latest.md and charts: the harness's; perftest.txt; rxe.md and rxe.json: the
+# table), which docs/performance.md shows. About 5 minutes; RXE_VM_TIMEOUT (1500 s) bounds
+# the VM, RXE_BENCH_* (guest-bench-rxe.sh) change the matrix. Root and Debian, like
+# test-rxe; not part of `make test`.
+.PHONY: bench-rxe
+BENCH_RXE_BIN := /var/tmp/mwrpcbench-ibv
+
+bench-rxe:
+	@$(call header,bench-rxe: benchmarks/cmd/mwrpcbench -tags ibverbs in the rxe VM: mwrpc-ibv / mwrpc-tcp / rawtcp and perftest)
+	@$(call rxe-prereqs,bench-rxe); \
+	 (cd benchmarks && $(GO) vet -tags ibverbs ./internal/bench/ ./cmd/mwrpcbench/ && \
+	   $(GO) build -tags ibverbs -o $(BENCH_RXE_BIN) ./cmd/mwrpcbench); \
+	 RXE_VM_TIMEOUT=$${RXE_VM_TIMEOUT:-1500} scripts/rxe-vm/bench-rxe.sh $(BENCH_RXE_BIN) $(CURDIR)/benchmarks/results/rxe; \
+	 cd benchmarks && $(GO) run ./cmd/rxereport -dir results/rxe
 
 # timeline: one 64 B and one 64 KiB call at concurrency 1, client and server in two
 # processes over the soft TCP fabric, step by step (each socket syscall, hand-off, copy

@@ -24,7 +24,13 @@
 //	mwrpc-stream16M  the streaming cell only: mwrpc-tcp's streams with a 16 MiB stream
 //	              window on both sides (transport.Config.StreamWindow; the default is 4 MiB)
 //
-// mwrpc over the cgo ibv provider (build tag ibverbs) is not part of the harness yet.
+// Built with -tags ibverbs (cgo, libibverbs), the harness has one system more, which runs
+// only when -systems names it (it needs an RDMA device):
+//
+//	mwrpc-ibv     mwrpc over the cgo ibv provider, server and client on the RDMA device
+//	              MWRPC_IBV_DEVICE names (default: the first); connections are set up over
+//	              loopback TCP, calls go over the device. make bench-rxe runs it on
+//	              Soft-RoCE (rxe0) in a VM, beside mwrpc-tcp and rawtcp in the same VM.
 //
 // Each system echoes payloads of each size (-payloads) from each number of concurrent
 // callers (-concurrency) sharing one client (raw TCP: one connection per caller). Per
@@ -181,6 +187,10 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 	}
 	echoSystems, leftOut := cfg.RunSystems()
 	streamSystems := cfg.StreamRunSystems()
+	notes, err := bench.Notes(echoSystems)
+	if err != nil {
+		return usage(stderr, fmt.Errorf("-systems: %w", err))
+	}
 	switch {
 	case runEcho && len(echoSystems) == 0 && len(leftOut) > 0:
 		return usage(stderr, fmt.Errorf("-systems: %s run in %s mode only", strings.Join(leftOut, ", "), bench.ModeInProcess))
@@ -243,7 +253,7 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		Rounds:           cfg.Rounds,
 		MaxInflightBytes: cfg.MaxInflight,
 		SkippedCells:     []string{},
-		Notes:            []string{"mwrpc over the cgo ibv provider (build tag ibverbs) is not part of the harness yet."},
+		Notes:            notes,
 	}
 	if runEcho {
 		rep.Setup.Cells = append(rep.Setup.Cells, bench.CellEcho)

@@ -18,14 +18,16 @@ import (
 	"github.com/mwrpc/mwrpc/rpc"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/credentials"
+	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
-// mwrpcServer is an rpc.Server serving echo.Bench on its own device.
+// mwrpcServer is an rpc.Server serving echo.Bench on its own device (a soft one, or an
+// RDMA device in the ibverbs build: mwrpc_ibv.go).
 type mwrpcServer struct {
 	srv    *rpc.Server
 	served chan error
-	dev    *soft.Device
+	dev    verbs.Device
 }
 
 // mwrpcInstance is one rpc.Client calling echo.Bench through the generated stub; all
@@ -33,7 +35,7 @@ type mwrpcServer struct {
 type mwrpcInstance struct {
 	client *rpc.Client
 	stub   *echo.BenchClient
-	dev    *soft.Device
+	dev    verbs.Device
 	req    []byte
 }
 
@@ -137,7 +139,7 @@ func selfSigned() (tls.Certificate, error) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
-func serveMwrpc(dev *soft.Device, ln net.Listener, opts ...rpc.ServerOption) *mwrpcServer {
+func serveMwrpc(dev verbs.Device, ln net.Listener, opts ...rpc.ServerOption) *mwrpcServer {
 	s := &mwrpcServer{dev: dev, served: make(chan error, 1)}
 	s.srv = rpc.NewServer(append([]rpc.ServerOption{rpc.WithDevice(dev)}, opts...)...)
 	echo.RegisterBench(s.srv, echo.Server{})
@@ -145,7 +147,7 @@ func serveMwrpc(dev *soft.Device, ln net.Listener, opts ...rpc.ServerOption) *mw
 	return s
 }
 
-func (s *mwrpcServer) Copied() (uint64, bool) { return devCopied(s.dev), true }
+func (s *mwrpcServer) Copied() (uint64, bool) { return devCopied(s.dev) }
 
 func (s *mwrpcServer) Close() error {
 	s.srv.Stop()
@@ -161,7 +163,7 @@ func dialMwrpcTCP(addr string, size, _ int) (Instance, error) {
 	return dialMwrpc(dev, addr, size)
 }
 
-func dialMwrpc(dev *soft.Device, addr string, size int, opts ...rpc.DialOption) (Instance, error) {
+func dialMwrpc(dev verbs.Device, addr string, size int, opts ...rpc.DialOption) (Instance, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	client, err := rpc.Dial(ctx, addr, append([]rpc.DialOption{rpc.WithClientDevice(dev)}, opts...)...)
@@ -203,14 +205,19 @@ func (m *mwrpcInstance) Call(int) error {
 	return checkLen("mwrpc", len(out), len(m.req))
 }
 
-func (m *mwrpcInstance) Copied() (uint64, bool) { return devCopied(m.dev), true }
+func (m *mwrpcInstance) Copied() (uint64, bool) { return devCopied(m.dev) }
 
 func (m *mwrpcInstance) Close() error {
 	return errors.Join(m.client.Close(), m.dev.Close())
 }
 
-// devCopied is what the soft device counts as moved or copied.
-func devCopied(d *soft.Device) uint64 {
-	st := d.Stats()
-	return st.SocketTxBytes + st.SocketRxBytes + st.CopyBytes
+// devCopied is what a soft device counts as moved or copied; other devices (ibv) count
+// nothing, and report false.
+func devCopied(d verbs.Device) (uint64, bool) {
+	sd, ok := d.(*soft.Device)
+	if !ok {
+		return 0, false
+	}
+	st := sd.Stats()
+	return st.SocketTxBytes + st.SocketRxBytes + st.CopyBytes, true
 }

@@ -52,6 +52,12 @@ type System struct {
 	// Open, if not nil, sets up server and client together in this process; for systems
 	// without Serve and Dial.
 	Open func(size, concurrency int) (Instance, error)
+	// NamedOnly keeps the system out of "all": it runs only when -systems names it
+	// (mwrpc-ibv, which needs an RDMA device).
+	NamedOnly bool
+	// Note, if not nil, returns a line for the report's notes when the system runs (where
+	// it runs: mwrpc-ibv's device), or an error when it cannot run on this machine.
+	Note func() (string, error)
 
 	// The streaming cell (stream.go). Nil for a system that is not in it; a system with
 	// these alone (mwrpc-stream16M) is in the streaming cell only.
@@ -75,7 +81,12 @@ func (s System) Echo() bool { return s.TwoProcess() || s.Open != nil }
 // Streams reports whether the system is in the streaming cell.
 func (s System) Streams() bool { return s.ServeStream != nil && s.DialStream != nil }
 
-// Systems lists every system, in the order the reports show them.
+// ibvSystem is the name of mwrpc over the cgo ibv provider, a system only in the ibverbs
+// build (mwrpc_ibv.go).
+const ibvSystem = "mwrpc-ibv"
+
+// Systems lists every system, in the order the reports show them. The ibverbs build adds
+// mwrpc-ibv after mwrpc-tcp (mwrpc_ibv.go).
 var Systems = []System{
 	{Name: "mwrpc-tcp", Desc: "mwrpc, soft provider over the TCP fabric (loopback), generated stub, raw codec", Serve: serveMwrpcTCP, Dial: dialMwrpcTCP,
 		StreamDesc: mwrpcStreamDesc, ServeStream: serveMwrpcStream, DialStream: dialMwrpcStream},
@@ -155,7 +166,7 @@ func SystemNames() []string {
 // "all" or "" means every system.
 func LookupSystems(list string) ([]System, error) {
 	if list == "" || list == "all" {
-		return slices.Clone(Systems), nil
+		return slices.DeleteFunc(slices.Clone(Systems), func(s System) bool { return s.NamedOnly }), nil
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(list, ",") {
@@ -164,8 +175,8 @@ func LookupSystems(list string) ([]System, error) {
 			continue
 		}
 		if !slices.Contains(SystemNames(), n) {
-			if n == "mwrpc-ibv" {
-				return nil, fmt.Errorf("system mwrpc-ibv (the cgo ibv provider) is not part of the harness yet")
+			if n == ibvSystem {
+				return nil, fmt.Errorf("system %s (the cgo ibv provider) is in the harness only when built with -tags ibverbs (make bench-rxe)", ibvSystem)
 			}
 			return nil, fmt.Errorf("unknown system %q (have %s)", n, strings.Join(SystemNames(), ", "))
 		}
@@ -181,6 +192,27 @@ func LookupSystems(list string) ([]System, error) {
 		return nil, fmt.Errorf("no system named in %q", list)
 	}
 	return out, nil
+}
+
+// Notes returns the lines the report's notes get for running systems: what each says
+// (System.Note), and, in a build without the ibv provider, that mwrpc-ibv is not in it.
+// An error says that one of them cannot run here.
+func Notes(systems []System) ([]string, error) {
+	var notes []string
+	if !slices.ContainsFunc(Systems, func(s System) bool { return s.Name == ibvSystem }) {
+		notes = append(notes, "mwrpc over the cgo ibv provider (system "+ibvSystem+") is in the harness only when built with -tags ibverbs (make bench-rxe runs it on Soft-RoCE in a VM).")
+	}
+	for _, s := range systems {
+		if s.Note == nil {
+			continue
+		}
+		n, err := s.Note()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		notes = append(notes, n)
+	}
+	return notes, nil
 }
 
 // payload returns n bytes of a fixed pattern.
