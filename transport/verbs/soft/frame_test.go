@@ -87,8 +87,8 @@ func TestLinkWrites(t *testing.T) {
 		{"medium frames together", []int{1000, batchFrameMax}, []int{3*headerLen + 1000 + batchFrameMax}},
 		{"small, then medium", []int{1, 2, 4096}, []int{4*headerLen + 4099}},
 		{"large frame", []int{batchFrameMax + 2}, []int{headerLen, smallMax, batchFrameMax/2 + 1, batchFrameMax/2 + 1}},
-		{"small, then large", []int{1, 2, 8192}, []int{3*headerLen + 3, headerLen, smallMax, 4096, 4096}},
-		{"large, then small", []int{8192, 1}, []int{headerLen, smallMax, 4096, 4096, headerLen + 1}},
+		{"small, then large", []int{1, 2, 2 * batchFrameMax}, []int{3*headerLen + 3, headerLen, smallMax, batchFrameMax, batchFrameMax}},
+		{"large, then small", []int{2 * batchFrameMax, 1}, []int{headerLen, smallMax, batchFrameMax, batchFrameMax, headerLen + 1}},
 		{"a full batch", repeat(smallMax, batchFull), []int{headerLen + (batchFull-1)*(headerLen+smallMax), headerLen + smallMax}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -140,8 +140,8 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 				return err
 			}
 		}
-		if l.pend == nil {
-			l.pend = make([]byte, headerLen, headerLen+batchMax)
+		if l.pend == nil { // it grows to what the link batches, up to batchMax
+			l.pend = make([]byte, headerLen, headerLen+4<<10)
 		}
 		l.pend = appendHeader(l.pend, h)
 		for _, p := range payload {
@@ -266,7 +266,8 @@ func streamFault(err error) error {
 type frameReader struct {
 	r io.Reader
 	// rb holds a frame's header and small payload: headerLen+smallMax bytes until the first
-	// BATCH, headerLen+batchMax from then on (an idle link keeps 16 KiB less).
+	// BATCH, then as much as the largest BATCH so far (16 KiB at least, headerLen+batchMax
+	// at most): an idle link keeps that much less.
 	rb    []byte
 	have  int    // rb[:have] are the stream's next bytes, from the current frame's start
 	used  int    // bytes of rb the current frame takes
@@ -334,8 +335,8 @@ func (f *frameReader) nextInBatch(h *header) ([]byte, error) {
 // fill reads until rb holds n bytes of the current frame, reading no further than
 // max(n, headerLen+smallMax) bytes past its start.
 func (f *frameReader) fill(n int) error {
-	if n > len(f.rb) { // a BATCH: from now on the reader can hold the largest
-		rb := make([]byte, headerLen+batchMax)
+	if n > len(f.rb) { // a BATCH larger than any before: from now on the reader holds it
+		rb := make([]byte, max(n, headerLen+16<<10))
 		copy(rb, f.rb[:f.have])
 		f.rb = rb
 	}

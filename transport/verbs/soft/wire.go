@@ -42,8 +42,8 @@ import (
 const (
 	headerLen     = 36
 	smallMax      = 128
-	batchMax      = 16 << 10
-	batchFrameMax = 4 << 10
+	batchMax      = 64 << 10
+	batchFrameMax = 8 << 10
 )
 
 // zeroPad is the padding of frames with more than smallMax payload bytes.
