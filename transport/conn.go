@@ -404,7 +404,7 @@ func (c *Conn) releaseAll() {
 	}
 	c.torn = true
 	for i := range c.recv {
-		if s := &c.recv[i]; s.buf != nil && !s.held {
+		if s := &c.recv[i]; s.buf != nil && !s.held && !s.posting {
 			s.buf.Release()
 			s.buf = nil
 		}

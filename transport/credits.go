@@ -59,6 +59,7 @@ type sendSlot struct {
 	wrs     [2]verbs.SendWR
 	sge     [1]verbs.SGE
 	filling bool // c.mu: a sender is writing and posting it; teardown leaves it to the sender
+	done    bool // c.mu: its SEND completed while its sender was still filling: the sender frees it
 }
 
 // grantedCredits is how many of the peer's receive slots this side uses: what the peer
@@ -226,9 +227,20 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 	probe.Mark(probe.Posted)
 	c.mu.Lock()
 	s.filling = false
-	if c.torn { // torn down meanwhile: the slot is ours to release
+	flush := false
+	if s.done { // completed already (reaped by a goroutine the queue was lent to): free it now
+		s.done = false
+		flush = c.freeSendLocked(i)
+	}
+	if c.torn && s.buf != nil { // torn down meanwhile: the slot is ours to release
 		s.buf.Release()
 		s.buf = nil
+	}
+	if flush && !c.dirty { // what waited for a free slot is the poller's to send
+		c.dirty = true
+		c.mu.Unlock()
+		c.p.markDirty(c)
+		c.mu.Lock()
 	}
 	c.mu.Unlock()
 	if err != nil {
@@ -376,17 +388,30 @@ func (c *Conn) flushCtrl() {
 	}
 }
 
-// onSent frees a send slot once its SEND completed.
+// onSent frees a send slot once its SEND completed; if its sender is still finishing
+// with it (the completion can be reaped that soon), the sender frees it.
 func (c *Conn) onSent(i int) {
 	c.mu.Lock()
+	if s := c.sends[i]; s != nil && s.filling {
+		s.done = true
+		c.mu.Unlock()
+		return
+	}
+	flush := c.freeSendLocked(i)
+	c.mu.Unlock()
+	if flush {
+		c.flushCtrl()
+	}
+}
+
+// freeSendLocked returns send slot i to the free ones and wakes who waits for one; it
+// reports whether queued control messages may go now. c.mu is held.
+func (c *Conn) freeSendLocked(i int) bool {
 	c.freeSends = append(c.freeSends, i)
 	flush := len(c.ctrl) > 0 || c.stalled || c.owesCredits() // a free send slot may be what they waited for
 	c.stalled = false
 	if c.waiters > 0 {
 		c.wakeLocked()
 	}
-	c.mu.Unlock()
-	if flush {
-		c.flushCtrl()
-	}
+	return flush
 }

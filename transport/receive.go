@@ -19,10 +19,11 @@ import (
 // go back to the pool instead (a shared one once the poller has closed).
 
 type recvSlot struct {
-	buf  *pool.Buf
-	wr   [1]verbs.RecvWR
-	sge  [1]verbs.SGE
-	held bool // c.mu: a handler or a Response reads it
+	buf     *pool.Buf
+	wr      [1]verbs.RecvWR
+	sge     [1]verbs.SGE
+	held    bool // c.mu: a handler or a Response reads it
+	posting bool // c.mu: releaseSlot is reposting it: teardown leaves the buffer to it
 }
 
 // shared reports whether the connection takes its receives from its poller's SRQ.
@@ -59,19 +60,35 @@ func (c *Conn) releaseSlot(i int, counted bool) {
 		return
 	}
 	c.mu.Lock()
-	c.recv[i].held = false
+	s := &c.recv[i]
+	s.held = false
 	if c.torn {
-		c.recv[i].buf.Release()
-		c.recv[i].buf = nil
+		s.buf.Release()
+		s.buf = nil
 		c.mu.Unlock()
 		return
 	}
-	dead := c.err != nil
-	c.mu.Unlock()
-	if dead {
+	if c.err != nil {
+		c.mu.Unlock()
 		return // teardown releases it
 	}
-	if err := c.postRecv(i); err != nil {
+	// Posted outside c.mu; meanwhile the slot is marked, so that a teardown that runs
+	// between the check above and the post leaves its buffer to us.
+	s.posting = true
+	c.mu.Unlock()
+	err := c.postRecv(i)
+	c.mu.Lock()
+	s.posting = false
+	if c.torn { // torn down while we posted: the QP is gone, and the buffer ours
+		if !s.held { // (a message that came in it meanwhile: its holder releases it)
+			s.buf.Release()
+			s.buf = nil
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	if err != nil {
 		c.fail(err)
 		return
 	}
