@@ -388,16 +388,10 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		return
 	}
 	st := streamPool.Get().(*serverStream)
-	st.inner, st.method, st.body, st.md, st.nmd, st.w = ctx, m, r.body, r.md, r.nmd, w
-	if r.deadline != 0 {
-		dctx, cancel := context.WithDeadline(ctx, time.Unix(0, r.deadline))
+	if cancel := s.begin(st, ctx, &r, m, w); cancel != nil {
 		defer cancel()
-		st.inner = dctx
 	}
 	if s.tel != nil {
-		if v := s.tel.startServer(st.inner, m.full, r.md, r.nmd, &st.tel, &st.carrier); v != st.inner {
-			st.values = v
-		}
 		if st.tel.span != nil && st.tel.span.IsRecording() {
 			kv := transferAttrs(AttrRequestSize, AttrRequestTransfer, len(req), w.RequestWindowed())
 			st.tel.span.SetAttributes(kv[:]...)
@@ -439,6 +433,21 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 	st.inner, st.values, st.method, st.body, st.md, st.inMD, st.trailer, st.w = nil, nil, nil, nil, nil, nil, nil, nil
 	st.tel, st.carrier, st.errMsg = callSpan{}, mdExtractor{}, ""
 	streamPool.Put(st)
+}
+
+// begin readies st for the call r makes to m: its context (bounded by the caller's
+// deadline; the returned cancel, if not nil, ends that bound) and the telemetry's span.
+func (s *Server) begin(st *serverStream, ctx context.Context, r *request, m *method, w *transport.ResponseWriter) (cancel context.CancelFunc) {
+	st.inner, st.method, st.body, st.md, st.nmd, st.w = ctx, m, r.body, r.md, r.nmd, w
+	if r.deadline != 0 {
+		st.inner, cancel = context.WithDeadline(ctx, time.Unix(0, r.deadline))
+	}
+	if s.tel != nil {
+		if v := s.tel.startServer(st.inner, m.full, r.md, r.nmd, &st.tel, &st.carrier); v != st.inner {
+			st.values = v
+		}
+	}
+	return cancel
 }
 
 // endServerSpan finishes the call's span and duration metric with what was written.

@@ -552,17 +552,10 @@ func (ss *ServerStream) RecvBytes() ([]byte, error) {
 
 // handleStream serves a request that opened a stream.
 func (s *Server) handleStream(ctx context.Context, r *request, m *method, w *transport.ResponseWriter) {
-	st := streamPool.Get().(*serverStream)
-	st.inner, st.method, st.body, st.md, st.nmd, st.w = ctx, m, r.body, r.md, r.nmd, w
-	if r.deadline != 0 {
-		dctx, cancel := context.WithDeadline(ctx, time.Unix(0, r.deadline))
+	st := &serverStream{} // not pooled: the handler may keep the ServerStream or its context
+	st.dec = st.decode
+	if cancel := s.begin(st, ctx, r, m, w); cancel != nil {
 		defer cancel()
-		st.inner = dctx
-	}
-	if s.tel != nil {
-		if v := s.tel.startServer(st.inner, m.full, r.md, r.nmd, &st.tel, &st.carrier); v != st.inner {
-			st.values = v
-		}
 	}
 	ss := &ServerStream{st: st, ctx: st, ts: w.Stream(), tr: s.tr, cod: m.codec}
 	st.ss = ss
@@ -580,7 +573,6 @@ func (s *Server) handleStream(ctx context.Context, r *request, m *method, w *tra
 	if s.tel != nil {
 		s.endServerSpan(st, w)
 	}
-	// st is not pooled: the handler may have kept the ServerStream or its context.
 }
 
 // invokeStream runs a streaming method, through the interceptor if any; a panic becomes
