@@ -10,6 +10,7 @@ import (
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/credentials"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
+	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
 )
 
@@ -81,7 +82,10 @@ var (
 // Config tunes a Transport. The zero value is usable.
 type Config struct {
 	// SlotSize is the size of each receive slot: the largest SEND this side accepts
-	// (header included). Zero means DefaultSlotSize.
+	// (header included). Zero means DefaultSlotSize, or with shared receives on a device
+	// that reports a verbs.DeviceAttr.ReadCrossover (the soft TCP fabric: 64 KiB) that
+	// crossover plus envelopeRoom (66 KiB), so that payloads up to it travel inside the
+	// SEND, with no window and no READ.
 	SlotSize int
 	// Credits is the number of receive slots posted per connection: how many SENDs the
 	// peer may have outstanding. Zero means DefaultCredits.
@@ -93,10 +97,17 @@ type Config struct {
 	// each; when more of them send at once than there are slots, the NIC refuses the
 	// SEND that finds the queue empty and the sender's NIC retries it after its RNR timer:
 	// delayed, never lost. Size it for the messages in flight at once, across
-	// connections. Needs a device with SRQs (verbs.SRQCreator). Zero means off.
+	// connections. Needs a device with SRQs (verbs.SRQCreator). A shared slot a request
+	// or response would hold while more than half of them are held is copied out to a
+	// pool buffer and reposted at once, so that slow handlers or callers (a hostile peer's
+	// among them) cannot empty the queue. Zero means DefaultSharedReceives on a device
+	// that reports a ReadCrossover (the soft TCP fabric, where the slots grow to carry
+	// 64 KiB), else off; negative means off.
 	SharedReceives int
 	// EagerThreshold is the largest payload sent inside a SEND; larger ones go through a
-	// memory window. It is capped by the peer's slot size. Zero means DefaultEagerThreshold.
+	// memory window. It is capped by the peer's slot size. Zero means DefaultEagerThreshold,
+	// or the slot size minus the header when the slot size was grown to the device's
+	// ReadCrossover.
 	EagerThreshold int
 	// MaxMessage is the largest payload this side sends or accepts. Zero means
 	// DefaultMaxMessage.
@@ -222,6 +233,10 @@ const (
 	DefaultWindows        = 64
 	DefaultStreamWindow   = 4 << 20
 	DefaultInlineBudget   = 20 * time.Microsecond
+	// DefaultSharedReceives: on the soft TCP fabric, 256 slots of 66 KiB (16.5 MiB per
+	// poller) hold four connections' full credit windows of 64 KiB messages at once, and
+	// any number of connections' usual traffic.
+	DefaultSharedReceives = 256
 	DefaultLease          = 10 * time.Second
 	DefaultPeerTimeout    = 15 * time.Second
 	DefaultCreditTimeout  = 10 * time.Second
@@ -232,15 +247,37 @@ const (
 	DefaultConnRatePerHost = 100
 )
 
-func (c Config) withDefaults() (Config, error) {
+// envelopeRoom is what a slot grown to a device's ReadCrossover holds beyond it: the
+// transport's header and an rpc envelope (method, metadata) around a payload of exactly
+// the crossover.
+const envelopeRoom = 2 << 10
+
+// withDefaults fills in the zero fields for a transport on a device with attributes dev,
+// and checks the result.
+func (c Config) withDefaults(dev verbs.DeviceAttr) (Config, error) {
+	crossover := dev.ReadCrossover > DefaultEagerThreshold && dev.MaxSRQ > 0
+	switch {
+	case c.SharedReceives < 0:
+		c.SharedReceives = 0
+	case c.SharedReceives == 0 && crossover:
+		c.SharedReceives = min(DefaultSharedReceives, dev.MaxSRQWR)
+	}
+	grown := false
 	if c.SlotSize == 0 {
 		c.SlotSize = DefaultSlotSize
+		// Big slots only where they do not multiply with the connections.
+		if crossover && c.SharedReceives > 0 {
+			c.SlotSize, grown = dev.ReadCrossover+envelopeRoom, true
+		}
 	}
 	if c.Credits == 0 {
 		c.Credits = DefaultCredits
 	}
 	if c.EagerThreshold == 0 {
 		c.EagerThreshold = min(DefaultEagerThreshold, c.SlotSize-wire.HeaderLen)
+		if grown {
+			c.EagerThreshold = c.SlotSize - wire.HeaderLen
+		}
 	}
 	if c.MaxMessage == 0 {
 		c.MaxMessage = DefaultMaxMessage

@@ -134,6 +134,14 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	}
 	if !c.shared() {
 		c.recv = make([]recvSlot, cfg.Credits+recvCtrlSlots)
+	} else if n, ok := c.qp.(verbs.ErrorNotifier); ok {
+		// No receives of its own flush when the QP fails: the provider says so instead (a
+		// peer gone while nothing was in flight; poller.reap's check is the fallback).
+		n.NotifyError(func() {
+			if c.ready.Load() {
+				c.fail(errFlushed)
+			}
+		})
 	}
 	// Send slots and READ slots are made (and a send slot's registered buffer taken) on
 	// their first use: an idle connection holds none, a busy one as many as it has had in

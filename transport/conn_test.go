@@ -221,7 +221,7 @@ func TestSoftDeviceSkipsMemlock(t *testing.T) {
 	for _, tc := range []struct {
 		set, want pool.MemlockPolicy
 	}{{pool.MemlockAuto, pool.MemlockIgnore}, {pool.MemlockEnforce, pool.MemlockEnforce}} {
-		tr, err := New(dev, nil, Config{Pool: pool.Config{Memlock: tc.set}})
+		tr, err := New(dev, nil, Config{SharedReceives: -1, Pool: pool.Config{Memlock: tc.set}}) // (enforced, the shared slots' 16.5 MiB would not fit the limit of 8 MiB)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +339,8 @@ func TestCQCapacity(t *testing.T) {
 	for _, fb := range fabrics {
 		t.Run(fb.name, func(t *testing.T) {
 			_, _, sendWR, recvWR := queueSizes(&Config{Credits: DefaultCredits, Windows: DefaultWindows}, wire.Hello{Credits: DefaultCredits})
-			cfg := Config{CQDepth: 2*(sendWR+recvWR) + 10, MaxConnsPerHost: 10} // two connections per poller, on each side
+			// Two connections per poller, on each side; each with receives of its own.
+			cfg := Config{CQDepth: 2*(sendWR+recvWR) + 10, MaxConnsPerHost: 10, SharedReceives: -1}
 			e := newEnv(t, fb, echo, cfg)
 			addr := e.addr
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

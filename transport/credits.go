@@ -54,6 +54,12 @@ type revoke struct {
 	at   time.Time
 }
 
+// smallSendSlot is the size a send slot starts at (or the eager limit, if smaller): most
+// messages are small, and a connection has up to Credits + recvCtrlSlots + 4 slots, which
+// at a 64 KiB eager threshold would take 6 MiB each if made full size. A slot grows when a
+// message does not fit, and keeps its size.
+const smallSendSlot = 4 << 10
+
 type sendSlot struct {
 	buf     *pool.Buf
 	wrs     [2]verbs.SendWR
@@ -158,13 +164,16 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 	}
 	i := c.freeSends[len(c.freeSends)-1]
 	s := c.sends[i]
-	if s == nil || s.buf == nil {
+	if need := wire.HeaderLen + len(payload); s == nil || s.buf == nil || s.buf.Cap() < need {
 		if s == nil {
 			s = new(sendSlot)
 			c.sends[i] = s
 		}
+		if s.buf != nil { // too small for this message: a slot grows to what it carries
+			s.buf.Release()
+		}
 		var err error
-		if s.buf, err = c.t.pool.TryGet(wire.HeaderLen + c.eager); err != nil {
+		if s.buf, err = c.t.pool.TryGet(max(need, min(wire.HeaderLen+c.eager, smallSendSlot))); err != nil {
 			c.mu.Unlock()
 			err = fmt.Errorf("transport: no registered memory for a send slot: %w", err)
 			if mode != sendWait {

@@ -762,7 +762,7 @@ func TestHostilePeers(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		resp, err := c.Call(ctx, make([]byte, 64<<10)) // a windowed response, read and revoked
+		resp, err := c.Call(ctx, make([]byte, 128<<10)) // a windowed response (above the TCP fabric's eager threshold), read and revoked
 		if err != nil {
 			h.t.Fatal(err)
 		}
@@ -805,7 +805,7 @@ func TestHostilePeers(t *testing.T) {
 			if err != nil {
 				h.t.Fatal(err)
 			}
-			req := bytes.Repeat([]byte{'v'}, 64<<10)
+			req := bytes.Repeat([]byte{'v'}, 128<<10) // above the TCP fabric's eager threshold: through a window
 			h.begin()
 			resp, err := victim.Call(ctx, req)
 			if err != nil || !bytes.Equal(resp.Bytes(), req) {

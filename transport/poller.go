@@ -31,6 +31,7 @@ type poller struct {
 	srq          verbs.SRQ
 	shared       []recvSlot
 	sharedMu     sync.Mutex
+	sharedHeld   atomic.Int32 // shared slots held by their messages (sharedCrowded)
 	sharedClosed bool
 
 	mu      sync.Mutex

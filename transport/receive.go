@@ -136,6 +136,33 @@ func (p *poller) takeShared(i int) {
 	p.sharedMu.Lock()
 	p.shared[i].held = true
 	p.sharedMu.Unlock()
+	p.sharedHeld.Add(1)
+}
+
+// sharedCrowded reports whether more than half of the shared slots are held: a message
+// that would hold its slot longer than onRecv is then copied out (unshare).
+func (p *poller) sharedCrowded() bool {
+	return int(p.sharedHeld.Load()) > len(p.shared)/2
+}
+
+// unshare copies payload, a request's or response's in shared slot i, out to a pool
+// buffer and reposts the slot, when the slot would otherwise stay held for as long as a
+// handler runs or a caller keeps its Response: while shared slots are crowded (a few
+// peers' slow handlers must not empty the queue every connection receives from), and
+// always for a stream's opening request (its handler runs for the stream's life). It
+// returns nil, leaving the slot held, when there is no need or no buffer.
+func (c *Conn) unshare(h *wire.Header, payload []byte, i int) *pool.Buf {
+	if !c.shared() || !c.p.sharedCrowded() && h.Flags&wire.FlagStream == 0 {
+		return nil
+	}
+	buf, err := c.t.pool.TryGet(max(len(payload), 1))
+	if err != nil {
+		return nil // held, as without the copy: the pool's exhaustion is its own signal
+	}
+	buf.SetLen(copy(buf.Bytes(), payload))
+	c.t.counters.unshared.Add(1)
+	c.releaseSlot(i, true)
+	return buf
 }
 
 // dropShared gives back a shared slot whose message the failing connection drops (its own
@@ -151,7 +178,10 @@ func (c *Conn) dropShared(i int) {
 func (p *poller) releaseShared(i int) error {
 	p.sharedMu.Lock()
 	defer p.sharedMu.Unlock()
-	p.shared[i].held = false
+	if p.shared[i].held {
+		p.shared[i].held = false
+		p.sharedHeld.Add(-1)
+	}
 	if p.sharedClosed {
 		p.shared[i].buf.Release()
 		p.shared[i].buf = nil
@@ -235,9 +265,17 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 	}
 	switch h.Kind {
 	case wire.KindRequest:
+		if buf := c.unshare(h, payload, i); buf != nil {
+			c.dispatch(h, buf.Bytes(), -1, buf, time.Time{})
+			return
+		}
 		c.dispatch(h, payload, i, nil, time.Time{})
 		return // the slot is the handler's until it returns
 	case wire.KindResponse:
+		if buf := c.unshare(h, payload, i); buf != nil {
+			c.deliver(h, buf.Bytes(), -1, buf)
+			return
+		}
 		c.deliver(h, payload, i, nil)
 		return
 	case wire.KindCancel:

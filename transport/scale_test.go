@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -300,5 +301,108 @@ func TestInlineHandlers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSharedSlotsCrowded: requests held by slow handlers keep their shared slots only
+// while at most half of the queue is held; beyond that each is copied out and its slot
+// reposted, so that one peer's slow calls cannot empty the queue every connection
+// receives from. Without the copy the 17th slow call would meet an empty queue (RNR,
+// retried forever) and never reach its handler. Calls are sent one at a time, each once
+// the last reached its handler, so that the queue never runs empty on its own (RNR, which
+// rxe mishandles) and the count is exact.
+func TestSharedSlotsCrowded(t *testing.T) {
+	const slots, slow = 16, 24
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			block, done := make(chan struct{}), make(chan struct{})
+			defer close(done) // (before the env's cleanup, which waits for the handlers)
+			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+				if string(req) == "slow" {
+					select {
+					case <-block:
+					case <-done:
+					}
+				}
+				_ = w.Write(StatusOK, req)
+			})
+			e := newEnv(t, fb, h, Config{SharedReceives: slots, InlineBudget: -1})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			errc := make(chan error, slow)
+			for i := 0; i < slow; i++ {
+				go func() {
+					resp, err := e.conn.Call(ctx, []byte("slow"))
+					if err == nil {
+						resp.Release()
+					}
+					errc <- err
+				}()
+				for e.server.Stats().Handlers < i+1 {
+					if ctx.Err() != nil {
+						t.Fatalf("slow call %d never reached its handler (%d shared slots held)", i+1, e.server.pollers[0].sharedHeld.Load())
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+			if held := e.server.pollers[0].sharedHeld.Load(); held > slots/2+1 {
+				t.Errorf("%d shared slots held by %d blocked requests, want at most %d", held, slow, slots/2+1)
+			}
+			if n := e.server.Stats().Unshared; n < slow-slots/2 {
+				t.Errorf("%d requests copied out of their slots, want at least %d", n, slow-slots/2)
+			}
+			// Another connection is served meanwhile.
+			other, err := e.client.Dial(ctx, e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			resp, err := other.Call(ctx, []byte("beside them"))
+			if err != nil {
+				t.Fatalf("a call beside the slow ones: %v", err)
+			}
+			resp.Release()
+			for i := 0; i < slow; i++ { // one at a time: the responses never crowd the client's queue
+				block <- struct{}{}
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestSharedReceivesDeadPeer: on the soft TCP fabric (whose stream is the QP's wire, so
+// there is no bootstrap connection to watch) a connection on the shared queue has no
+// receives of its own to flush when its QP fails: the provider's error notice
+// (verbs.ErrorNotifier) must fail it at once, not the housekeeping tick's check (15 s
+// with this lease).
+func TestSharedReceivesDeadPeer(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	e := newEnv(t, fabrics[1], blockingHandler(block), Config{Lease: time.Minute})
+	if !e.conn.shared() {
+		t.Fatal("the soft TCP fabric's default is not shared receives")
+	}
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			_, err := e.conn.Call(context.Background(), []byte("small: nothing of it in flight"))
+			errs <- err
+		}()
+	}
+	for e.conn.InFlight() < 4 {
+		time.Sleep(time.Millisecond)
+	}
+	e.serverConn(t).Close()
+	for i := 0; i < 4; i++ {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("call: %v, want ErrUnavailable", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a call did not fail within 5 s of its peer's end")
+		}
 	}
 }

@@ -377,7 +377,7 @@ func TestStreamFullPool(t *testing.T) {
 		handled <- err
 		_ = w.Write(StatusResourceExhausted, []byte(err.Error()))
 	})
-	e := newEnv(t, fabrics[1], h, Config{StreamWindow: 32 << 20, MaxMessage: 1 << 20, Pool: pool.Config{MaxBytes: 12 << 20}})
+	e := newEnv(t, fabrics[1], h, Config{StreamWindow: 32 << 20, MaxMessage: 1 << 20, SharedReceives: -1, Pool: pool.Config{MaxBytes: 12 << 20}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st, err := e.conn.OpenStream(ctx, nil)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,7 +127,7 @@ func (f HandlerFunc) Serve(ctx context.Context, req []byte, w *ResponseWriter) {
 // which may be nil for a transport that only calls (requests are then answered with
 // StatusUnimplemented). The device stays the caller's: close the transport first.
 func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.withDefaults(dev.Attr())
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +141,11 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	if len(cfg.Pool.Classes) == 0 { // powers of two up to the largest message
 		for s := 256; s < 2*cfg.MaxMessage && s <= 1<<30; s <<= 1 {
 			cfg.Pool.Classes = append(cfg.Pool.Classes, s)
+		}
+		// And the slot size, the most common buffer of all: a 66 KiB slot would take a
+		// 128 KiB buffer of the next power of two.
+		if i, found := slices.BinarySearch(cfg.Pool.Classes, cfg.SlotSize); !found {
+			cfg.Pool.Classes = slices.Insert(cfg.Pool.Classes, i, cfg.SlotSize)
 		}
 	}
 	if cfg.Pool.MaxBytes == 0 {
@@ -621,6 +627,7 @@ type Stats struct {
 	Access       uint64 // of those, the ones whose peer named a key or range it may not use
 	IdleClosed   uint64 // connections closed after IdleTimeout without a request
 	ReadBytes    uint64 // payload bytes fetched with RDMA READ
+	Unshared     uint64 // messages copied out of their shared receive slot rather than hold it: a stream's opening request, or any while the slots are crowded (SharedReceives)
 	Conns        int    // connections set up and not yet closed
 	// WindowsExposed are the windows of live connections bound now (or being revoked):
 	// memory a peer may still READ. It returns to 0 when no call is in flight.
@@ -631,8 +638,8 @@ type Stats struct {
 }
 
 type counters struct {
-	calls, served, streams, inline, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed atomic.Uint64
-	events                                                                                                      [numEvents]atomic.Uint64
+	calls, served, streams, inline, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed, unshared atomic.Uint64
+	events                                                                                                                [numEvents]atomic.Uint64
 }
 
 // Stats returns a snapshot of the transport's counters. It costs about a nanosecond per
@@ -652,6 +659,6 @@ func (t *Transport) Stats() Stats {
 		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
 		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),
 		Refused: c.events[evRefused].Load(), SetupFailed: c.events[evSetup].Load(), Protocol: c.events[evProtocol].Load(),
-		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(),
+		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(), Unshared: c.unshared.Load(),
 		Handlers: t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }

@@ -163,11 +163,11 @@ func payload(n int, seed byte) []byte {
 }
 
 func TestEchoSizes(t *testing.T) {
-	thr := DefaultEagerThreshold
-	sizes := []int{0, 1, thr - 1, thr, thr + 1, 64 << 10, 1 << 20, 16 << 20, 64 << 20}
 	for _, fb := range fabrics {
 		t.Run(fb.name, func(t *testing.T) {
 			e := newEnv(t, fb, echo, Config{})
+			thr := e.conn.EagerLimit() // the fabric's: 16 KiB in process, 66 KiB on TCP
+			sizes := []int{0, 1, thr - 1, thr, thr + 1, 64 << 10, 1 << 20, 16 << 20, 64 << 20}
 			for _, n := range sizes {
 				t.Run(fmt.Sprint(n), func(t *testing.T) {
 					req := payload(n, byte(n))

@@ -35,6 +35,12 @@ type DeviceAttr struct {
 	MaxSRQ          int    // shared receive queues (0: the device has none)
 	MaxSRQWR        int    // receives one shared receive queue holds
 	MaxSRQSGE       int    // scatter/gather elements per shared receive
+	// ReadCrossover is the payload size up to which carrying bytes inside a SEND beats
+	// exposing them for the peer's RDMA READ, where the provider knows it: 0 when a READ
+	// costs what a NIC makes it cost (hardware, rxe) and the device's user picks. The
+	// soft TCP fabric reports 64 KiB: there a READ is a round trip through the peer's
+	// stream reader, two extra one-way trips, which a 64 KiB copy costs far less than.
+	ReadCrossover int
 }
 
 // PD is a protection domain: MRs, MWs and QPs of one PD may be used together; a key of one
@@ -165,6 +171,16 @@ type StreamQP interface {
 	// AttachStream makes conn the QP's wire. The QP owns conn from then on and closes it
 	// on Destroy.
 	AttachStream(conn net.Conn) error
+}
+
+// ErrorNotifier is implemented by queue pairs whose provider tells their user when they
+// move to ERR, as IBV_EVENT_QP_LAST_WQE_REACHED does for a QP on an SRQ: such a QP has no
+// receives of its own to flush, so when nothing else is in flight no completion tells
+// that the peer is gone.
+type ErrorNotifier interface {
+	// NotifyError makes f run once, on a goroutine of its own, after the QP moves to ERR
+	// (at once if it is there already). A second call replaces f.
+	NotifyError(f func())
 }
 
 // SRQAttr sizes a shared receive queue (ibv_srq_attr, less srq_limit: see SRQ.ArmLimit).

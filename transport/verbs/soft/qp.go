@@ -103,6 +103,8 @@ type QP struct {
 	// payload without q.mu; a move to ERR meanwhile flushes it before the queue's others.
 	rxTaken bool
 	rxWC    verbs.WorkCompletion
+	// onError runs once when the QP moves to ERR (verbs.ErrorNotifier).
+	onError func()
 
 	// Responder output, sent by the engine before any request: one coalesced ACK, then
 	// READ responses and NAKs in order.
@@ -760,6 +762,10 @@ func (q *QP) toError(inflight verbs.WCStatus) {
 		return
 	}
 	q.state = verbs.QPStateError
+	if f := q.onError; f != nil {
+		q.onError = nil
+		go f()
+	}
 	if q.rnrT != nil {
 		q.rnrT.Stop()
 	}
@@ -791,6 +797,19 @@ func (q *QP) toError(inflight verbs.WCStatus) {
 	}
 	q.kick() // the engine still sends a queued NAK
 }
+
+// NotifyError implements verbs.ErrorNotifier.
+func (q *QP) NotifyError(f func()) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state == verbs.QPStateError {
+		go f()
+		return
+	}
+	q.onError = f
+}
+
+var _ verbs.ErrorNotifier = (*QP)(nil)
 
 // Fault returns why the QP moved to ERR on its own: a peer's request its responder refused
 // (wrapping verbs.ErrRemoteAccess or verbs.ErrPeerProtocol), a malformed frame or a

@@ -266,3 +266,42 @@ func TestFlushReceiveBeingPlaced(t *testing.T) {
 		})
 	}
 }
+
+// TestNotifyError: a QP on an SRQ has no receives of its own to flush, so its move to ERR
+// is announced by NotifyError (verbs.ErrorNotifier): once, when the peer's end breaks the
+// link, and at once for a QP already in ERR.
+func TestNotifyError(t *testing.T) {
+	for name, open := range fabrics(t) {
+		t.Run(name, func(t *testing.T) {
+			srv := newSRQHost(t, open("srv"), 4096, 8)
+			cli := newHost(t, open("cli"), 4096)
+			connect(t, cli, srv)
+			fired := make(chan struct{}, 2)
+			srv.qp.(verbs.ErrorNotifier).NotifyError(func() { fired <- struct{}{} })
+			select {
+			case <-fired:
+				t.Fatal("notified while the QP is in RTS")
+			case <-time.After(10 * time.Millisecond):
+			}
+			must(t, cli.qp.Destroy()) // the peer goes: its link ends, the server's QP fails
+			cli.qp = nil
+			select {
+			case <-fired:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("not notified of the move to ERR (QP state %v)", srv.qp.State())
+			}
+			srv.qp.(verbs.ErrorNotifier).NotifyError(func() { fired <- struct{}{} })
+			select {
+			case <-fired:
+			case <-time.After(5 * time.Second):
+				t.Fatal("a QP in ERR already: not notified")
+			}
+			if len(fired) != 0 {
+				t.Error("notified twice")
+			}
+			srv.close(t)
+			cli.qp, _ = cli.pd.CreateQP(verbs.QPInitAttr{SendCQ: cli.cq, RecvCQ: cli.cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			cli.close(t)
+		})
+	}
+}
