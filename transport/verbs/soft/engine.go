@@ -75,7 +75,7 @@ func (q *QP) step(l link, inline bool) stepResult {
 	if q.state != verbs.QPStateRTS || q.halted || q.rnrWait || q.sqNext == q.sqTail {
 		if q.ackPending && q.ackDue { // nothing to carry it: the delayed ACK goes alone
 			q.txHdr = header{op: opAck, psn: q.ackPSN}
-			q.ackPending, q.ackDue = false, false
+			q.ackSent()
 			q.mu.Unlock()
 			q.transmit(l, &q.txHdr, nil)
 			return stepMore
@@ -197,32 +197,66 @@ func (q *QP) piggyback(h *header) {
 	if q.ackPending {
 		h.flags |= flagAck
 		h.ack = q.ackPSN
-		q.ackPending, q.ackDue = false, false
+		q.ackSent()
 	}
 }
 
-// ackDelay is how long a responder holds an ACK for a frame of its own to carry it (the
-// response to a request, typically), as TCP's delayed ACK and IB NICs' ACK coalescing do.
-const ackDelay = 50 * time.Microsecond
+// ackDelay bounds how long a responder holds an ACK for a frame of its own to carry it
+// (the response to a request, typically), as TCP's delayed ACK and IB NICs' ACK coalescing
+// do. A lone ACK costs a write and a wake-up of the peer's reader; it is rare in
+// request/response traffic, whose every frame carries one. The bound matters to a sender
+// of SENDs nobody answers, whose last few complete only with it (ackEvery frees the rest).
+const ackDelay = time.Millisecond
 
-// delayAck arms the delayed-ACK timer. q.mu is held.
-func (q *QP) delayAck() {
-	if q.ackTimerOn {
-		return
-	}
+// ackEvery is how many messages may be executed before the ACK goes at once, alone if no
+// frame of ours carries it first: a stream of SENDs without replies keeps completing in
+// steps of ackEvery, whatever ackDelay, as long as the sender's queue holds more.
+const ackEvery = 8
+
+// ackSent records that the pending ACK left (or is queued to). q.mu is held.
+func (q *QP) ackSent() {
+	q.ackPending, q.ackDue, q.ackCount = false, false, 0
+}
+
+// armAckDelay arms the delayed-ACK timer to fire after d. It stays armed while messages
+// keep coming (ackTimerFired), so that acknowledge, on the reader's path, finds it armed:
+// arming a timer there would wake an idle thread to watch it (a futex call, or a write
+// that breaks the poller's wait) on every message. q.mu is held.
+func (q *QP) armAckDelay(d time.Duration) {
 	q.ackTimerOn = true
 	if q.ackDelayT == nil {
-		q.ackDelayT = time.AfterFunc(ackDelay, q.ackTimerFired)
+		q.ackDelayT = time.AfterFunc(d, q.ackTimerFired)
 	} else {
-		q.ackDelayT.Reset(ackDelay)
+		q.ackDelayT.Reset(d)
 	}
 }
 
+// ackTimerFired sends the pending ACK if it has waited ackDelay; else the timer watches it
+// for the rest of its delay, or stays armed a period more if a message was acknowledged
+// since it last fired (traffic goes on), or lapses.
 func (q *QP) ackTimerFired() {
 	q.mu.Lock()
 	q.ackTimerOn = false
-	kick := q.ackPending
-	q.ackDue = kick
+	seen := q.ackSeen
+	q.ackSeen = false
+	if q.link == nil { // reset or destroyed: nothing to send, nothing to watch
+		q.mu.Unlock()
+		return
+	}
+	kick := false
+	if q.ackPending && !q.ackDue {
+		// lastRx is wall-clock time: a clock stepped back makes the age negative, and
+		// the ACK goes rather than wait for the clock to catch up.
+		age := time.Duration(time.Now().UnixNano() - q.ackSince)
+		if age >= ackDelay || age < 0 {
+			q.ackDue, kick = true, true
+		} else {
+			q.armAckDelay(ackDelay - age)
+		}
+	}
+	if !q.ackTimerOn && seen {
+		q.armAckDelay(ackDelay)
+	}
 	q.mu.Unlock()
 	if kick {
 		q.kick()

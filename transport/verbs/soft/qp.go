@@ -111,6 +111,9 @@ type QP struct {
 	ackPending bool
 	ackDue     bool // the delay is over: send the ACK even alone
 	ackPSN     uint32
+	ackSince   int64 // lastRx when the oldest message the pending ACK covers came
+	ackCount   int   // messages the pending ACK covers
+	ackSeen    bool  // a message was acknowledged since the delayed-ACK timer last fired
 	ackTimerOn bool
 	ackDelayT  *time.Timer
 	outq       []outFrame
@@ -401,7 +404,8 @@ func (q *QP) reset() {
 		q.clearSlot(q.slot(q.sqHead))
 	}
 	q.sqNext, q.rqHead = q.sqTail, q.rqTail
-	q.halted, q.rnrWait, q.rdOut, q.ackPending, q.ackDue = false, false, 0, false, false
+	q.halted, q.rnrWait, q.rdOut = false, false, 0
+	q.ackSent()
 	q.dropOutput()
 	q.initPSN = rand.Uint32() & psnMask
 	q.nextPSN = q.initPSN

@@ -459,18 +459,28 @@ func (q *QP) onRead(h *header) error {
 }
 
 // acknowledge records that the message psn was executed; the ACK leaves on the next frame
-// we send, or alone after ackDelay. q.mu is held.
+// we send, or alone after ackDelay (or at once after ackEvery messages). The caller wakes
+// the engine if it has work (engineHasWork). q.mu is held.
 func (q *QP) acknowledge(psn uint32) {
 	q.ePSN = (psn + 1) & psnMask
-	q.ackPending, q.ackPSN = true, psn
-	q.delayAck()
+	if !q.ackPending {
+		q.ackPending, q.ackSince = true, q.lastRx.Load()
+	}
+	q.ackPSN = psn
+	if q.ackCount++; q.ackCount >= ackEvery {
+		q.ackDue = true
+	}
+	q.ackSeen = true
+	if !q.ackTimerOn {
+		q.armAckDelay(ackDelay)
+	}
 }
 
 // respond queues a NAK or READ response behind earlier ones. q.mu is held.
 func (q *QP) respond(h header) {
 	if q.ackPending { // keep ACKs ahead of a NAK that follows them
 		q.outq = append(q.outq, outFrame{h: header{op: opAck, psn: q.ackPSN}})
-		q.ackPending, q.ackDue = false, false
+		q.ackSent()
 	}
 	q.outq = append(q.outq, outFrame{h: h})
 }

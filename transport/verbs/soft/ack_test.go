@@ -1,0 +1,60 @@
+package soft
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// TestLoneAck checks that an ACK no frame carries still leaves: SENDs to a peer that never
+// sends anything complete within a bound, whether the delayed-ACK timer is idle, armed
+// for traffic, or watching an earlier ACK when they arrive.
+func TestLoneAck(t *testing.T) {
+	const bound = 100 * time.Millisecond
+	pauses := []time.Duration{0, 0, ackDelay / 4, ackDelay / 2, 2 * ackDelay, 0, 10 * ackDelay, ackDelay}
+	for name, open := range fabrics(t) {
+		t.Run(name, func(t *testing.T) {
+			c, s := newHost(t, open("c"), 1<<16), newHost(t, open("s"), 1<<16)
+			defer c.close(t)
+			defer s.close(t)
+			connect(t, c, s)
+			for i := range pauses {
+				must(t, s.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{verbs.SGEFor(s.mr, 64*i, 64)}}}))
+			}
+			for i, p := range pauses {
+				time.Sleep(p)
+				start := time.Now()
+				must(t, c.qp.PostSend([]verbs.SendWR{{WRID: uint64(100 + i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+					SGL: []verbs.SGE{verbs.SGEFor(c.mr, 0, 16)}}}))
+				wc, ok := pollWithin(t, c.cq, bound)
+				if !ok {
+					t.Fatalf("SEND %d (after a pause of %v): no completion within %v: the peer never acknowledged it", i, p, bound)
+				}
+				if wc.Status != verbs.WCSuccess || wc.WRID != uint64(100+i) {
+					t.Fatalf("SEND %d: %+v", i, wc)
+				}
+				t.Logf("SEND %d after %v: completed in %v", i, p, time.Since(start).Round(time.Microsecond))
+				if wc := s.poll(t); wc.Status != verbs.WCSuccess || wc.WRID != uint64(i) {
+					t.Fatalf("receive %d: %+v", i, wc)
+				}
+			}
+		})
+	}
+}
+
+// pollWithin polls cq for one completion for at most d.
+func pollWithin(t testing.TB, cq verbs.CQ, d time.Duration) (verbs.WorkCompletion, bool) {
+	t.Helper()
+	var wcs [1]verbs.WorkCompletion
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(10 * time.Microsecond) {
+		n, err := cq.Poll(wcs[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			return wcs[0], true
+		}
+	}
+	return verbs.WorkCompletion{}, false
+}
