@@ -203,7 +203,7 @@ func (l *tcpLink) setDeadline(t time.Time) { _ = l.conn.SetWriteDeadline(t) }
 func (l *tcpLink) readLoop() {
 	defer l.q.wg.Done()
 	var h header
-	l.src.r = l.conn
+	l.src.r, l.src.fr = l.conn, &l.fr
 	l.fr.r = l.conn
 	l.guard = stallGuard{conn: l.conn, limit: &l.q.stallLimit}
 	l.src.guard, l.fr.guard = &l.guard, &l.guard
@@ -259,27 +259,35 @@ func streamFault(err error) error {
 	return nil
 }
 
-// frameReader splits a stream into frames (wire.go). It reads a frame's header and up to
-// smallMax more bytes at once, never more than headerLen+smallMax bytes past a frame's
-// start (but a BATCH's, whose length it knows): so a small frame costs one read, and no
-// byte of a larger payload is read here.
+// frameReader splits a stream into frames (wire.go). Each read takes as much as the stream
+// has and rb holds: a link's rb is headerLen+smallMax bytes until it carries a larger
+// frame, readAhead (or its largest BATCH) from then on, so that frames queued on the socket
+// (several callers' 4 KiB requests, say) come in one read rather than a header read and a
+// payload read each. A payload beyond what a read brought in with its header is read
+// straight into its destination (Read): a 1 MiB READ response is copied here for at most
+// readAhead bytes of it.
 type frameReader struct {
 	r io.Reader
-	// rb holds a frame's header and small payload: headerLen+smallMax bytes until the first
-	// BATCH, then as much as the largest BATCH so far (16 KiB at least, headerLen+batchMax
-	// at most): an idle link keeps that much less.
+	// rb[off:have] are the stream's next bytes, from the current frame's start; the
+	// frame's header and small payload or BATCH (and, after Read took some, as much of a
+	// larger payload) are rb[off:off+used].
 	rb    []byte
-	have  int    // rb[:have] are the stream's next bytes, from the current frame's start
-	used  int    // bytes of rb the current frame takes
+	off   int
+	have  int
+	used  int
 	batch []byte // the frames of the current BATCH not returned yet (in rb)
 	guard *stallGuard
 }
 
+// readAhead is rb's size once a link has carried a frame larger than smallMax: what one
+// read may take of the frames queued behind it. (An idle link that never did keeps the
+// small one.)
+const readAhead = 16 << 10
+
 // next reads the next frame's header into h. A payload the reader holds, a small frame's
 // (h.len <= smallMax) or one a BATCH carried, is returned, valid until the next call; for
-// any other (small is nil) h.len bytes come next on r, and the caller must take them from
-// r before calling next again. The frames of a BATCH
-// are returned one by one; the BATCH itself never is.
+// any other (small is nil) the caller must take h.len bytes with Read before calling next
+// again. The frames of a BATCH are returned one by one; the BATCH itself never is.
 func (f *frameReader) next(h *header) (small []byte, err error) {
 	if len(f.batch) > 0 {
 		return f.nextInBatch(h)
@@ -287,12 +295,15 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 	if f.rb == nil {
 		f.rb = make([]byte, headerLen+smallMax)
 	}
-	f.have = copy(f.rb, f.rb[f.used:f.have]) // the previous frame's leftover: this one's start
+	f.off += f.used // past the previous frame (and what Read took of its payload)
 	f.used = 0
+	if f.off == f.have { // nothing read ahead: start again at the front
+		f.off, f.have = 0, 0
+	}
 	if err := f.fill(headerLen); err != nil {
 		return nil, err
 	}
-	if _, err := parseHeader(f.rb[:headerLen], h); err != nil {
+	if _, err := parseHeader(f.rb[f.off:f.off+headerLen], h); err != nil {
 		return nil, err
 	}
 	if h.op == opBatch {
@@ -300,8 +311,11 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 		if err := f.fill(f.used); err != nil {
 			return nil, err
 		}
-		f.batch = f.rb[headerLen:f.used]
+		f.batch = f.rb[f.off+headerLen : f.off+f.used]
 		return f.nextInBatch(h)
+	}
+	if h.len > smallMax && len(f.rb) < readAhead {
+		f.resize(readAhead)
 	}
 	if h.len <= smallMax {
 		f.used = headerLen + int(h.len)
@@ -314,7 +328,24 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 	if h.len > smallMax {
 		return nil, nil
 	}
-	return f.rb[headerLen:f.used], nil
+	return f.rb[f.off+headerLen : f.off+f.used], nil
+}
+
+// Read takes the current frame's payload: first what the last reads brought in behind its
+// header, then straight from the stream.
+func (f *frameReader) Read(p []byte) (int, error) {
+	if n := f.buffered(p); n > 0 {
+		return n, nil
+	}
+	return f.r.Read(p)
+}
+
+// buffered copies into p what rb holds of the current frame's payload, and returns how
+// many bytes that was.
+func (f *frameReader) buffered(p []byte) int {
+	n := copy(p, f.rb[f.off+f.used:f.have])
+	f.used += n
+	return n
 }
 
 // nextInBatch parses the current BATCH's next frame, which must be a whole small one.
@@ -332,24 +363,34 @@ func (f *frameReader) nextInBatch(h *header) ([]byte, error) {
 	return rest[:h.len], nil
 }
 
-// fill reads until rb holds n bytes of the current frame, reading no further than
-// max(n, headerLen+smallMax) bytes past its start.
-func (f *frameReader) fill(n int) error {
-	if n > len(f.rb) { // a BATCH larger than any before: from now on the reader holds it
-		rb := make([]byte, max(n, headerLen+16<<10))
-		copy(rb, f.rb[:f.have])
-		f.rb = rb
+// resize moves the current frame's bytes to the front of an rb of n bytes (at least what
+// it holds).
+func (f *frameReader) resize(n int) {
+	rb := f.rb
+	if n != len(rb) {
+		rb = make([]byte, n)
 	}
-	for f.have < n {
-		if f.have > 0 && !f.guard.isArmed() { // the frame has begun: it must keep coming
+	f.have = copy(rb, f.rb[f.off:f.have])
+	f.rb, f.off = rb, 0
+}
+
+// fill reads until rb holds n bytes of the current frame, and whatever more of the stream
+// the same reads bring.
+func (f *frameReader) fill(n int) error {
+	if f.off+n > len(f.rb) { // no room behind the frame's start: to the front, or a larger rb
+		// (a BATCH larger than any before: from now on the reader holds it)
+		f.resize(max(n, len(f.rb)))
+	}
+	for f.have-f.off < n {
+		if f.have > f.off && !f.guard.isArmed() { // the frame has begun: it must keep coming
 			f.guard.arm()
 		}
 		probe.Mark(probe.Read)
-		m, err := f.r.Read(f.rb[f.have:max(n, headerLen+smallMax)])
+		m, err := f.r.Read(f.rb[f.have:])
 		probe.MarkN(probe.ReadDone, uint32(m))
 		f.have += m
-		if err != nil && f.have < n {
-			if err == io.EOF && f.have > 0 {
+		if err != nil && f.have-f.off < n {
+			if err == io.EOF && f.have > f.off {
 				err = io.ErrUnexpectedEOF
 			}
 			return err
@@ -379,8 +420,9 @@ func (s *bufSource) fill(q *QP, dst []byte) error {
 	return nil
 }
 
-// connSource reads a frame's payload from the stream.
+// connSource reads a frame's payload: what fr read ahead, then the stream.
 type connSource struct {
+	fr    *frameReader
 	r     io.Reader
 	left  int64
 	junk  []byte
@@ -391,12 +433,18 @@ func (s *connSource) fill(q *QP, dst []byte) error {
 	if int64(len(dst)) > s.left {
 		return io.ErrUnexpectedEOF
 	}
+	n := s.fr.buffered(dst) // read ahead with the header
+	s.left -= int64(n)
+	q.dev.stats.copied.Add(uint64(n))
+	if n == len(dst) {
+		return nil
+	}
 	// The reader defers its CQs' notifications (see readLoop), but not while it waits.
 	q.eachCQ((*cq).endDefer)
-	n, err := s.readFull(dst)
+	m, err := s.readFull(dst[n:])
 	q.eachCQ((*cq).beginDefer)
-	s.left -= int64(n)
-	q.dev.stats.socketRx.Add(uint64(n))
+	s.left -= int64(m)
+	q.dev.stats.socketRx.Add(uint64(m))
 	return err
 }
 
@@ -429,7 +477,10 @@ func (s *connSource) discard(q *QP) error {
 		s.junk = make([]byte, 32<<10)
 	}
 	for s.left > 0 {
-		n, err := s.readFull(s.junk[:min(s.left, int64(len(s.junk)))])
+		junk := s.junk[:min(s.left, int64(len(s.junk)))]
+		n := s.fr.buffered(junk)
+		m, err := s.readFull(junk[n:])
+		n += m
 		s.left -= int64(n)
 		q.dev.stats.discarded.Add(uint64(n))
 		if err != nil {

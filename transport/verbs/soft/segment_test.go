@@ -108,7 +108,7 @@ func TestReadResponseSegments(t *testing.T) {
 			order = append(order, "SEND")
 		}
 		if small == nil && h.len > 0 {
-			if _, err := io.CopyN(io.Discard, r, int64(h.len)); err != nil {
+			if _, err := io.CopyN(io.Discard, &fr, int64(h.len)); err != nil {
 				t.Fatal(err)
 			}
 		}
