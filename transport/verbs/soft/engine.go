@@ -19,7 +19,7 @@ func (q *QP) engine(l link, stop <-chan struct{}) {
 		}
 		probe.Mark(probe.EngWake)
 		q.txMu.Lock()
-		for q.step(l, false) == stepMore {
+		for q.step(l, 0) == stepMore {
 		}
 		q.flushTx(l)
 		q.txMu.Unlock()
@@ -36,8 +36,8 @@ const (
 )
 
 // step transmits one frame or executes one local work request; txMu is held. A poster
-// (inline) leaves frames with more than inlineTxMax payload bytes to the engine.
-func (q *QP) step(l link, inline bool) stepResult {
+// leaves frames with more than maxPayload bytes to the engine (0: the engine, no bound).
+func (q *QP) step(l link, maxPayload int) stepResult {
 	q.mu.Lock()
 	if q.link != l {
 		q.mu.Unlock()
@@ -47,7 +47,7 @@ func (q *QP) step(l link, inline bool) stepResult {
 	preferSQ := q.txPreferSQ && q.sqSendable()
 	q.txPreferSQ = false
 	if q.outHead < len(q.outq) && !preferSQ {
-		if inline && len(q.outq[q.outHead].data) > inlineTxMax {
+		if maxPayload > 0 && len(q.outq[q.outHead].data) > maxPayload {
 			q.mu.Unlock()
 			return stepDefer
 		}
@@ -94,7 +94,7 @@ func (q *QP) step(l link, inline bool) stepResult {
 		q.mu.Unlock()
 		return stepMore
 	}
-	if inline && w.wr.Opcode != verbs.WRRDMARead && w.wr.Flags&verbs.SendInline == 0 && sgeBytes(w.sges) > inlineTxMax {
+	if maxPayload > 0 && w.wr.Opcode != verbs.WRRDMARead && w.wr.Flags&verbs.SendInline == 0 && sgeBytes(w.sges) > uint64(maxPayload) {
 		q.mu.Unlock()
 		return stepDefer
 	}

@@ -3,10 +3,12 @@ package soft
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
 	"testing"
+	"time"
 )
 
 // chunkReader returns its bytes at most n at a time, as a socket may, and counts what it
@@ -277,4 +279,95 @@ func FuzzFrameReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTryFlush: what a stream reader transmits goes with writes that never wait
+// (tcpLink.tryFlush): a small frame alone, a medium one alone (padded), several as a BATCH.
+// With the socket full it writes what fits, or nothing, and returns at once; the engine's
+// next flush writes the rest first. Every frame arrives once, intact, in order.
+func TestTryFlush(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	tc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	peer := <-accepted
+	defer peer.Close()
+	_ = tc.(*net.TCPConn).SetWriteBuffer(16 << 10)
+	_ = peer.(*net.TCPConn).SetReadBuffer(16 << 10)
+	raw, err := tc.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &tcpLink{q: &QP{dev: &Device{}}, conn: tc, raw: raw}
+	var sent []testFrame
+	psn := uint32(0)
+	queue := func(sizes ...int) {
+		for _, n := range sizes {
+			f := testFrame{header{op: opSend, psn: psn, len: uint32(n)}, bytes.Repeat([]byte{byte(psn)}, n)}
+			psn++
+			sent = append(sent, f)
+			if err := l.send(&f.h, [][]byte{f.payload}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, sizes := range [][]int{{64}, {4096}, {0, 64, 4096}} {
+		queue(sizes...)
+		if done, err := l.tryFlush(); !done || err != nil {
+			t.Fatalf("frames of %v bytes to an empty socket: done %v, %v", sizes, done, err)
+		}
+	}
+	// Nobody reads: the socket fills, and tryFlush must neither wait nor lose anything.
+	full := false
+	for i := 0; i < 10000 && !full; i++ {
+		queue(batchFrameMax, 100)
+		start := time.Now()
+		done, err := l.tryFlush()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("tryFlush waited %v", d)
+		}
+		full = !done
+	}
+	if !full {
+		t.Fatal("the socket never filled")
+	}
+	got := make(chan error, 1)
+	expect := append(slices.Clone(sent), testFrame{header{op: opSend, psn: psn, len: 1}, []byte{byte(psn)}}) // queue(1)'s
+	go func() {
+		fr := frameReader{r: peer}
+		for i, want := range expect {
+			var h header
+			small, err := fr.next(&h)
+			if err == nil && small == nil {
+				small = make([]byte, h.len)
+				_, err = io.ReadFull(&fr, small)
+			}
+			if err != nil || h != want.h || !bytes.Equal(small, want.payload) {
+				got <- fmt.Errorf("frame %d: %v, header %+v, want %+v", i, err, h, want.h)
+				return
+			}
+		}
+		got <- nil
+	}()
+	queue(1) // behind what the full socket left: written first, waiting for the reader
+	if err := l.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
 }

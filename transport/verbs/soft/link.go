@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mwrpc/mwrpc/internal/probe"
@@ -90,10 +91,15 @@ type tcpLink struct {
 	pendN int    // frames in pend
 	vec   net.Buffers
 	bufs  net.Buffers // what WriteTo consumes; a field so that it does not escape per call
-	src   connSource
-	fr    frameReader
-	buf   bufSource
-	guard stallGuard
+	// raw writes without waiting (tryFlush), on a plain TCP stream (nil over TLS); out is
+	// what such a write left of pend, which the next flush or send writes first.
+	raw    syscall.RawConn
+	out    []byte
+	padded []byte // a lone medium frame with its padding, for tryFlush
+	src    connSource
+	fr     frameReader
+	buf    bufSource
+	guard  stallGuard
 }
 
 // stallGuard bounds how long a frame, once begun, may stop arriving: a peer that sends a
@@ -128,6 +134,9 @@ func (g *stallGuard) disarm() {
 }
 
 func (l *tcpLink) send(h *header, payload [][]byte) error {
+	if err := l.flushOut(); err != nil {
+		return err
+	}
 	if h.len <= batchFrameMax {
 		// A small frame is copied behind its header, as a NIC copies inline data into the
 		// work request: one write(2) of it costs less than a writev of short segments
@@ -170,6 +179,9 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 // flush writes the pending frames: one alone as it is (a medium one with its padding),
 // more as one BATCH.
 func (l *tcpLink) flush() error {
+	if err := l.flushOut(); err != nil {
+		return err
+	}
 	if l.pendN == 0 {
 		return nil
 	}
@@ -192,6 +204,62 @@ func (l *tcpLink) flush() error {
 	probe.MarkN(probe.Write, uint32(len(b)))
 	_, err = l.conn.Write(b)
 	probe.Mark(probe.WriteDone)
+	return err
+}
+
+// tryFlush writes the pending frames, as one BATCH, as far as the socket takes them
+// without waiting, and reports whether all of them left. A stream reader that runs a
+// completion handler transmits this way (QP.transmitTry): it must never block on a socket,
+// or two readers each writing to the other's full stream would deadlock. What a partial
+// write leaves (out) is the engine's to write first; nothing written leaves pend as it was.
+func (l *tcpLink) tryFlush() (bool, error) {
+	if l.out != nil {
+		return false, nil
+	}
+	if l.pendN == 0 {
+		return true, nil
+	}
+	b := l.pend // a BATCH of two frames or more
+	switch one := l.pend[headerLen:]; {
+	case l.pendN > 1:
+		appendHeader(l.pend[:0], &header{op: opBatch, len: uint32(len(one))})
+	case len(one) <= headerLen+smallMax: // a small frame alone
+		b = one
+	default: // a medium one alone leaves padded (flush), here from one buffer
+		l.padded = append(append(append(l.padded[:0], one[:headerLen]...), zeroPad[:]...), one[headerLen:]...)
+		b = l.padded
+	}
+	var n int
+	var werr error
+	probe.MarkN(probe.Write, uint32(len(b)))
+	err := l.raw.Write(func(fd uintptr) bool {
+		n, werr = syscall.Write(int(fd), b)
+		return true // one attempt: never wait for the socket
+	})
+	probe.Mark(probe.WriteDone)
+	if err == nil && werr != syscall.EAGAIN && werr != syscall.EINTR {
+		err = werr
+	}
+	n = max(n, 0)
+	switch {
+	case err != nil:
+		return false, err
+	case n == len(b):
+		l.pend, l.pendN = l.pend[:headerLen], 0
+		return true, nil
+	case n > 0:
+		l.out = b[n:]
+	}
+	return false, nil
+}
+
+// flushOut writes what a partial tryFlush left, waiting for the socket as needed.
+func (l *tcpLink) flushOut() error {
+	if l.out == nil {
+		return nil
+	}
+	_, err := l.conn.Write(l.out)
+	l.pend, l.pendN, l.out = l.pend[:headerLen], 0, nil
 	return err
 }
 
