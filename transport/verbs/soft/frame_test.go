@@ -322,6 +322,17 @@ func TestTryFlush(t *testing.T) {
 			}
 		}
 	}
+	f := testFrame{header{op: opSend, psn: psn, len: 64}, bytes.Repeat([]byte{7}, 64)}
+	psn++
+	if allocs := testing.AllocsPerRun(100, func() {
+		_ = l.send(&f.h, [][]byte{f.payload})
+		_, _ = l.tryFlush()
+	}); allocs != 0 {
+		t.Errorf("%.1f allocations per frame sent with tryFlush", allocs)
+	}
+	for range 101 { // AllocsPerRun's runs, and one to warm up
+		sent = append(sent, f)
+	}
 	for _, sizes := range [][]int{{64}, {4096}, {0, 64, 4096}} {
 		queue(sizes...)
 		if done, err := l.tryFlush(); !done || err != nil {

@@ -96,6 +96,10 @@ type tcpLink struct {
 	raw    syscall.RawConn
 	out    []byte
 	padded []byte // a lone medium frame with its padding, for tryFlush
+	tryFn  func(fd uintptr) bool
+	tryBuf []byte
+	tryN   int
+	tryErr error
 	src    connSource
 	fr     frameReader
 	buf    bufSource
@@ -229,18 +233,18 @@ func (l *tcpLink) tryFlush() (bool, error) {
 		l.padded = append(append(append(l.padded[:0], one[:headerLen]...), zeroPad[:]...), one[headerLen:]...)
 		b = l.padded
 	}
-	var n int
-	var werr error
+	if l.tryFn == nil {
+		l.tryFn = l.tryWrite // one closure for the link's life, not one per write
+	}
 	probe.MarkN(probe.Write, uint32(len(b)))
-	err := l.raw.Write(func(fd uintptr) bool {
-		n, werr = syscall.Write(int(fd), b)
-		return true // one attempt: never wait for the socket
-	})
+	l.tryBuf = b
+	err := l.raw.Write(l.tryFn)
+	n, werr := max(l.tryN, 0), l.tryErr
+	l.tryBuf, l.tryErr = nil, nil
 	probe.Mark(probe.WriteDone)
 	if err == nil && werr != syscall.EAGAIN && werr != syscall.EINTR {
 		err = werr
 	}
-	n = max(n, 0)
 	switch {
 	case err != nil:
 		return false, err
@@ -251,6 +255,12 @@ func (l *tcpLink) tryFlush() (bool, error) {
 		l.out = b[n:]
 	}
 	return false, nil
+}
+
+// tryWrite is tryFlush's one attempt at the raw socket: it never waits for it.
+func (l *tcpLink) tryWrite(fd uintptr) bool {
+	l.tryN, l.tryErr = syscall.Write(int(fd), l.tryBuf)
+	return true
 }
 
 // flushOut writes what a partial tryFlush left, waiting for the socket as needed.
