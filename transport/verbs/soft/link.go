@@ -93,9 +93,12 @@ type tcpLink struct {
 	bufs  net.Buffers // what WriteTo consumes; a field so that it does not escape per call
 	// raw writes without waiting (tryFlush), on a plain TCP stream (nil over TLS); out is
 	// what such a write left of pend, which the next flush or send writes first.
-	raw    syscall.RawConn
-	out    []byte
-	padded []byte // a lone medium frame with its padding, for tryFlush
+	raw syscall.RawConn
+	out []byte
+	// While trying (a stream reader transmits), frames larger than batchFrameMax are copied
+	// to stage, behind pend's frames sealed in their wire form, for tryFlush's one write.
+	trying bool
+	stage  []byte
 	tryFn  func(fd uintptr) bool
 	tryBuf []byte
 	tryN   int
@@ -140,6 +143,15 @@ func (g *stallGuard) disarm() {
 func (l *tcpLink) send(h *header, payload [][]byte) error {
 	if err := l.flushOut(); err != nil {
 		return err
+	}
+	if l.trying && h.len > batchFrameMax {
+		l.sealPend() // what came first leaves first
+		l.stage = append(appendHeader(l.stage, h), zeroPad[:]...)
+		for _, p := range payload {
+			l.stage = append(l.stage, p...)
+		}
+		l.q.dev.stats.copied.Add(uint64(h.len))
+		return nil
 	}
 	if h.len <= batchFrameMax {
 		// A small frame is copied behind its header, as a NIC copies inline data into the
@@ -211,33 +223,24 @@ func (l *tcpLink) flush() error {
 	return err
 }
 
-// tryFlush writes the pending frames, as one BATCH, as far as the socket takes them
-// without waiting, and reports whether all of them left. A stream reader that runs a
+// tryFlush writes what waits (stage, and pend in its wire form) as far as the socket takes
+// it without waiting, and reports whether all of it left. A stream reader that runs a
 // completion handler transmits this way (QP.transmitTry): it must never block on a socket,
-// or two readers each writing to the other's full stream would deadlock. What a partial
-// write leaves (out) is the engine's to write first; nothing written leaves pend as it was.
+// or two readers each writing to the other's full stream would deadlock. What the socket
+// did not take (out) is the engine's to write first.
 func (l *tcpLink) tryFlush() (bool, error) {
 	if l.out != nil {
 		return false, nil
 	}
-	if l.pendN == 0 {
+	l.sealPend()
+	if len(l.stage) == 0 {
 		return true, nil
-	}
-	b := l.pend // a BATCH of two frames or more
-	switch one := l.pend[headerLen:]; {
-	case l.pendN > 1:
-		appendHeader(l.pend[:0], &header{op: opBatch, len: uint32(len(one))})
-	case len(one) <= headerLen+smallMax: // a small frame alone
-		b = one
-	default: // a medium one alone leaves padded (flush), here from one buffer
-		l.padded = append(append(append(l.padded[:0], one[:headerLen]...), zeroPad[:]...), one[headerLen:]...)
-		b = l.padded
 	}
 	if l.tryFn == nil {
 		l.tryFn = l.tryWrite // one closure for the link's life, not one per write
 	}
-	probe.MarkN(probe.Write, uint32(len(b)))
-	l.tryBuf = b
+	probe.MarkN(probe.Write, uint32(len(l.stage)))
+	l.tryBuf = l.stage
 	err := l.raw.Write(l.tryFn)
 	n, werr := max(l.tryN, 0), l.tryErr
 	l.tryBuf, l.tryErr = nil, nil
@@ -248,13 +251,31 @@ func (l *tcpLink) tryFlush() (bool, error) {
 	switch {
 	case err != nil:
 		return false, err
-	case n == len(b):
-		l.pend, l.pendN = l.pend[:headerLen], 0
+	case n == len(l.stage):
+		l.stage = l.stage[:0]
 		return true, nil
-	case n > 0:
-		l.out = b[n:]
 	}
+	l.out = l.stage[n:]
 	return false, nil
+}
+
+// sealPend moves the pending frames to stage in their wire form: one alone as it is (a
+// medium one with its padding), more as one BATCH.
+func (l *tcpLink) sealPend() {
+	if l.pendN == 0 {
+		return
+	}
+	b := l.pend[headerLen:]
+	switch {
+	case l.pendN > 1:
+		l.stage = appendHeader(l.stage, &header{op: opBatch, len: uint32(len(b))})
+		l.stage = append(l.stage, b...)
+	case len(b) <= headerLen+smallMax:
+		l.stage = append(l.stage, b...)
+	default:
+		l.stage = append(append(append(l.stage, b[:headerLen]...), zeroPad[:]...), b[headerLen:]...)
+	}
+	l.pend, l.pendN = l.pend[:headerLen], 0
 }
 
 // tryWrite is tryFlush's one attempt at the raw socket: it never waits for it.
@@ -269,7 +290,7 @@ func (l *tcpLink) flushOut() error {
 		return nil
 	}
 	_, err := l.conn.Write(l.out)
-	l.pend, l.pendN, l.out = l.pend[:headerLen], 0, nil
+	l.out, l.stage = nil, l.stage[:0]
 	return err
 }
 
