@@ -622,12 +622,19 @@ func (q *QP) transmitTry(l link) {
 	st := stepMore
 	// Each step adds at most one frame: pend never reaches the size at which send would
 	// flush it (and wait), and stage stays within a large frame or two.
-	tl.trying = true
-	for st == stepMore && tl.out == nil && len(tl.pend) <= batchMax-headerLen-batchFrameMax && len(tl.stage) < batchMax {
-		st = q.step(l, tryTxMax)
+	var done bool
+	var err error
+	for {
+		tl.trying = true
+		for st == stepMore && tl.out == nil && len(tl.pend) <= batchMax-headerLen-batchFrameMax && len(tl.stage) < batchMax {
+			st = q.step(l, tryTxMax)
+		}
+		tl.trying = false
+		// Written in rounds of about batchMax: what a full round left waits for no one.
+		if done, err = tl.tryFlush(); err != nil || !done || st != stepMore {
+			break
+		}
 	}
-	tl.trying = false
-	done, err := tl.tryFlush()
 	if err != nil {
 		q.linkDown(nil)
 	}
