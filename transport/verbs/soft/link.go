@@ -360,11 +360,12 @@ func streamFault(err error) error {
 
 // frameReader splits a stream into frames (wire.go). Each read takes as much as the stream
 // has and rb holds: a link's rb is headerLen+smallMax bytes until it carries a larger
-// frame, readAhead (or its largest BATCH) from then on, so that frames queued on the socket
-// (several callers' 4 KiB requests, say) come in one read rather than a header read and a
-// payload read each. A payload beyond what a read brought in with its header is read
+// frame, then readAhead, or as much as the largest frame it carried up to maxReadAhead (or
+// its largest BATCH), so that frames queued on the socket (several callers' 4 KiB
+// requests, say) and a 64 KiB message's payload come in one read rather than a header read
+// and a payload read each. A payload beyond what a read brought in with its header is read
 // straight into its destination (Read): a 1 MiB READ response is copied here for at most
-// readAhead bytes of it.
+// maxReadAhead bytes of it.
 type frameReader struct {
 	r io.Reader
 	// rb[off:have] are the stream's next bytes, from the current frame's start; the
@@ -382,6 +383,11 @@ type frameReader struct {
 // read may take of the frames queued behind it. (An idle link that never did keeps the
 // small one.)
 const readAhead = 16 << 10
+
+// maxReadAhead is the most rb grows to for one frame: a frame of tryTxMax payload bytes
+// (a 64 KiB eager message and its envelope) with its header and padding. A link that has
+// carried one keeps that much.
+const maxReadAhead = headerLen + smallMax + tryTxMax
 
 // next reads the next frame's header into h. A payload the reader holds, a small frame's
 // (h.len <= smallMax) or one a BATCH carried, is returned, valid until the next call; for
@@ -413,8 +419,14 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 		f.batch = f.rb[f.off+headerLen : f.off+f.used]
 		return f.nextInBatch(h)
 	}
-	if h.len > smallMax && len(f.rb) < readAhead {
-		f.resize(readAhead)
+	if h.len > smallMax {
+		// Room for the whole frame, up to a 64 KiB eager message's: its payload then comes
+		// with the header in one read, rather than in a second read straight into the
+		// receive slot (which costs more than copying it from here, and makes the reader
+		// reap in between, as it does before each wait).
+		if want := min(max(readAhead, headerLen+smallMax+int(h.len)), maxReadAhead); want > len(f.rb) {
+			f.resize(want)
+		}
 	}
 	if h.len <= smallMax {
 		f.used = headerLen + int(h.len)
