@@ -40,6 +40,7 @@ func scaleConfig(n int, shared bool) Config {
 		Pollers: 2, CQDepth: 1 << 20,
 		Pool: pool.Config{MaxBytes: 8 << 30},
 	}
+	cfg.SharedReceives = -1 // each connection's own receives (not the TCP fabric's default)
 	if shared {
 		cfg.SharedReceives = 1024
 	}
