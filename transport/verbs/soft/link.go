@@ -92,7 +92,7 @@ type tcpLink struct {
 	vec   net.Buffers
 	bufs  net.Buffers // what WriteTo consumes; a field so that it does not escape per call
 	// raw writes without waiting (tryFlush), on a plain TCP stream (nil over TLS); out is
-	// what such a write left of pend, which the next flush or send writes first.
+	// what such a write left of stage, which the next flush or send writes first.
 	raw syscall.RawConn
 	out []byte
 	// While trying (a stream reader transmits), frames larger than batchFrameMax are copied
