@@ -60,7 +60,8 @@ func (c *cq) endDefer() {
 		c.signal()
 	case run:
 		// A reader must never block on a socket: two readers each blocked writing to the
-		// other's full stream would deadlock. Work the handler posts goes to the engines.
+		// other's full stream would deadlock. Work the handler posts is sent with writes that
+		// never wait, or left to the engines (QP.transmitTry).
 		c.dev.readersReaping.Add(1)
 		fn()
 		c.dev.readersReaping.Add(-1)

@@ -115,7 +115,7 @@ type Device struct {
 	stats stats
 
 	// readersReaping counts stream readers running a CQ's armed handler: while one does,
-	// posters leave transmission to the engines (see cq.endDefer).
+	// posters send only with writes that never wait (QP.transmitTry, cq.endDefer).
 	readersReaping atomic.Int32
 }
 

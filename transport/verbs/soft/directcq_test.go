@@ -8,9 +8,9 @@ import (
 )
 
 // TestArmedHandler checks verbs.DirectCQ: on the TCP fabric the stream reader that fills an
-// armed queue runs the handler instead of sending a Notify token (and posters leave
-// transmission to the engines meanwhile); the in-process fabric keeps notifying; a queue
-// that is not armed does neither.
+// armed queue runs the handler instead of sending a Notify token (and posters meanwhile
+// send only with writes that never wait, or leave it to the engines); the in-process
+// fabric keeps notifying; a queue that is not armed does neither.
 func TestArmedHandler(t *testing.T) {
 	for name, open := range fabrics(t) {
 		t.Run(name, func(t *testing.T) {

@@ -92,7 +92,8 @@ type tcpLink struct {
 	vec   net.Buffers
 	bufs  net.Buffers // what WriteTo consumes; a field so that it does not escape per call
 	// raw writes without waiting (tryFlush), on a plain TCP stream (nil over TLS); out is
-	// what such a write left of stage, which the next flush or send writes first.
+	// what such a write left (of stage, or of pend's bytes), which the next flush or send
+	// writes first.
 	raw syscall.RawConn
 	out []byte
 	// While trying (a stream reader transmits), frames larger than batchFrameMax are copied
@@ -223,24 +224,29 @@ func (l *tcpLink) flush() error {
 	return err
 }
 
-// tryFlush writes what waits (stage, and pend in its wire form) as far as the socket takes
-// it without waiting, and reports whether all of it left. A stream reader that runs a
-// completion handler transmits this way (QP.transmitTry): it must never block on a socket,
-// or two readers each writing to the other's full stream would deadlock. What the socket
-// did not take (out) is the engine's to write first.
+// tryFlush writes what waits (stage, and pend in its wire form: in place when nothing is
+// staged, so a BATCH is not copied again) as far as the socket takes it without waiting,
+// and reports whether all of it left. A stream reader that runs a completion handler
+// transmits this way (QP.transmitTry): it must never block on a socket, or two readers
+// each writing to the other's full stream would deadlock. What the socket did not take
+// (out) is the engine's to write first.
 func (l *tcpLink) tryFlush() (bool, error) {
 	if l.out != nil {
 		return false, nil
 	}
-	l.sealPend()
-	if len(l.stage) == 0 {
+	b := l.pendInPlace()
+	if b == nil {
+		l.sealPend()
+		b = l.stage
+	}
+	if len(b) == 0 {
 		return true, nil
 	}
 	if l.tryFn == nil {
 		l.tryFn = l.tryWrite // one closure for the link's life, not one per write
 	}
-	probe.MarkN(probe.Write, uint32(len(l.stage)))
-	l.tryBuf = l.stage
+	probe.MarkN(probe.Write, uint32(len(b)))
+	l.tryBuf = b
 	err := l.raw.Write(l.tryFn)
 	n, werr := max(l.tryN, 0), l.tryErr
 	l.tryBuf, l.tryErr = nil, nil
@@ -251,12 +257,32 @@ func (l *tcpLink) tryFlush() (bool, error) {
 	switch {
 	case err != nil:
 		return false, err
-	case n == len(l.stage):
+	case n == len(b):
 		l.stage = l.stage[:0]
 		return true, nil
 	}
-	l.out = l.stage[n:]
+	l.out = b[n:]
 	return false, nil
+}
+
+// pendInPlace returns the pending frames' wire form where they lie, when nothing is
+// staged before them and they need no padding (a BATCH, or a small frame alone), and
+// empties pend: its bytes stay in place until written, since send and flush write out
+// before they add to pend. Otherwise it returns nil, and pend is to be sealed into stage.
+func (l *tcpLink) pendInPlace() []byte {
+	if len(l.stage) > 0 || l.pendN == 0 {
+		return nil
+	}
+	b := l.pend[headerLen:]
+	switch {
+	case l.pendN > 1:
+		appendHeader(l.pend[:0], &header{op: opBatch, len: uint32(len(b))})
+		b = l.pend
+	case len(b) > headerLen+smallMax: // a medium frame alone leaves padded: staged
+		return nil
+	}
+	l.pend, l.pendN = l.pend[:headerLen], 0
+	return b
 }
 
 // sealPend moves the pending frames to stage in their wire form: one alone as it is (a
