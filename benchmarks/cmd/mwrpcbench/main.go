@@ -69,10 +69,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/term"
@@ -114,6 +116,10 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		defer stop()
 	}
+	// The harness closes stdin, then sends SIGTERM: a server that stops on stdin's end
+	// returns from ServeMain, which lets go of the signals, and the SIGTERM arriving then
+	// would kill the exiting process ("signal: terminated"). Held here until exit.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM, syscall.SIGINT)
 	if err := bench.ServeMain(*system, cell, *listen, stdin, stdout); err != nil {
 		fmt.Fprintln(stderr, "mwrpcbench server:", err)
 		return 1
