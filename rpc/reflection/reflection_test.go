@@ -30,7 +30,7 @@ type Node struct {
 
 type custom struct{}
 
-func (custom) EncodeMsgpack(*msgpack.Encoder) error { return nil }
+func (custom) EncodeMsgpack(*msgpack.Encoder) error  { return nil }
 func (*custom) DecodeMsgpack(*msgpack.Decoder) error { return nil }
 
 type Outer struct {
