@@ -4,6 +4,7 @@
 //	go run ./examples/kv                        # server and client in one process
 //	go run ./examples/kv -serve 127.0.0.1:7000  # a server
 //	go run ./examples/kv -connect 127.0.0.1:7000  # a client of it
+//	go run ./examples/kv -on shm:///tmp/kv.sock # both, over the same-host shm fabric
 //	go run ./examples/kv -serve 127.0.0.1:7000 -tls-cert server.pem -tls-key server.key -tls-ca ca.pem
 //	go run ./examples/kv -connect 127.0.0.1:7000 -tls-cert client.pem -tls-key client.key -tls-ca ca.pem
 //	                                            # mutual TLS (README: "TLS and mutual TLS")
@@ -31,6 +32,7 @@ import (
 
 	"github.com/mwrpc/mwrpc/examples/kv/kvservice"
 	"github.com/mwrpc/mwrpc/rpc"
+	"github.com/mwrpc/mwrpc/rpc/reflection"
 	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 )
 
@@ -143,6 +145,7 @@ func runServer(addr string) error {
 	}
 	srv := rpc.NewServer(sopts...)
 	kvservice.RegisterKV(srv, kvservice.NewStore())
+	reflection.Register(srv) // mwrpc list/describe/call (cmd/mwrpc)
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt)
 	go func() { <-stop; flushMetrics(); srv.GracefulStop() }()
