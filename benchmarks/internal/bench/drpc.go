@@ -81,7 +81,9 @@ func serveDRPC(ln net.Listener) (Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &drpcServer{cancel: cancel, served: make(chan error, 1)}
-	go func() { d.served <- drpcserver.NewWithOptions(mux, drpcserver.Options{Manager: drpcManager}).Serve(ctx, ln) }()
+	go func() {
+		d.served <- drpcserver.NewWithOptions(mux, drpcserver.Options{Manager: drpcManager}).Serve(ctx, ln)
+	}()
 	return d, nil
 }
 
