@@ -111,6 +111,7 @@ type dialOptions struct {
 	resolveMin         time.Duration
 	healthCheck        bool   // WithHealthCheck
 	healthService      string // the service it watches
+	lendResponses      bool   // WithLentResponses
 }
 
 // Balancer chooses which endpoint a client call goes to.
@@ -239,4 +240,16 @@ func WithHealthCheck(service string) DialOption {
 // name resolution (the client keeps its addresses) and a change of addresses.
 func WithClientLogger(l *slog.Logger) DialOption {
 	return dialOption(func(o *dialOptions) { o.logger = l })
+}
+
+// WithLentResponses makes the []byte response of a method on []byte both ways the
+// client's registered memory itself, lent to the caller, instead of a copy: no allocation
+// and no copy per call, whatever the size. Each lent response must be given back with
+// Client.Release once the caller is done with it, and neither it nor a slice of it used
+// afterwards. Until then it holds memory of the client's connection: the buffer a large
+// response was read into, or a receive slot (copied out by the transport while its
+// receive queue is crowded), so keep it briefly. An empty response lends nothing.
+// Without this option (the default) every response is the caller's own copy.
+func WithLentResponses() DialOption {
+	return dialOption(func(o *dialOptions) { o.lendResponses = true })
 }
