@@ -20,6 +20,7 @@ import (
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs"
+	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
@@ -190,9 +191,17 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// ListenAndServe listens on the TCP address and serves it.
+// ListenAndServe listens on address and serves it: a TCP "host:port", or
+// "shm:///path/to.sock" for clients on the same host (the shm fabric: a Unix socket at
+// that path, which must not exist, and shared-memory rings; removed when the server stops).
 func (s *Server) ListenAndServe(address string) error {
-	ln, err := net.Listen("tcp", address)
+	var ln net.Listener
+	var err error
+	if path, ok := shm.ParseTarget(address); ok {
+		ln, err = shm.Listen(path, shm.Config{})
+	} else {
+		ln, err = net.Listen("tcp", address)
+	}
 	if err != nil {
 		return err
 	}
