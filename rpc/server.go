@@ -31,6 +31,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	methods   map[string]*method
+	services  []*ServiceDesc // as registered (ServiceInfo)
 	tr        *transport.Transport
 	ownDev    verbs.Device // opened by the server, closed by Stop
 	listeners map[net.Listener]struct{}
@@ -127,6 +128,7 @@ func (s *Server) RegisterService(sd *ServiceDesc, impl any) {
 				sd.ServiceName, m.impl))
 		}
 	}
+	s.services = append(s.services, sd)
 	for i := range sd.Methods {
 		md := &sd.Methods[i]
 		full := "/" + sd.ServiceName + "/" + md.MethodName

@@ -31,6 +31,7 @@ import (
 
 	"github.com/mwrpc/mwrpc/examples/kv/kvservice"
 	"github.com/mwrpc/mwrpc/rpc"
+	"github.com/mwrpc/mwrpc/rpc/reflection"
 )
 
 func main() {
@@ -129,6 +130,7 @@ func runServer(addr string) error {
 	}
 	srv := rpc.NewServer(sopts...)
 	kvservice.RegisterKV(srv, kvservice.NewStore())
+	reflection.Register(srv) // mwrpc list/describe/call (cmd/mwrpc)
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt)
 	go func() { <-stop; flushMetrics(); srv.GracefulStop() }()

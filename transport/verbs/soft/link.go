@@ -380,6 +380,8 @@ func streamFault(err error) error {
 		return fmt.Errorf("soft: the peer stopped sending in the middle of a frame: %w", verbs.ErrPeerProtocol)
 	case errors.Is(err, errFrame):
 		return fmt.Errorf("soft: %w: %w", verbs.ErrPeerProtocol, err)
+	case errors.Is(err, verbs.ErrPeerProtocol): // the stream's own check (the shm fabric's rings)
+		return err
 	}
 	return nil
 }
