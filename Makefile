@@ -254,7 +254,7 @@ clean:
 # client's); add BENCHFLAGS='-mode inproc' for client and server in one process.
 # bench-quick: 64 B, 64 KiB and 1 MiB at concurrency 1 and 16, and the streaming cell at
 # 256 MiB each way, into benchmarks/results/quick/ (about a minute). bench: the full matrix
-# (64 B to 16 MiB x concurrency 1, 16, 64) and the streaming cell at 1 GiB each way (a
+# (64 B to 16 MiB x concurrency 1, 4, 16, 64) and the streaming cell at 1 GiB each way (a
 # server stream and a client stream in 1 MiB messages: raw TCP, gRPC-Go, mwrpc) into
 # benchmarks/results/ (a few minutes), which docs/performance.md shows. BENCHFLAGS='-cells
 # stream' runs the streaming cell alone. Not part of `make test` (test-benchmarks runs the

@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/mwrpc/mwrpc/codec"
 	"github.com/mwrpc/mwrpc/internal/probe"
+	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/credentials"
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -50,6 +50,8 @@ type Client struct {
 	resolveNow chan struct{} // asks resolveLoop to resolve again (reresolve)
 	resolveMu  sync.Mutex
 	resolveErr error // of the last resolution; nil if it succeeded
+
+	lend lender // memory lent to callers: Buffer's, and responses (WithLentResponses)
 }
 
 type endpoint struct {
@@ -270,6 +272,7 @@ func (c *Client) Close() error {
 	close(c.closed)
 	c.cancel() // after closed: an endpoint's maintainer sees the client closing, not a removal
 	c.wg.Wait()
+	c.lend.closeAll() // before the transport, whose memory it is
 	if c.tel != nil {
 		c.tel.stopObserving()
 	}
@@ -440,25 +443,32 @@ func (c *Client) invoke(ctx context.Context, method string, req, reply any, opts
 	var ci callInfo
 	applyOptions(&ci, opts)
 	cod := c.opts.codec
+	var raw []byte
 	if isBytes(req) && isBytesPtr(reply) {
 		cod = codec.Raw{}
+		if b, ok := req.([]byte); ok { // as it is: Buffer's memory leaves without a copy
+			req, raw = nil, b
+		}
 	}
-	resp, body, err := c.roundTrip(ctx, method, cod, req, nil, &ci)
+	resp, body, err := c.roundTrip(ctx, method, cod, req, raw, &ci)
 	if err != nil {
 		return err
+	}
+	if p, ok := reply.(*[]byte); ok && cod == (codec.Raw{}) {
+		*p = c.ownResponse(resp, body) // lent (WithLentResponses) or the caller's copy
+		return nil
 	}
 	defer resp.Release()
 	if err := cod.Unmarshal(body, reply); err != nil {
 		return &Status{Code: Internal, Message: fmt.Sprintf("rpc: decoding the response of %s: %v", method, err), cause: err}
 	}
-	if p, ok := reply.(*[]byte); ok && cod == (codec.Raw{}) {
-		*p = bytes.Clone(*p) // the response memory goes back to the connection on return
-	}
 	return nil
 }
 
-// InvokeBytes calls a method on []byte both ways (BytesInvoker): nothing is encoded, and
-// the response is the caller's own copy.
+// InvokeBytes calls a method on []byte both ways (BytesInvoker): nothing is encoded. A
+// request in Buffer's memory leaves without a copy (and the call takes it); the response
+// is the caller's own copy, or with WithLentResponses the transport's memory, lent until
+// Release.
 func (c *Client) InvokeBytes(ctx context.Context, method string, req []byte) ([]byte, error) {
 	if len(c.opts.interceptors) > 0 { // interceptors see the usual Invoke
 		var out []byte
@@ -483,19 +493,20 @@ func (c *Client) invokeBytes(ctx context.Context, method string, req []byte) ([]
 	if err != nil {
 		return nil, err
 	}
-	probe.Mark(probe.Clone)
-	out := bytes.Clone(body)
-	probe.Mark(probe.CloneDone)
-	resp.Release()
-	return out, nil
+	return c.ownResponse(resp, body), nil
 }
 
 // roundTrip sends one request, req encoded with cod (or, when req is nil, the bytes raw
-// as they are: no boxing), and returns the response and its body (valid until the
-// response is released), or the call's status as an error.
+// as they are: no boxing; taken when they are Buffer's), and returns the response and its
+// body (valid until the response is released), or the call's status as an error.
 func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, req any, raw []byte, ci *callInfo) (*transport.Response, []byte, error) {
+	var lent *pool.Buf // Buffer's memory: the call's from here on, whatever its outcome
+	if req == nil {
+		lent = c.lend.takeRequest(raw)
+	}
 	ep, conn, err := c.connFor(ctx, ci.waitForReady)
 	if err != nil {
+		releaseBuf(lent)
 		return nil, nil, err
 	}
 	var deadline int64
@@ -505,6 +516,7 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 	md := outgoing(ctx)
 	if err := checkRequest(method, md); err != nil {
 		ep.outstanding.Add(-1)
+		releaseBuf(lent)
 		return nil, nil, &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
 	}
 	// Refuse what cannot travel before encoding it: a body of known size over the largest
@@ -515,10 +527,15 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 	}
 	if limit := conn.MaxSend(); known && size > limit {
 		ep.outstanding.Add(-1)
+		releaseBuf(lent)
 		return nil, nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is %d bytes, over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides')", method, size, limit),
 			cause: transport.ErrTooLarge}
 	}
 	var resp *transport.Response
+	if lent != nil {
+		resp, err = c.callLent(ctx, conn, method, deadline, md, lent, len(raw))
+		goto done
+	}
 	if req == nil && len(raw) > 16<<10 {
 		resp, err = c.callRegistered(ctx, conn, method, deadline, md, nil, nil, raw, len(raw))
 		goto done

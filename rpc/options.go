@@ -112,6 +112,7 @@ type dialOptions struct {
 	healthCheck        bool   // WithHealthCheck
 	healthService      string // the service it watches
 	lanes              int    // WithLanes; 0: adaptive
+	lendResponses      bool   // WithLentResponses
 }
 
 // Balancer chooses which endpoint a client call goes to.
@@ -250,4 +251,16 @@ func WithClientLogger(l *slog.Logger) DialOption {
 // health checks, keepalive and GOAWAY stay per endpoint. n below 1 means adaptive.
 func WithLanes(n int) DialOption {
 	return dialOption(func(o *dialOptions) { o.lanes = max(n, 0) })
+}
+
+// WithLentResponses makes the []byte response of a method on []byte both ways the
+// client's registered memory itself, lent to the caller, instead of a copy: no allocation
+// and no copy per call, whatever the size. Each lent response must be given back with
+// Client.Release once the caller is done with it, and neither it nor a slice of it used
+// afterwards. Until then it holds memory of the client's connection: the buffer a large
+// response was read into, or a receive slot (copied out by the transport while its
+// receive queue is crowded), so keep it briefly. An empty response lends nothing.
+// Without this option (the default) every response is the caller's own copy.
+func WithLentResponses() DialOption {
+	return dialOption(func(o *dialOptions) { o.lendResponses = true })
 }

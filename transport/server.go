@@ -140,8 +140,12 @@ func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
 }
 
 // Write sends the response: status, and payload (which may be a prefix of Buffer's memory,
-// sent without a copy, or any other bytes, copied once). It may be called once; a handler
-// that returns without calling it answers StatusOK with no payload.
+// sent without a copy, or any other bytes, copied once). A large payload that lies in a
+// windowed request's memory (RequestWindowed: a handler that answers with its request, or
+// a part of it, or builds the answer in its place) leaves from there without a copy too;
+// the request's memory is then the response's, and must not be used after Write. Write
+// may be called once; a handler that returns without calling it answers StatusOK with no
+// payload.
 func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 	probe.Mark(probe.RespWrite)
 	if w.sent {
@@ -172,6 +176,9 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 	if buf != nil && len(payload) > 0 && unsafe.SliceData(payload) == unsafe.SliceData(buf.Bytes()) && len(payload) <= buf.Cap() {
 		w.buf = nil // the binding owns it now
 		buf.SetLen(len(payload))
+	} else if off, ok := offsetIn(sc.buf, payload); ok {
+		buf, sc.buf = sc.buf, nil // the request's memory: the binding owns it now
+		buf.Slice(off, len(payload))
 	} else {
 		var err error
 		if buf, err = sc.getBuf(ctx, len(payload)); err != nil {
@@ -184,6 +191,19 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 		copy(buf.Bytes(), payload)
 	}
 	return c.sendLarge(ctx, &h, buf, sc.inv, mode)
+}
+
+// offsetIn reports where p lies in buf's memory, if all of it does (buf may be nil).
+func offsetIn(buf *pool.Buf, p []byte) (int, bool) {
+	if buf == nil || len(p) == 0 {
+		return 0, false
+	}
+	mem := buf.Bytes()
+	start, at := uintptr(unsafe.Pointer(unsafe.SliceData(mem))), uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	if at < start || at-start > uintptr(len(mem)) || uintptr(len(p)) > uintptr(len(mem))-(at-start) {
+		return 0, false
+	}
+	return int(at - start), true
 }
 
 // getBuf takes a registered buffer for the response: waiting for one, or for an inline

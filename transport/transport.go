@@ -20,6 +20,7 @@ import (
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
+	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 )
 
 // Transport is one side's view of a device: its protection domain, registered buffer pool,
@@ -366,10 +367,10 @@ func (t *Transport) refuse(nc net.Conn, r wire.Refusal) {
 // payloads in registered memory (see Conn.CallBuf and ResponseWriter.Buffer).
 func (t *Transport) Pool() *pool.Pool { return t.pool }
 
-// Dial connects to a transport serving at address (TCP) and returns the connection.
+// Dial connects to a transport serving at address, "host:port" (TCP) or
+// "shm:///path/to.sock" (the shm fabric, same host), and returns the connection.
 func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", address)
+	nc, err := dialStream(ctx, address)
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w: %w", ErrUnavailable, err) // the net error names the address
 	}
@@ -383,6 +384,15 @@ func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 		return nil, fmt.Errorf("%s: %w", address, err)
 	}
 	return c, nil
+}
+
+// dialStream opens the stream a connection is set up over.
+func dialStream(ctx context.Context, address string) (net.Conn, error) {
+	if path, ok := shm.ParseTarget(address); ok {
+		return shm.Dial(ctx, path, shm.Config{})
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", address)
 }
 
 // Serve accepts connections on ln until ln is closed or the transport is, setting each up

@@ -39,7 +39,7 @@
 // rounds. In two-process mode allocations, CPU time and the soft provider's copy counters
 // are the client's side only; in inproc mode both sides together. Cells with more than
 // -max-inflight bytes in flight per direction (payload × concurrency) are skipped: by
-// default 16 MiB runs at concurrency 1 only (1 MiB c64 and 64 KiB c64 run).
+// default 16 MiB runs at concurrency 1 and 4 only (1 MiB c64 and 64 KiB c64 run).
 //
 // The streaming cell (-cells stream; both cells run by default) moves -stream-size (1 GiB;
 // -quick: 256 MiB) each way in messages of -stream-chunk (1 MiB), one stream at a time
@@ -130,7 +130,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // The matrices.
 const (
 	fullPayloads     = "64,4KiB,64KiB,1MiB,16MiB"
-	fullConcurrency  = "1,16,64"
+	fullConcurrency  = "1,4,16,64"
 	quickPayloads    = "64,64KiB,1MiB"
 	quickConcurrency = "1,16"
 	fullStream       = "1GiB"

@@ -37,6 +37,7 @@ type mwrpcInstance struct {
 	stub   *echo.BenchClient
 	dev    verbs.Device
 	req    []byte
+	lent   bool // mwrpc-lent: requests in Client.Buffer's memory, responses lent
 }
 
 // serveMwrpcTCP serves over the soft provider's TCP fabric: what rpc.NewServer does on its
@@ -198,11 +199,42 @@ func openMwrpcInproc(size, _ int) (Instance, error) {
 }
 
 func (m *mwrpcInstance) Call(int) error {
-	out, err := m.stub.Echo(context.Background(), m.req)
+	req := m.req
+	if m.lent {
+		// The caller builds its request in registered memory: like rawtcp, which writes
+		// the same bytes every call, it does not write them again each time.
+		var err error
+		if req, err = m.client.Buffer(context.Background(), len(m.req)); err != nil {
+			return err
+		}
+	}
+	out, err := m.stub.Echo(context.Background(), req)
 	if err != nil {
 		return err
 	}
-	return checkLen("mwrpc", len(out), len(m.req))
+	if err := checkLen("mwrpc", len(out), len(m.req)); err != nil {
+		return err
+	}
+	if m.lent {
+		return m.client.Release(out)
+	}
+	return nil
+}
+
+// dialMwrpcLent is dialMwrpcTCP for mwrpc-lent: each request is built in the client's
+// registered memory (rpc.Client.Buffer) and each response read where the transport put it
+// (rpc.WithLentResponses), so the client neither copies nor allocates per call.
+func dialMwrpcLent(addr string, size, _ int) (Instance, error) {
+	dev, err := soft.OpenTCP("bench-client")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	inst, err := dialMwrpc(dev, addr, size, rpc.WithLentResponses())
+	if err != nil {
+		return nil, err
+	}
+	inst.(*mwrpcInstance).lent = true
+	return inst, nil
 }
 
 func (m *mwrpcInstance) Copied() (uint64, bool) { return devCopied(m.dev) }
