@@ -519,7 +519,7 @@ func (s *Server) invokeBytes(st *serverStream, m *method, bh func(any, context.C
 // send slot or, when large, into registered memory.
 func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body []byte) {
 	env := appendResponse(st.scratch[:0], st.trailer, "")
-	if len(body) <= 16<<10 {
+	if len(env)+len(body) <= w.EagerLimit() { // goes inside the SEND: a send slot copy anyway
 		probe.Mark(probe.CopyResp)
 		out := append(env, body...)
 		probe.Mark(probe.CopyRespDone)
@@ -570,7 +570,7 @@ func inRequest(w *transport.ResponseWriter, req, body []byte) (int, bool) {
 func (s *Server) writeResponse(w *transport.ResponseWriter, st *serverStream, m *method, resp any) {
 	hint := int(m.respHint.Load())
 	var buf []byte
-	if hint > 16<<10 {
+	if hint > w.EagerLimit() { // it will go through a window: no copy if built in place
 		if b, err := w.Buffer(hint); err == nil {
 			buf = b[:0]
 		}

@@ -122,20 +122,13 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 	}
 	c.t.counters.calls.Add(1)
 	cl := callPool.Get().(*call)
-	c.mu.Lock()
-	if c.err != nil {
-		err := c.err
-		c.mu.Unlock()
+	if err := c.register(cl); err != nil {
 		callPool.Put(cl)
 		if large != nil {
 			large.Release()
 		}
 		return nil, err
 	}
-	c.nextID++
-	cl.id = c.nextID
-	c.calls[cl.id] = cl
-	c.mu.Unlock()
 
 	h := wire.Header{Kind: wire.KindRequest, CallID: cl.id}
 	var err error
@@ -181,43 +174,13 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 	return nil, ctx.Err()
 }
 
-// forgetCall removes cl from the calls in flight; false means it was already gone (a
-// response or a failure took it and will signal done).
-func (c *Conn) forgetCall(cl *call) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.calls[cl.id] != cl {
-		return false
-	}
-	delete(c.calls, cl.id)
-	return true
-}
-
-// takeCall removes and returns the call a response answers, or nil for a late one.
-func (c *Conn) takeCall(id uint64) *call {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	cl := c.calls[id]
-	if cl != nil {
-		delete(c.calls, id)
-	}
-	return cl
-}
-
 // Ping sends a ping and waits for the pong: a round trip through both sides' pollers.
 func (c *Conn) Ping(ctx context.Context) error {
 	cl := callPool.Get().(*call)
-	c.mu.Lock()
-	if c.err != nil {
-		err := c.err
-		c.mu.Unlock()
+	if err := c.register(cl); err != nil {
 		callPool.Put(cl)
 		return err
 	}
-	c.nextID++
-	cl.id = c.nextID
-	c.calls[cl.id] = cl
-	c.mu.Unlock()
 	h := wire.Header{Kind: wire.KindPing, CallID: cl.id}
 	if _, err := c.send(ctx, &h, nil, nil, revoke{}, sendWait); err != nil {
 		if !c.forgetCall(cl) {
@@ -265,7 +228,7 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 	}
 	if slot >= 0 && !c.shared() {
 		c.mu.Lock()
-		c.recv[slot].held = true
+		c.in.slots[slot].held = true
 		c.mu.Unlock()
 	}
 	cl.resp = Response{c: c, cl: cl, status: h.Status, data: payload, slot: slot, buf: buf}

@@ -122,14 +122,14 @@ func TestLeaseReclaim(t *testing.T) {
 			r.Release()
 			sc := e.serverConn(t)
 			deadline := time.Now().Add(5 * time.Second)
-			for sc.ws.Stats().LocalInvalidations == 0 {
+			for sc.win.ws.Stats().LocalInvalidations == 0 {
 				if time.Now().After(deadline) {
-					t.Fatalf("window not reclaimed: %+v", sc.ws.Stats())
+					t.Fatalf("window not reclaimed: %+v", sc.win.ws.Stats())
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
 			e.client.testHookBeforeRelease.Store(nil)
-			st := sc.ws.Stats()
+			st := sc.win.ws.Stats()
 			if st.Reclaims != 1 || st.RemoteInvalidations != 0 {
 				t.Fatalf("window stats %+v: want one reclaim and no remote invalidation", st)
 			}

@@ -95,7 +95,7 @@ func (h *hostile) snapshot() baseline {
 	h.server.mu.Lock()
 	for c := range h.server.conns {
 		c.mu.Lock()
-		for _, s := range c.sends {
+		for _, s := range c.out.slots {
 			if s != nil && s.buf != nil {
 				pooled--
 			}
@@ -689,9 +689,9 @@ func TestHostilePeers(t *testing.T) {
 			}
 		}
 		cfg := &h.server.cfg
-		if c.credits != cfg.Credits || c.maxSend != cfg.MaxMessage || c.eager != cfg.EagerThreshold || len(c.sends) != cfg.Credits+recvCtrlSlots+4 {
+		if c.out.credits != cfg.Credits || c.maxSend != cfg.MaxMessage || c.eager != cfg.EagerThreshold || len(c.out.slots) != cfg.Credits+recvCtrlSlots+4 {
 			h.t.Errorf("the server granted credits %d, max send %d, eager %d, %d send slots: want its own %d, %d, %d, %d",
-				c.credits, c.maxSend, c.eager, len(c.sends), cfg.Credits, cfg.MaxMessage, cfg.EagerThreshold, cfg.Credits+recvCtrlSlots+4)
+				c.out.credits, c.maxSend, c.eager, len(c.out.slots), cfg.Credits, cfg.MaxMessage, cfg.EagerThreshold, cfg.Credits+recvCtrlSlots+4)
 		}
 	})
 

@@ -702,7 +702,7 @@ func (t *Transport) Stats() Stats {
 	t.mu.Lock()
 	conns, exposed := len(t.conns), 0
 	for c := range t.conns {
-		ws := c.ws.Stats()
+		ws := c.win.ws.Stats()
 		exposed += ws.Bound + ws.Invalidating
 	}
 	t.mu.Unlock()

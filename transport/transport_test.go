@@ -142,7 +142,7 @@ func (e *env) checkWindows(t testing.TB) {
 		for _, tr := range []*Transport{e.client, e.server} {
 			tr.mu.Lock()
 			for c := range tr.conns {
-				st := c.ws.Stats()
+				st := c.win.ws.Stats()
 				bound += st.Bound + st.Invalidating + st.Reserved
 			}
 			tr.mu.Unlock()
@@ -265,8 +265,8 @@ func TestRevocation(t *testing.T) {
 			c := e.conn
 			wr := []verbs.SendWR{{WRID: wrid(wrRead, c.id, 0), Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 				SGL: []verbs.SGE{buf.SGE()}, RemoteAddr: addr, RKey: rkey}}
-			if c.reads[0] != nil { // (made on first use)
-				c.reads[0].live = false
+			if c.rd.ops[0] != nil { // (made on first use)
+				c.rd.ops[0].live = false
 			}
 			var status verbs.WCStatus
 			wcHook := func(wc *verbs.WorkCompletion) {
