@@ -3,15 +3,14 @@ package transport
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 )
 
-// call is a client call in flight. It is pooled: its Response is returned to the caller
-// and the call goes back to the pool on Response.Release.
+// call is a client call in flight. It is recycled: its Response is returned to the
+// caller and the call goes back to its connection's spares on Response.Release.
 type call struct {
 	id   uint64
 	done chan struct{}
@@ -20,7 +19,35 @@ type call struct {
 	st   *Stream // a stream's call: its response and failure go to the stream
 }
 
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+// maxSpareCalls bounds the calls a connection keeps for reuse. They are kept across
+// garbage collections, unlike in a sync.Pool, whose per-P cache a collection drops and the
+// next use allocates again: an allocation per call where large payloads make a collection
+// run every call or two.
+const maxSpareCalls = 64
+
+// newCallLocked returns one of the connection's spare calls, or a new one. c.mu is held.
+func (c *Conn) newCallLocked() *call {
+	if n := len(c.spareCalls); n > 0 {
+		cl := c.spareCalls[n-1]
+		c.spareCalls[n-1] = nil
+		c.spareCalls = c.spareCalls[:n-1]
+		return cl
+	}
+	return &call{done: make(chan struct{}, 1)}
+}
+
+// recycle keeps cl, whose caller and signal are done with it, for a later call.
+func (c *Conn) recycle(cl *call) {
+	c.mu.Lock()
+	c.recycleLocked(cl)
+	c.mu.Unlock()
+}
+
+func (c *Conn) recycleLocked(cl *call) {
+	if len(c.spareCalls) < maxSpareCalls {
+		c.spareCalls = append(c.spareCalls, cl)
+	}
+}
 
 func (cl *call) finish(err error) {
 	if cl.st != nil {
@@ -68,7 +95,7 @@ func (r *Response) Release() {
 	}
 	*r = Response{}
 	cl.err = nil
-	callPool.Put(cl)
+	c.recycle(cl)
 }
 
 // Call sends req and waits for the response. A payload above the eager threshold is copied
@@ -121,17 +148,16 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 		probe.MarkN(probe.Call, b2u(large != nil))
 	}
 	c.t.counters.calls.Add(1)
-	cl := callPool.Get().(*call)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		callPool.Put(cl)
 		if large != nil {
 			large.Release()
 		}
 		return nil, err
 	}
+	cl := c.newCallLocked()
 	c.nextID++
 	cl.id = c.nextID
 	c.calls[cl.id] = cl
@@ -146,11 +172,11 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 	}
 	if err != nil {
 		if c.forgetCall(cl) {
-			callPool.Put(cl)
+			c.recycle(cl)
 		} else { // the connection failed and finished the call
 			<-cl.done
 			cl.err = nil
-			callPool.Put(cl)
+			c.recycle(cl)
 		}
 		return nil, err
 	}
@@ -160,7 +186,7 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 		if cl.err != nil {
 			err := cl.err
 			cl.err = nil
-			callPool.Put(cl)
+			c.recycle(cl)
 			return nil, err
 		}
 		return &cl.resp, nil
@@ -172,11 +198,11 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 			cl.resp.Release()
 		} else {
 			cl.err = nil
-			callPool.Put(cl)
+			c.recycle(cl)
 		}
 		return nil, ctx.Err()
 	}
-	callPool.Put(cl)
+	c.recycle(cl)
 	c.queueCtrl(wire.Header{Kind: wire.KindCancel, CallID: cl.id}, revoke{})
 	return nil, ctx.Err()
 }
@@ -206,14 +232,13 @@ func (c *Conn) takeCall(id uint64) *call {
 
 // Ping sends a ping and waits for the pong: a round trip through both sides' pollers.
 func (c *Conn) Ping(ctx context.Context) error {
-	cl := callPool.Get().(*call)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		callPool.Put(cl)
 		return err
 	}
+	cl := c.newCallLocked()
 	c.nextID++
 	cl.id = c.nextID
 	c.calls[cl.id] = cl
@@ -224,21 +249,21 @@ func (c *Conn) Ping(ctx context.Context) error {
 			<-cl.done
 		}
 		cl.err = nil
-		callPool.Put(cl)
+		c.recycle(cl)
 		return err
 	}
 	select {
 	case <-cl.done:
 	case <-ctx.Done():
 		if c.forgetCall(cl) {
-			callPool.Put(cl)
+			c.recycle(cl)
 			return ctx.Err()
 		}
 		<-cl.done
 	}
 	err := cl.err
 	cl.err = nil
-	callPool.Put(cl)
+	c.recycle(cl)
 	return err
 }
 

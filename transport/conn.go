@@ -66,6 +66,7 @@ type Conn struct {
 	pendingInv []pendingInv  // peer windows to revoke with our next SEND
 	ctrl       []ctrlMsg     // counted messages the poller could not send yet
 	calls      map[uint64]*call
+	spareCalls []*call // recycled calls (newCallLocked)
 	nextID     uint64
 	serving    map[uint64]*serverCall
 	instreams  map[uint64]*Stream   // streams the peer opened, from their request's header until their handler is done
