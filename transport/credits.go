@@ -111,6 +111,9 @@ const (
 
 var errNoCredit = errors.New("transport: no credit")
 
+// errLate: a written response found its caller's window too old to revoke (sendWritten).
+var errLate = errors.New("transport: the caller's window is too old to write into")
+
 // send posts one message: h, then payload (copied into a send slot; at most c.eager
 // bytes). bind, if set, is posted just before it (a large message's window). rv revokes a
 // peer window with SEND_WITH_INV; when it has none, a pending revocation rides along. It
@@ -125,6 +128,10 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 		}
 	}
 	var stall time.Time // when a response gives up waiting for a credit
+	// A response written into the caller's window (sendWritten) must revoke it: past the
+	// time a revocation may leave (see popInvLocked), it is not sent, and the caller
+	// falls back to a window of its own.
+	written := bind != nil && bind.Opcode == verbs.WRRDMAWrite
 	c.mu.Lock()
 	for {
 		if c.err != nil {
@@ -161,6 +168,11 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 			}
 			return false, err
 		}
+	}
+	late := rv.rkey != 0 && time.Since(rv.at) >= c.t.cfg.Lease/2
+	if written && (late || rv.rkey == 0) {
+		c.mu.Unlock()
+		return false, errLate
 	}
 	i := c.freeSends[len(c.freeSends)-1]
 	s := c.sends[i]
@@ -201,7 +213,7 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 	// A revocation leaves only within half the lease of the window's announcement, judged
 	// now, after every wait: later the owner's lease may already have reclaimed it.
 	inv := rv.rkey
-	if inv != 0 && time.Since(rv.at) >= c.t.cfg.Lease/2 {
+	if late {
 		inv = 0
 	}
 	if inv == 0 {
@@ -209,7 +221,7 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 	}
 	c.mu.Unlock()
 
-	if h.Flags&wire.FlagLarge == 0 {
+	if h.Flags&(wire.FlagLarge|wire.FlagWritten) == 0 {
 		h.Len = uint32(len(payload))
 	}
 	b := s.buf.Bytes()[:cap(s.buf.Bytes())]
