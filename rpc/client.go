@@ -23,9 +23,10 @@ import (
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
-// Client calls services on one or more servers. It keeps one connection per endpoint,
-// reconnects with backoff when one fails, pings idle ones, and spreads calls over the
-// endpoints that are up. With a resolver (a dns:/// target, WithResolver) the endpoints
+// Client calls services on one or more servers. It keeps one connection per endpoint and
+// more as the load asks (lanes, up to GOMAXPROCS; WithLanes pins the count), reconnects
+// with backoff when one fails, pings idle ones, and spreads calls over the endpoints that
+// are up and over each endpoint's lanes. With a resolver (a dns:/// target, WithResolver) the endpoints
 // follow the resolver's answers. It is safe for concurrent use.
 type Client struct {
 	opts    dialOptions
@@ -69,6 +70,8 @@ type endpoint struct {
 	ctx     context.Context // ends when the endpoint is removed (update) or the client closes
 	cancel  context.CancelFunc
 	leaving atomic.Bool // removed, but kept until another endpoint is up (update)
+
+	lanes lanes // its connections beyond conn (lanes.go)
 }
 
 // Dial connects to target, one address ("host:port") or several separated by commas (or
@@ -287,6 +290,8 @@ func (c *Client) Close() error {
 // lets the endpoint's calls finish, closes the connection and returns.
 func (c *Client) maintain(ep *endpoint) {
 	defer c.wg.Done()
+	c.wg.Add(1)
+	go c.maintainLanes(ep)
 	backoff := c.opts.backoffBase
 	var tick <-chan time.Time // nil when keepalive is off: never fires
 	if c.opts.keepaliveTime > 0 {
@@ -505,15 +510,28 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 		releaseBuf(lent)
 		return nil, nil, err
 	}
+	resp, err := c.sendRequest(ctx, conn, method, cod, req, raw, lent)
+	ep.outstanding.Add(-1)
+	if err != nil {
+		return nil, nil, StatusOf(err)
+	}
+	ep.lastHeard.Store(time.Now().UnixNano())
+	return c.readResponse(ctx, resp, ci)
+}
+
+// sendRequest encodes the request (req with cod, or raw as it is) and calls conn with it:
+// raw in lent (Buffer's memory, which sendRequest takes) is sent from there, a body that
+// will go through a window (over the connection's eager limit) is built in registered
+// memory, the rest in a pooled scratch buffer copied into the send slot.
+func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method string, cod codec.Codec, req any, raw []byte, lent *pool.Buf) (*transport.Response, error) {
 	var deadline int64
 	if dl, ok := ctx.Deadline(); ok {
 		deadline = dl.UnixNano()
 	}
 	md := outgoing(ctx)
 	if err := checkRequest(method, md); err != nil {
-		ep.outstanding.Add(-1)
 		releaseBuf(lent)
-		return nil, nil, &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
+		return nil, &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
 	}
 	// Refuse what cannot travel before encoding it: a body of known size over the largest
 	// message this connection may send (the smaller of both sides' MaxMessage).
@@ -522,57 +540,54 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 		size, known = sz.Size(req)
 	}
 	if limit := conn.MaxSend(); known && size > limit {
-		ep.outstanding.Add(-1)
 		releaseBuf(lent)
-		return nil, nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is %d bytes, over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides')", method, size, limit),
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is %d bytes, over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides')", method, size, limit),
 			cause: transport.ErrTooLarge}
 	}
-	var resp *transport.Response
 	if lent != nil {
-		resp, err = c.callLent(ctx, conn, method, deadline, md, lent, len(raw))
-		goto done
+		return c.callLent(ctx, conn, method, deadline, md, lent, len(raw))
 	}
-	if req == nil && len(raw) > 16<<10 {
-		resp, err = c.callRegistered(ctx, conn, method, deadline, md, nil, nil, raw, len(raw))
-		goto done
-	}
-	if known && req != nil && size > 16<<10 { // a large body of known size is built in registered memory
-		resp, err = c.callRegistered(ctx, conn, method, deadline, md, cod, req, nil, size)
+	if known && size > conn.EagerLimit() {
+		resp, err := c.callRegistered(ctx, conn, method, deadline, md, cod, req, raw, size)
 		if !errors.Is(err, errSizeEstimate) {
-			goto done
+			return resp, err
 		}
 	}
-	{
-		sp := scratchPool.Get().(*[]byte)
-		b := appendRequest((*sp)[:0], method, deadline, md)
-		if c.tel != nil {
-			b = c.tel.inject(ctx, b, md)
-		}
-		if req == nil {
-			b = append(b, raw...)
-		} else if b, err = appendBody(cod, b, req, conn.MaxSend()); err != nil {
-			scratchPool.Put(sp)
-			ep.outstanding.Add(-1)
-			if errors.Is(err, codec.ErrTooLarge) {
-				return nil, nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
-			}
-			return nil, nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
-		}
-		if c.tel != nil {
-			recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
-		}
-		resp, err = conn.Call(ctx, b)
-		if cap(b) <= 64<<10 {
-			*sp = b[:0]
-			scratchPool.Put(sp)
-		}
+	return c.callScratch(ctx, conn, method, deadline, md, cod, req, raw)
+}
+
+// callScratch encodes the request into a pooled scratch buffer and calls conn with it,
+// which copies it into a send slot (or, over the eager limit, into registered memory).
+func (c *Client) callScratch(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte) (*transport.Response, error) {
+	sp := scratchPool.Get().(*[]byte)
+	b := appendRequest((*sp)[:0], method, deadline, md)
+	if c.tel != nil {
+		b = c.tel.inject(ctx, b, md)
 	}
-done:
-	ep.outstanding.Add(-1)
-	if err != nil {
-		return nil, nil, StatusOf(err)
+	var err error
+	if req == nil {
+		b = append(b, raw...)
+	} else if b, err = appendBody(cod, b, req, conn.MaxSend()); err != nil {
+		scratchPool.Put(sp)
+		if errors.Is(err, codec.ErrTooLarge) {
+			return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
+		}
+		return nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
 	}
-	ep.lastHeard.Store(time.Now().UnixNano())
+	if c.tel != nil {
+		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
+	}
+	resp, err := conn.Call(ctx, b)
+	if cap(b) <= 64<<10 {
+		*sp = b[:0]
+		scratchPool.Put(sp)
+	}
+	return resp, err
+}
+
+// readResponse parses a response's envelope: it returns the response and its body (valid
+// until the response is released) on OK, else the status, the response released.
+func (c *Client) readResponse(ctx context.Context, resp *transport.Response, ci *callInfo) (*transport.Response, []byte, error) {
 	var r response
 	perr := parseResponse(resp.Bytes(), &r)
 	code := Code(resp.Status())
@@ -700,7 +715,7 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 			if conn != nil && conn.Err() == nil {
 				ep.outstanding.Add(1) // from the pick on, so concurrent picks see it
 				if ep.conn.Load() == conn {
-					return ep, conn, nil
+					return ep, c.lane(ep, conn), nil
 				}
 				// Swapped out meanwhile (a removed endpoint draining, a GOAWAY): the
 				// drain may not have counted this call, so it takes another.

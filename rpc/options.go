@@ -111,6 +111,7 @@ type dialOptions struct {
 	resolveMin         time.Duration
 	healthCheck        bool   // WithHealthCheck
 	healthService      string // the service it watches
+	lanes              int    // WithLanes; 0: adaptive
 	lendResponses      bool   // WithLentResponses
 }
 
@@ -240,6 +241,16 @@ func WithHealthCheck(service string) DialOption {
 // name resolution (the client keeps its addresses) and a change of addresses.
 func WithClientLogger(l *slog.Logger) DialOption {
 	return dialOption(func(o *dialOptions) { o.logger = l })
+}
+
+// WithLanes pins the number of connections (lanes) a client keeps to each endpoint; calls
+// and streams are spread over them round robin. Without it a client starts with one and
+// opens another while its calls in flight pass four per lane, up to GOMAXPROCS lanes: on
+// many cores one connection's reader and socket are the queue every call waits in. Each
+// lane is a connection to the server's limits (MaxConnsPerHost) and counters; balancing,
+// health checks, keepalive and GOAWAY stay per endpoint. n below 1 means adaptive.
+func WithLanes(n int) DialOption {
+	return dialOption(func(o *dialOptions) { o.lanes = max(n, 0) })
 }
 
 // WithLentResponses makes the []byte response of a method on []byte both ways the

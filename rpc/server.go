@@ -20,6 +20,7 @@ import (
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs"
+	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
@@ -190,9 +191,17 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// ListenAndServe listens on the TCP address and serves it.
+// ListenAndServe listens on address and serves it: a TCP "host:port", or
+// "shm:///path/to.sock" for clients on the same host (the shm fabric: a Unix socket at
+// that path, which must not exist, and shared-memory rings; removed when the server stops).
 func (s *Server) ListenAndServe(address string) error {
-	ln, err := net.Listen("tcp", address)
+	var ln net.Listener
+	var err error
+	if path, ok := shm.ParseTarget(address); ok {
+		ln, err = shm.Listen(path, shm.Config{})
+	} else {
+		ln, err = net.Listen("tcp", address)
+	}
 	if err != nil {
 		return err
 	}
@@ -245,14 +254,21 @@ func (s *Server) Stop() {
 }
 
 // GracefulStop stops accepting connections, tells every client to send no new calls
-// (GOAWAY), waits for the calls in flight to complete, then stops.
+// (GOAWAY), waits for the calls in flight to complete and for the clients to close their
+// connections once they have their responses (5 s at most), then stops.
 func (s *Server) GracefulStop() {
 	s.stop(func(tr *transport.Transport) {
 		// A live peer that returns no credits must not hold GOAWAY up forever.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		tr.GoAway(ctx)
-		cancel()
 		_ = tr.WaitIdle(context.Background())
+		// A handler that returned has queued its response, which may still be on its way:
+		// closing now would flush it. A client closes a connection that was sent GOAWAY
+		// once its calls on it have their answers.
+		for tr.Stats().Conns > 0 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
 	})
 }
 
@@ -503,7 +519,7 @@ func (s *Server) invokeBytes(st *serverStream, m *method, bh func(any, context.C
 // send slot or, when large, into registered memory.
 func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body []byte) {
 	env := appendResponse(st.scratch[:0], st.trailer, "")
-	if len(body) <= 16<<10 {
+	if len(env)+len(body) <= w.EagerLimit() { // goes inside the SEND: a send slot copy anyway
 		probe.Mark(probe.CopyResp)
 		out := append(env, body...)
 		probe.Mark(probe.CopyRespDone)
@@ -554,7 +570,7 @@ func inRequest(w *transport.ResponseWriter, req, body []byte) (int, bool) {
 func (s *Server) writeResponse(w *transport.ResponseWriter, st *serverStream, m *method, resp any) {
 	hint := int(m.respHint.Load())
 	var buf []byte
-	if hint > 16<<10 {
+	if hint > w.EagerLimit() { // it will go through a window: no copy if built in place
 		if b, err := w.Buffer(hint); err == nil {
 			buf = b[:0]
 		}

@@ -10,7 +10,7 @@ import (
 )
 
 // call is a client call in flight. It is recycled: its Response is returned to the
-// caller and the call goes back to its connection's spares on Response.Release.
+// caller and the call goes back to its connection's spares (callTable) on Release.
 type call struct {
 	id   uint64
 	done chan struct{}
@@ -19,35 +19,6 @@ type call struct {
 	st   *Stream // a stream's call: its response and failure go to the stream
 }
 
-// maxSpareCalls bounds the calls a connection keeps for reuse. They are kept across
-// garbage collections, unlike in a sync.Pool, whose per-P cache a collection drops and the
-// next use allocates again: an allocation per call where large payloads make a collection
-// run every call or two.
-const maxSpareCalls = 64
-
-// newCallLocked returns one of the connection's spare calls, or a new one. c.mu is held.
-func (c *Conn) newCallLocked() *call {
-	if n := len(c.spareCalls); n > 0 {
-		cl := c.spareCalls[n-1]
-		c.spareCalls[n-1] = nil
-		c.spareCalls = c.spareCalls[:n-1]
-		return cl
-	}
-	return &call{done: make(chan struct{}, 1)}
-}
-
-// recycle keeps cl, whose caller and signal are done with it, for a later call.
-func (c *Conn) recycle(cl *call) {
-	c.mu.Lock()
-	c.recycleLocked(cl)
-	c.mu.Unlock()
-}
-
-func (c *Conn) recycleLocked(cl *call) {
-	if len(c.spareCalls) < maxSpareCalls {
-		c.spareCalls = append(c.spareCalls, cl)
-	}
-}
 
 func (cl *call) finish(err error) {
 	if cl.st != nil {
@@ -148,23 +119,15 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 		probe.MarkN(probe.Call, b2u(large != nil))
 	}
 	c.t.counters.calls.Add(1)
-	c.mu.Lock()
-	if c.err != nil {
-		err := c.err
-		c.mu.Unlock()
+	cl, err := c.register()
+	if err != nil {
 		if large != nil {
 			large.Release()
 		}
 		return nil, err
 	}
-	cl := c.newCallLocked()
-	c.nextID++
-	cl.id = c.nextID
-	c.calls[cl.id] = cl
-	c.mu.Unlock()
 
 	h := wire.Header{Kind: wire.KindRequest, CallID: cl.id}
-	var err error
 	if large != nil {
 		err = c.sendLarge(ctx, &h, large, revoke{}, sendWait)
 	} else {
@@ -207,42 +170,12 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 	return nil, ctx.Err()
 }
 
-// forgetCall removes cl from the calls in flight; false means it was already gone (a
-// response or a failure took it and will signal done).
-func (c *Conn) forgetCall(cl *call) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.calls[cl.id] != cl {
-		return false
-	}
-	delete(c.calls, cl.id)
-	return true
-}
-
-// takeCall removes and returns the call a response answers, or nil for a late one.
-func (c *Conn) takeCall(id uint64) *call {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	cl := c.calls[id]
-	if cl != nil {
-		delete(c.calls, id)
-	}
-	return cl
-}
-
 // Ping sends a ping and waits for the pong: a round trip through both sides' pollers.
 func (c *Conn) Ping(ctx context.Context) error {
-	c.mu.Lock()
-	if c.err != nil {
-		err := c.err
-		c.mu.Unlock()
+	cl, err := c.register()
+	if err != nil {
 		return err
 	}
-	cl := c.newCallLocked()
-	c.nextID++
-	cl.id = c.nextID
-	c.calls[cl.id] = cl
-	c.mu.Unlock()
 	h := wire.Header{Kind: wire.KindPing, CallID: cl.id}
 	if _, err := c.send(ctx, &h, nil, nil, revoke{}, sendWait); err != nil {
 		if !c.forgetCall(cl) {
@@ -261,7 +194,7 @@ func (c *Conn) Ping(ctx context.Context) error {
 		}
 		<-cl.done
 	}
-	err := cl.err
+	err = cl.err
 	cl.err = nil
 	c.recycle(cl)
 	return err
@@ -290,7 +223,7 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 	}
 	if slot >= 0 && !c.shared() {
 		c.mu.Lock()
-		c.recv[slot].held = true
+		c.in.slots[slot].held = true
 		c.mu.Unlock()
 	}
 	cl.resp = Response{c: c, cl: cl, status: h.Status, data: payload, slot: slot, buf: buf}

@@ -95,7 +95,7 @@ func (h *hostile) snapshot() baseline {
 	h.server.mu.Lock()
 	for c := range h.server.conns {
 		c.mu.Lock()
-		for _, s := range c.sends {
+		for _, s := range c.out.slots {
 			if s != nil && s.buf != nil {
 				pooled--
 			}
@@ -491,8 +491,18 @@ func postRaw(tr *Transport, c *Conn, wr verbs.SendWR) error {
 	}
 }
 
-// TestMain runs the churn attacker when the hostile suite starts this binary as one.
+// childRoles are the roles other tests start this binary in, by the environment variable
+// that names the role (its value is the role's argument); a role returns the exit code.
+var childRoles = map[string]func(arg string) int{}
+
+// TestMain runs the churn attacker when the hostile suite starts this binary as one, or
+// another test's child role.
 func TestMain(m *testing.M) {
+	for env, role := range childRoles {
+		if arg := os.Getenv(env); arg != "" {
+			os.Exit(role(arg))
+		}
+	}
 	if addr := os.Getenv("MWRPC_HOSTILE_CHURN"); addr != "" {
 		n, err := churn(addr)
 		if err != nil {
@@ -679,9 +689,9 @@ func TestHostilePeers(t *testing.T) {
 			}
 		}
 		cfg := &h.server.cfg
-		if c.credits != cfg.Credits || c.maxSend != cfg.MaxMessage || c.eager != cfg.EagerThreshold || len(c.sends) != cfg.Credits+recvCtrlSlots+4 {
+		if c.out.credits != cfg.Credits || c.maxSend != cfg.MaxMessage || c.eager != cfg.EagerThreshold || len(c.out.slots) != cfg.Credits+recvCtrlSlots+4 {
 			h.t.Errorf("the server granted credits %d, max send %d, eager %d, %d send slots: want its own %d, %d, %d, %d",
-				c.credits, c.maxSend, c.eager, len(c.sends), cfg.Credits, cfg.MaxMessage, cfg.EagerThreshold, cfg.Credits+recvCtrlSlots+4)
+				c.out.credits, c.maxSend, c.eager, len(c.out.slots), cfg.Credits, cfg.MaxMessage, cfg.EagerThreshold, cfg.Credits+recvCtrlSlots+4)
 		}
 	})
 

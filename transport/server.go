@@ -74,7 +74,7 @@ func (sc *serverCall) serve(h Handler) {
 func (sc *serverCall) finish() {
 	c := sc.c
 	c.mu.Lock()
-	delete(c.serving, sc.id)
+	delete(c.serving.calls, sc.id)
 	c.mu.Unlock()
 	if sc.st != nil {
 		c.dropInStream(sc.id)
@@ -367,15 +367,15 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	}
 	c.mu.Lock()
 	if slot >= 0 && !c.shared() {
-		c.recv[slot].held = true
+		c.in.slots[slot].held = true
 	}
-	c.serving[h.CallID] = sc
+	c.serving.calls[h.CallID] = sc
 	if h.Flags&wire.FlagStream != 0 {
-		sc.st = c.instreams[h.CallID] // recorded when the header arrived (openInStream)
+		sc.st = c.serving.streams[h.CallID] // recorded when the header arrived (openInStream)
 	}
 	dead := c.err != nil
 	// No single connection, nor host, may take more than its share of the handlers.
-	crowded := len(c.serving) > c.t.cfg.MaxCallsPerConn
+	crowded := len(c.serving.calls) > c.t.cfg.MaxCallsPerConn
 	c.mu.Unlock()
 	limit, what := c.t.cfg.MaxCallsPerConn, "on this connection (Config.MaxCallsPerConn"
 	// (A limit of the whole pool or more is the pool's to enforce: "overloaded".)

@@ -44,16 +44,16 @@ type writeDst struct {
 // window of its own instead (sendLarge).
 func (c *Conn) sendWritten(ctx context.Context, h *wire.Header, buf *pool.Buf, rv revoke, dst writeDst, mode sendMode) error {
 	c.mu.Lock()
-	if len(c.freeReads) == 0 || c.torn {
+	if len(c.rd.free) == 0 || c.torn {
 		c.mu.Unlock()
 		return c.sendLarge(ctx, h, buf, rv, mode)
 	}
-	i := c.freeReads[len(c.freeReads)-1]
-	c.freeReads = c.freeReads[:len(c.freeReads)-1]
-	r := c.reads[i]
+	i := c.rd.free[len(c.rd.free)-1]
+	c.rd.free = c.rd.free[:len(c.rd.free)-1]
+	r := c.rd.ops[i]
 	if r == nil {
 		r = new(readOp)
-		c.reads[i] = r
+		c.rd.ops[i] = r
 	}
 	r.buf, r.live = buf, true // teardown releases it from here on
 	c.mu.Unlock()
@@ -73,7 +73,7 @@ func (c *Conn) sendWritten(ctx context.Context, h *wire.Header, buf *pool.Buf, r
 	mine := !c.torn
 	if mine {
 		r.buf, r.live = nil, false
-		c.freeReads = append(c.freeReads, i)
+		c.rd.free = append(c.rd.free, i)
 	}
 	c.mu.Unlock()
 	if mine && errors.Is(err, errLate) {
@@ -87,12 +87,12 @@ func (c *Conn) sendWritten(ctx context.Context, h *wire.Header, buf *pool.Buf, r
 
 // onWriteDone ends the hold on a written response's buffer: its WRITE completed.
 func (c *Conn) onWriteDone(i int) {
-	r := c.reads[i] // set by sendWritten before the WRITE was posted
+	r := c.rd.ops[i] // set by sendWritten before the WRITE was posted
 	c.mu.Lock()
 	buf := r.buf
 	r.buf, r.live = nil, false
 	if buf != nil {
-		c.freeReads = append(c.freeReads, i)
+		c.rd.free = append(c.rd.free, i)
 	}
 	c.mu.Unlock()
 	if buf != nil {
