@@ -429,3 +429,30 @@ func TestTargets(t *testing.T) {
 		t.Errorf("Addr.String() = %q", s)
 	}
 }
+
+// TestTryWrite: TryWrite takes what fits in the ring and returns at once, never waiting
+// for room or for a write in progress; the peer reads exactly what it took.
+func TestTryWrite(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	a, b := connPair(t, Config{RingSize: MinRingSize}, Config{RingSize: MinRingSize})
+	n, err := a.TryWrite(make([]byte, MinRingSize+100))
+	if err != nil || n != MinRingSize {
+		t.Fatalf("TryWrite into an empty ring: %d, %v; want %d", n, err, MinRingSize)
+	}
+	if n, err := a.TryWrite([]byte("x")); n != 0 || err != nil {
+		t.Fatalf("TryWrite into a full ring: %d, %v; want 0 at once", n, err)
+	}
+	if _, err := io.ReadFull(b, make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	a.wmu.Lock() // a write in progress
+	n, err = a.TryWrite([]byte("x"))
+	a.wmu.Unlock()
+	if n != 0 || err != nil {
+		t.Fatalf("TryWrite beside a write in progress: %d, %v; want 0", n, err)
+	}
+	if n, err := a.TryWrite(make([]byte, 200)); n != 100 || err != nil {
+		t.Fatalf("TryWrite with 100 bytes of room: %d, %v", n, err)
+	}
+}
