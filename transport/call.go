@@ -19,7 +19,6 @@ type call struct {
 	st   *Stream // a stream's call: its response and failure go to the stream
 }
 
-
 func (cl *call) finish(err error) {
 	if cl.st != nil {
 		cl.st.fail(err)
