@@ -456,3 +456,35 @@ func TestTryWrite(t *testing.T) {
 		t.Fatalf("TryWrite with 100 bytes of room: %d, %v", n, err)
 	}
 }
+
+// TestIdleCostsNothing: readers waiting on an idle connection sleep on their doorbells
+// after the spin: the process uses (almost) no CPU while they wait.
+func TestIdleCostsNothing(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	a, b := connPair(t, Config{}, Config{})
+	done := make(chan error, 2)
+	for _, c := range []*Conn{a, b} {
+		go func() { _, err := c.Read(make([]byte, 1)); done <- err }()
+	}
+	time.Sleep(50 * time.Millisecond) // past the spin
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	before := cpu()
+	time.Sleep(300 * time.Millisecond)
+	used := cpu() - before
+	if used > 30*time.Millisecond {
+		t.Errorf("the process used %v of CPU in 300ms with two readers waiting on idle rings", used)
+	}
+	t.Logf("CPU used in 300ms idle: %v", used)
+	a.Close()
+	b.Close()
+	for range 2 {
+		<-done
+	}
+}
