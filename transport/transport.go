@@ -725,5 +725,5 @@ func (t *Transport) Stats() Stats {
 		Refused: c.events[evRefused].Load(), SetupFailed: c.events[evSetup].Load(), Protocol: c.events[evProtocol].Load(),
 		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(), Unshared: c.unshared.Load(), Written: c.written.Load(),
 		TooManyPings: c.events[evPings].Load(),
-		Handlers: t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
+		Handlers:     t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }
