@@ -134,7 +134,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 			if cause == nil {
 				cause = ctx.Err()
 			}
-			why := "gave up"
+			why := "not retried: retrying cannot change that"
 			if err := ctx.Err(); err != nil {
 				why = err.Error()
 			}
@@ -244,7 +244,7 @@ func permanent(err error) bool {
 	var invalid x509.CertificateInvalidError
 	var host x509.HostnameError
 	var verify *tls.CertificateVerificationError
-	return errors.Is(err, credentials.ErrPlaintextPeer) || errors.As(err, &unknown) || errors.As(err, &invalid) ||
+	return errors.Is(err, credentials.ErrPlaintextPeer) || errors.Is(err, transport.ErrNotMwrpcPeer) || errors.As(err, &unknown) || errors.As(err, &invalid) ||
 		errors.As(err, &host) || errors.As(err, &verify) ||
 		errors.As(err, &op) && op.Op == "remote error" // a TLS alert from the peer: it refused our certificate
 }
@@ -346,6 +346,9 @@ func (c *Client) maintain(ep *endpoint) {
 			c.retire(ep)
 			return
 		case <-conn.Done():
+			if err := conn.Err(); err != nil {
+				ep.lastErr.Store(fmt.Errorf("%s: %w", ep.addr, err))
+			}
 			ep.conn.CompareAndSwap(conn, nil)
 			c.reresolve()
 		case <-conn.GoingAway():
@@ -385,7 +388,7 @@ func (c *Client) wentAway(ep *endpoint, conn *transport.Conn, interval time.Dura
 	if why == nil {
 		return interval
 	}
-	ep.lastErr.Store(why)
+	ep.lastErr.Store(fmt.Errorf("%s: %w", ep.addr, why))
 	if errors.Is(why, transport.ErrTooManyPings) && ticker != nil {
 		interval = c.slowerPings(ep, interval, why)
 		ticker.Reset(interval)
@@ -726,16 +729,56 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 			if err := c.lastResolveErr(); err != nil {
 				return nil, nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: no connection to %s is up (%v)", c.target(), err), cause: err}
 			}
-			return nil, nil, Errorf(Unavailable, "rpc: no connection to %s is up", c.target())
+			return nil, nil, c.noConnection()
 		}
 		select {
 		case <-up:
 		case <-ctx.Done():
-			return nil, nil, StatusOf(ctx.Err())
+			return nil, nil, c.waitedInVain(ctx)
 		case <-c.closed:
 			return nil, nil, Errorf(Unavailable, "rpc: client closed")
 		}
 	}
+}
+
+// noConnection is a fail-fast call's error when no endpoint is up: Unavailable with the
+// endpoints' last connection errors as its cause (connection refused, a TLS certificate
+// refused, ...), or saying that the first connection is still being set up.
+func (c *Client) noConnection() error {
+	last, tried := c.lastErrs()
+	switch {
+	case last != nil:
+		return &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: no connection to %s is up: %v", c.target(), last), cause: last}
+	case !tried:
+		return Errorf(Unavailable, "rpc: no connection to %s is up yet (the first is being set up; WaitForReady waits for it)", c.target())
+	}
+	return Errorf(Unavailable, "rpc: no connection to %s is up", c.target())
+}
+
+// waitedInVain is the error of a WaitForReady call whose context ended before a
+// connection came up: the context's, with the endpoints' last connection errors.
+func (c *Client) waitedInVain(ctx context.Context) error {
+	st := StatusOf(ctx.Err())
+	last, _ := c.lastErrs()
+	if last == nil {
+		return st
+	}
+	return &Status{Code: st.Code, Message: fmt.Sprintf("%v while waiting for a connection to %s: %v", ctx.Err(), c.target(), last),
+		cause: errors.Join(ctx.Err(), last)}
+}
+
+// lastErrs joins the last connection error of each endpoint (nil if none has one), and
+// says whether every endpoint has had its first dial.
+func (c *Client) lastErrs() (last error, tried bool) {
+	var errs []error
+	tried = true
+	for _, ep := range *c.eps.Load() {
+		if e, ok := ep.lastErr.Load().(error); ok {
+			errs = append(errs, e)
+		}
+		tried = tried && ep.tried.Load()
+	}
+	return errors.Join(errs...), tried
 }
 
 // target names what the client connects to: its addresses, and the target they were

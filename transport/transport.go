@@ -577,7 +577,11 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 // exchangeHello sends ours and reads the peer's hello, bounded by ctx.
 func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) error {
 	in := make([]byte, wire.HelloLen)
-	if err := cm.Exchange(ctx, nc, "hello", wire.AppendHello(nil, ours), in); err != nil {
+	n, err := cm.ExchangeN(ctx, nc, "hello", wire.AppendHello(nil, ours), in)
+	if err != nil {
+		if notOurs := notMwrpc(in[:n]); notOurs != nil { // it answered, and not as mwrpc
+			return fmt.Errorf("transport: %w: %w (then: %w)", ErrHandshake, notOurs, err)
+		}
 		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
 	}
 	if _, err := wire.ParseHello(in, peer); err != nil {
@@ -588,6 +592,10 @@ func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) err
 			err = fmt.Errorf("%w: the server requires TLS: configure transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
 		case in[0] == 0x16 && in[1] == 0x03: // a TLS record: handshake
 			err = fmt.Errorf("%w: the peer speaks TLS and this side has no transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
+		default:
+			if notOurs := notMwrpc(in); notOurs != nil {
+				err = notOurs
+			}
 		}
 		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
 	}

@@ -189,6 +189,9 @@ type Hello struct {
 	MaxMessage uint32 // the largest payload the sender accepts
 }
 
+// HelloPrefix returns the bytes every hello begins with.
+func HelloPrefix() []byte { return helloMagic[:] }
+
 // AppendHello appends h to b.
 func AppendHello(b []byte, h *Hello) []byte {
 	b = append(b, helloMagic[:]...)
@@ -264,6 +267,9 @@ func (r Refusal) String() string {
 	}
 	return fmt.Sprintf("reason %d", uint8(r))
 }
+
+// RefusalPrefix returns the bytes every refusal record begins with.
+func RefusalPrefix() []byte { return refusalMagic[:] }
 
 // AppendRefusal appends a refusal record of HelloLen bytes to b.
 func AppendRefusal(b []byte, r Refusal) []byte {
