@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/mwrpc/mwrpc/codec"
 	"github.com/mwrpc/mwrpc/internal/probe"
@@ -660,20 +661,20 @@ func appendBody(cod codec.Codec, b []byte, req any, limit int) ([]byte, error) {
 }
 
 // callRegistered encodes the request (req with cod, or raw as it is) straight into a
-// registered buffer and sends it from there: no copy between the codec and the NIC.
+// registered buffer and sends it from there: no copy between the codec and the NIC. The
+// envelope is written there too (no scratch buffer, whose sync.Pool a garbage collection
+// empties: an allocation per call when large payloads make one run every call).
 func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte, n int) (*transport.Response, error) {
-	sp := scratchPool.Get().(*[]byte)
-	env := appendRequest((*sp)[:0], method, deadline, md)
-	if c.tel != nil {
-		env = c.tel.inject(ctx, env, md)
-	}
-	defer func() { *sp = env[:0]; scratchPool.Put(sp) }()
-	buf, err := c.tr.Pool().Get(ctx, len(env)+n)
+	room := envelopeRoom(method, md)
+	buf, err := c.tr.Pool().Get(ctx, room+n)
 	if err != nil {
 		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request buffer for %s: %v", method, err), cause: err}
 	}
+	if buf, err = c.envelopeInto(ctx, buf, room, method, deadline, md, n); err != nil {
+		return nil, err
+	}
 	probe.Mark(probe.CopyIn)
-	b := append(buf.Bytes()[:0], env...)
+	b := buf.Bytes()
 	if req == nil {
 		b = append(b, raw...)
 	} else {
@@ -684,7 +685,7 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 		buf.Release()
 		return nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
 	}
-	if len(b) > buf.Cap() { // the codec's size was short: the caller encodes the usual way
+	if len(b) > buf.Cap() || unsafe.SliceData(b) != unsafe.SliceData(buf.Bytes()) { // the codec's size was short: the caller encodes the usual way
 		buf.Release()
 		return nil, errSizeEstimate
 	}
@@ -693,6 +694,41 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
 	}
 	return conn.CallBuf(ctx, buf)
+}
+
+// envelopeRoom is the room a request's envelope takes: its fixed part, the method, the
+// metadata, and up to 128 bytes of trace context the telemetry may add.
+func envelopeRoom(method string, md MD) int {
+	n := reqFixed + len(method) + 128
+	for k, vs := range md {
+		for _, v := range vs {
+			n += 6 + len(k) + len(v)
+		}
+	}
+	return n
+}
+
+// envelopeInto writes the request's envelope at the start of buf, whose Len it sets to
+// the envelope's, leaving room for n bytes of body behind it. An envelope over room (the
+// telemetry's trace context larger than envelopeRoom allows) goes into a larger buffer,
+// which replaces buf.
+func (c *Client) envelopeInto(ctx context.Context, buf *pool.Buf, room int, method string, deadline int64, md MD, n int) (*pool.Buf, error) {
+	mem := buf.Bytes()[:0:room] // an envelope that outgrows it moves to the heap
+	env := appendRequest(mem, method, deadline, md)
+	if c.tel != nil {
+		env = c.tel.inject(ctx, env, md)
+	}
+	if unsafe.SliceData(env) == unsafe.SliceData(mem) {
+		buf.SetLen(len(env))
+		return buf, nil
+	}
+	buf.Release()
+	buf, err := c.tr.Pool().Get(ctx, len(env)+n)
+	if err != nil {
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request buffer for %s: %v", method, err), cause: err}
+	}
+	buf.SetLen(copy(buf.Bytes()[:len(env)], env))
+	return buf, nil
 }
 
 // connFor returns an endpoint and its working connection. With none up it fails with
