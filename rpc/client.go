@@ -60,7 +60,7 @@ type endpoint struct {
 	conn        atomic.Pointer[transport.Conn]
 	outstanding atomic.Int64
 	lastHeard   atomic.Int64 // unix nanos of the last response: keepalive pings a connection silent since
-	lastErr     atomic.Value // error: why the last dial failed
+	lastErr     atomic.Pointer[error] // why the last dial or connection failed (lastError)
 	tried       atomic.Bool  // the first dial has ended, either way
 	// health is what the health check (WithHealthCheck) last saw, for the connection it
 	// names: the endpoint is healthy while that is its connection and err is nil.
@@ -98,7 +98,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		// refused: by every endpoint, for a reason no retry changes
 		tried, refused := true, len(eps) > 0
 		for _, ep := range eps {
-			e, _ := ep.lastErr.Load().(error)
+			e := ep.lastError()
 			refused = refused && e != nil && permanent(e)
 			tried = tried && ep.tried.Load()
 		}
@@ -126,7 +126,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 			for _, ep := range eps {
 				if e := ep.healthErr(); e != nil && c.opts.healthCheck {
 					errs = append(errs, e) // connected, but not healthy
-				} else if e, ok := ep.lastErr.Load().(error); ok {
+				} else if e := ep.lastError(); e != nil {
 					errs = append(errs, e)
 				}
 			}
@@ -314,7 +314,7 @@ func (c *Client) maintain(ep *endpoint) {
 				return
 			}
 			if err != nil {
-				ep.lastErr.Store(err)
+				ep.lastErr.Store(&err)
 				ep.tried.Store(true)
 				c.signalUp() // Dial may be waiting to see that every endpoint refuses us
 				c.reresolve()
@@ -348,7 +348,8 @@ func (c *Client) maintain(ep *endpoint) {
 			return
 		case <-conn.Done():
 			if err := conn.Err(); err != nil {
-				ep.lastErr.Store(fmt.Errorf("%s: %w", ep.addr, err))
+				failed := fmt.Errorf("%s: %w", ep.addr, err)
+				ep.lastErr.Store(&failed)
 			}
 			ep.conn.CompareAndSwap(conn, nil)
 			c.reresolve()
@@ -389,7 +390,8 @@ func (c *Client) wentAway(ep *endpoint, conn *transport.Conn, interval time.Dura
 	if why == nil {
 		return interval
 	}
-	ep.lastErr.Store(fmt.Errorf("%s: %w", ep.addr, why))
+	away := fmt.Errorf("%s: %w", ep.addr, why)
+	ep.lastErr.Store(&away)
 	if errors.Is(why, transport.ErrTooManyPings) && ticker != nil {
 		interval = c.slowerPings(ep, interval, why)
 		ticker.Reset(interval)
@@ -632,6 +634,9 @@ func (c *Client) readResponse(ctx context.Context, resp *transport.Response, ci 
 	if ci.trailer != nil {
 		*ci.trailer = decodeMD(r.md, r.nmd)
 	}
+	if ci.header != nil {
+		*ci.header = decodeMD(r.hdr, r.nhdr)
+	}
 	if c.tel != nil {
 		recordTransfer(ctx, AttrResponseSize, AttrResponseTransfer, len(resp.Bytes()), resp.Windowed())
 	}
@@ -803,13 +808,21 @@ func (c *Client) waitedInVain(ctx context.Context) error {
 		cause: errors.Join(ctx.Err(), last)}
 }
 
+// lastError returns why ep's last dial or connection failed, or nil.
+func (ep *endpoint) lastError() error {
+	if p := ep.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // lastErrs joins the last connection error of each endpoint (nil if none has one), and
 // says whether every endpoint has had its first dial.
 func (c *Client) lastErrs() (last error, tried bool) {
 	var errs []error
 	tried = true
 	for _, ep := range *c.eps.Load() {
-		if e, ok := ep.lastErr.Load().(error); ok {
+		if e := ep.lastError(); e != nil {
 			errs = append(errs, e)
 		}
 		tried = tried && ep.tried.Load()
