@@ -235,6 +235,14 @@ func NewClient(target string, opts ...DialOption) (*Client, error) {
 	return c, nil
 }
 
+// lastError is what an endpoint's lastErr holds: an atomic.Value takes values of one
+// concrete type only, and the errors stored there are made by several constructors (a
+// failed dial's, a lost connection's), which would panic the second Store.
+type lastError struct{ error }
+
+// Unwrap returns the error, so that errors.Is and errors.As see through the box.
+func (e lastError) Unwrap() error { return e.error }
+
 // permanent reports whether a dial failed for a reason retrying does not change: the
 // peer's credentials or ours (a certificate refused, TLS on one side only). Dial stops
 // waiting when every endpoint failed so; the client goes on retrying in the background,
@@ -314,7 +322,7 @@ func (c *Client) maintain(ep *endpoint) {
 				return
 			}
 			if err != nil {
-				ep.lastErr.Store(err)
+				ep.lastErr.Store(lastError{err})
 				ep.tried.Store(true)
 				c.signalUp() // Dial may be waiting to see that every endpoint refuses us
 				c.reresolve()
@@ -348,7 +356,7 @@ func (c *Client) maintain(ep *endpoint) {
 			return
 		case <-conn.Done():
 			if err := conn.Err(); err != nil {
-				ep.lastErr.Store(fmt.Errorf("%s: %w", ep.addr, err))
+				ep.lastErr.Store(lastError{fmt.Errorf("%s: %w", ep.addr, err)})
 			}
 			ep.conn.CompareAndSwap(conn, nil)
 			c.reresolve()
@@ -389,7 +397,7 @@ func (c *Client) wentAway(ep *endpoint, conn *transport.Conn, interval time.Dura
 	if why == nil {
 		return interval
 	}
-	ep.lastErr.Store(fmt.Errorf("%s: %w", ep.addr, why))
+	ep.lastErr.Store(lastError{fmt.Errorf("%s: %w", ep.addr, why)})
 	if errors.Is(why, transport.ErrTooManyPings) && ticker != nil {
 		interval = c.slowerPings(ep, interval, why)
 		ticker.Reset(interval)
