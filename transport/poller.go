@@ -419,6 +419,8 @@ func (p *poller) dispatch(wc *verbs.WorkCompletion) {
 		c.onRead(idx)
 	case wrInv:
 		c.onLocalInv(idx)
+	case wrWrite:
+		c.onWriteDone(idx)
 	}
 }
 
@@ -434,6 +436,8 @@ func wrKindName(k uint64) string {
 		return "BIND_MW"
 	case wrInv:
 		return "LOCAL_INV"
+	case wrWrite:
+		return "RDMA_WRITE"
 	}
 	return fmt.Sprintf("wr kind %d", k)
 }
