@@ -59,9 +59,9 @@ type endpoint struct {
 	addr        string
 	conn        atomic.Pointer[transport.Conn]
 	outstanding atomic.Int64
-	lastHeard   atomic.Int64 // unix nanos of the last response: keepalive pings a connection silent since
-	lastErr     atomic.Value // error: why the last dial failed
-	tried       atomic.Bool  // the first dial has ended, either way
+	lastHeard   atomic.Int64          // unix nanos of the last response: keepalive pings a connection silent since
+	lastErr     atomic.Pointer[error] // why the last dial or connection failed (an atomic.Value panics on errors of different types)
+	tried       atomic.Bool           // the first dial has ended, either way
 	// health is what the health check (WithHealthCheck) last saw, for the connection it
 	// names: the endpoint is healthy while that is its connection and err is nil.
 	health   atomic.Pointer[healthState]
@@ -98,7 +98,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		// refused: by every endpoint, for a reason no retry changes
 		tried, refused := true, len(eps) > 0
 		for _, ep := range eps {
-			e, _ := ep.lastErr.Load().(error)
+			e := ep.lastError()
 			refused = refused && e != nil && permanent(e)
 			tried = tried && ep.tried.Load()
 		}
@@ -126,7 +126,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 			for _, ep := range eps {
 				if e := ep.healthErr(); e != nil && c.opts.healthCheck {
 					errs = append(errs, e) // connected, but not healthy
-				} else if e, ok := ep.lastErr.Load().(error); ok {
+				} else if e := ep.lastError(); e != nil {
 					errs = append(errs, e)
 				}
 			}
@@ -235,14 +235,6 @@ func NewClient(target string, opts ...DialOption) (*Client, error) {
 	return c, nil
 }
 
-// lastError is what an endpoint's lastErr holds: an atomic.Value takes values of one
-// concrete type only, and the errors stored there are made by several constructors (a
-// failed dial's, a lost connection's), which would panic the second Store.
-type lastError struct{ error }
-
-// Unwrap returns the error, so that errors.Is and errors.As see through the box.
-func (e lastError) Unwrap() error { return e.error }
-
 // permanent reports whether a dial failed for a reason retrying does not change: the
 // peer's credentials or ours (a certificate refused, TLS on one side only). Dial stops
 // waiting when every endpoint failed so; the client goes on retrying in the background,
@@ -322,7 +314,7 @@ func (c *Client) maintain(ep *endpoint) {
 				return
 			}
 			if err != nil {
-				ep.lastErr.Store(lastError{err})
+				ep.setLastErr(err)
 				ep.tried.Store(true)
 				c.signalUp() // Dial may be waiting to see that every endpoint refuses us
 				c.reresolve()
@@ -356,7 +348,7 @@ func (c *Client) maintain(ep *endpoint) {
 			return
 		case <-conn.Done():
 			if err := conn.Err(); err != nil {
-				ep.lastErr.Store(lastError{fmt.Errorf("%s: %w", ep.addr, err)})
+				ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, err))
 			}
 			ep.conn.CompareAndSwap(conn, nil)
 			c.reresolve()
@@ -397,7 +389,7 @@ func (c *Client) wentAway(ep *endpoint, conn *transport.Conn, interval time.Dura
 	if why == nil {
 		return interval
 	}
-	ep.lastErr.Store(lastError{fmt.Errorf("%s: %w", ep.addr, why)})
+	ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, why))
 	if errors.Is(why, transport.ErrTooManyPings) && ticker != nil {
 		interval = c.slowerPings(ep, interval, why)
 		ticker.Reset(interval)
@@ -811,13 +803,23 @@ func (c *Client) waitedInVain(ctx context.Context) error {
 		cause: errors.Join(ctx.Err(), last)}
 }
 
+func (ep *endpoint) setLastErr(err error) { ep.lastErr.Store(&err) }
+
+// lastError is why ep's last dial or connection failed, or nil.
+func (ep *endpoint) lastError() error {
+	if p := ep.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // lastErrs joins the last connection error of each endpoint (nil if none has one), and
 // says whether every endpoint has had its first dial.
 func (c *Client) lastErrs() (last error, tried bool) {
 	var errs []error
 	tried = true
 	for _, ep := range *c.eps.Load() {
-		if e, ok := ep.lastErr.Load().(error); ok {
+		if e := ep.lastError(); e != nil {
 			errs = append(errs, e)
 		}
 		tried = tried && ep.tried.Load()
