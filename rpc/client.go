@@ -59,9 +59,9 @@ type endpoint struct {
 	addr        string
 	conn        atomic.Pointer[transport.Conn]
 	outstanding atomic.Int64
-	lastHeard   atomic.Int64 // unix nanos of the last response: keepalive pings a connection silent since
-	lastErr     atomic.Pointer[error] // why the last dial or connection failed (lastError)
-	tried       atomic.Bool  // the first dial has ended, either way
+	lastHeard   atomic.Int64          // unix nanos of the last response: keepalive pings a connection silent since
+	lastErr     atomic.Pointer[error] // why the last dial or connection failed (an atomic.Value panics on errors of different types)
+	tried       atomic.Bool           // the first dial has ended, either way
 	// health is what the health check (WithHealthCheck) last saw, for the connection it
 	// names: the endpoint is healthy while that is its connection and err is nil.
 	health   atomic.Pointer[healthState]
@@ -314,7 +314,7 @@ func (c *Client) maintain(ep *endpoint) {
 				return
 			}
 			if err != nil {
-				ep.lastErr.Store(&err)
+				ep.setLastErr(err)
 				ep.tried.Store(true)
 				c.signalUp() // Dial may be waiting to see that every endpoint refuses us
 				c.reresolve()
@@ -348,8 +348,7 @@ func (c *Client) maintain(ep *endpoint) {
 			return
 		case <-conn.Done():
 			if err := conn.Err(); err != nil {
-				failed := fmt.Errorf("%s: %w", ep.addr, err)
-				ep.lastErr.Store(&failed)
+				ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, err))
 			}
 			ep.conn.CompareAndSwap(conn, nil)
 			c.reresolve()
@@ -390,8 +389,7 @@ func (c *Client) wentAway(ep *endpoint, conn *transport.Conn, interval time.Dura
 	if why == nil {
 		return interval
 	}
-	away := fmt.Errorf("%s: %w", ep.addr, why)
-	ep.lastErr.Store(&away)
+	ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, why))
 	if errors.Is(why, transport.ErrTooManyPings) && ticker != nil {
 		interval = c.slowerPings(ep, interval, why)
 		ticker.Reset(interval)
@@ -634,9 +632,6 @@ func (c *Client) readResponse(ctx context.Context, resp *transport.Response, ci 
 	if ci.trailer != nil {
 		*ci.trailer = decodeMD(r.md, r.nmd)
 	}
-	if ci.header != nil {
-		*ci.header = decodeMD(r.hdr, r.nhdr)
-	}
 	if c.tel != nil {
 		recordTransfer(ctx, AttrResponseSize, AttrResponseTransfer, len(resp.Bytes()), resp.Windowed())
 	}
@@ -808,7 +803,9 @@ func (c *Client) waitedInVain(ctx context.Context) error {
 		cause: errors.Join(ctx.Err(), last)}
 }
 
-// lastError returns why ep's last dial or connection failed, or nil.
+func (ep *endpoint) setLastErr(err error) { ep.lastErr.Store(&err) }
+
+// lastError is why ep's last dial or connection failed, or nil.
 func (ep *endpoint) lastError() error {
 	if p := ep.lastErr.Load(); p != nil {
 		return *p
