@@ -134,7 +134,7 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	}
 	pd, err := dev.AllocPD()
 	if err != nil {
-		return nil, fmt.Errorf("transport: %w", err)
+		return nil, fmt.Errorf("mwrpc: %w", err)
 	}
 	if cfg.Pool.Access == 0 {
 		cfg.Pool.Access = verbs.AccessLocalWrite | verbs.AccessMWBind
@@ -160,7 +160,7 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	bp, err := pool.New(pd, cfg.Pool)
 	if err != nil {
 		_ = pd.Dealloc()
-		return nil, fmt.Errorf("transport: %w", err)
+		return nil, fmt.Errorf("mwrpc: %w", err)
 	}
 	advisor, _ := h.(InlineAdvisor)
 	if cfg.InlineBudget < 0 {
@@ -177,7 +177,7 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	if err != nil {
 		_ = bp.Close()
 		_ = pd.Dealloc()
-		return nil, fmt.Errorf("transport: handler pool: %w", err)
+		return nil, fmt.Errorf("mwrpc: handler pool: %w", err)
 	}
 	for i := 0; i < cfg.Pollers; i++ {
 		p, err := newPoller(t, i)
@@ -234,14 +234,14 @@ func (t *Transport) admit(ip string) (*hostState, wire.Refusal, error) {
 	}
 	switch {
 	case t.closed:
-		return nil, wire.RefusedClosing, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+		return nil, wire.RefusedClosing, fmt.Errorf("mwrpc: closed: %w", ErrUnavailable)
 	case t.open >= t.cfg.MaxConns:
-		return nil, wire.RefusedConns, fmt.Errorf("transport: %w: %w: %d connections open or being set up (Config.MaxConns; by default what the completion queues of Config.Pollers hold)",
+		return nil, wire.RefusedConns, fmt.Errorf("mwrpc: %w: %w: %d connections open or being set up (Config.MaxConns; by default what the completion queues of Config.Pollers hold)",
 			ErrUnavailable, ErrCapacity, t.open)
 	case hs != nil && hs.conns >= t.cfg.MaxConnsPerHost:
-		return nil, wire.RefusedHost, fmt.Errorf("transport: %w: %w: %d connections from %s (Config.MaxConnsPerHost)", ErrUnavailable, ErrCapacity, hs.conns, ip)
+		return nil, wire.RefusedHost, fmt.Errorf("mwrpc: %w: %w: %d connections from %s (Config.MaxConnsPerHost)", ErrUnavailable, ErrCapacity, hs.conns, ip)
 	case hs != nil && hs.tokens < 1:
-		return nil, wire.RefusedRate, fmt.Errorf("transport: %w: %w: %s opens connections faster than %g a second (Config.ConnRatePerHost)", ErrUnavailable, ErrCapacity, ip, t.cfg.ConnRatePerHost)
+		return nil, wire.RefusedRate, fmt.Errorf("mwrpc: %w: %w: %s opens connections faster than %g a second (Config.ConnRatePerHost)", ErrUnavailable, ErrCapacity, ip, t.cfg.ConnRatePerHost)
 	}
 	t.open++
 	if ip == "" {
@@ -324,7 +324,7 @@ func (t *Transport) Pool() *pool.Pool { return t.pool }
 func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 	nc, err := dialStream(ctx, address)
 	if err != nil {
-		return nil, fmt.Errorf("transport: %w: %w", ErrUnavailable, err) // the net error names the address
+		return nil, fmt.Errorf("mwrpc: %w: %w", ErrUnavailable, err) // the net error names the address
 	}
 	if _, _, err := t.admit(""); err != nil {
 		_ = nc.Close()
@@ -418,7 +418,7 @@ func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string
 	if t.closed {
 		t.mu.Unlock()
 		_ = nc.Close()
-		return nil, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+		return nil, fmt.Errorf("mwrpc: closed: %w", ErrUnavailable)
 	}
 	t.setup[nc] = struct{}{}
 	t.setupWG.Add(1)
@@ -442,7 +442,7 @@ func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string
 		}
 		if err != nil {
 			_ = nc.Close()
-			return nil, fmt.Errorf("transport: %w: %w", ErrHandshake, err)
+			return nil, fmt.Errorf("mwrpc: %w: %w", ErrHandshake, err)
 		}
 	}
 	c, err := t.newConn(ctx, stream, peer, hs, role == roleServer)
@@ -471,7 +471,7 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+		return nil, fmt.Errorf("mwrpc: closed: %w", ErrUnavailable)
 	}
 	// The poller with the most room in its CQ takes the connection: a CQ that overran
 	// would lose completions (and every connection on it), so it is never over-committed.
@@ -486,7 +486,7 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 	if p == nil {
 		n := len(t.conns)
 		t.mu.Unlock()
-		return nil, fmt.Errorf("transport: %w: %w: the completion queues of all %d pollers are committed to %d connections (%d completions each, %d per queue): raise Config.Pollers or lower Credits and Windows",
+		return nil, fmt.Errorf("mwrpc: %w: %w: the completion queues of all %d pollers are committed to %d connections (%d completions each, %d per queue): raise Config.Pollers or lower Credits and Windows",
 			ErrUnavailable, ErrCapacity, len(t.pollers), n, need, t.pollers[0].cq.Cap())
 	}
 	p.committed += need
@@ -510,7 +510,7 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 	if t.closed {
 		t.mu.Unlock()
 		c.destroy()
-		return nil, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+		return nil, fmt.Errorf("mwrpc: closed: %w", ErrUnavailable)
 	}
 	if err := c.failure(); err != nil { // failed during setup: torn down, or about to be
 		t.mu.Unlock()
@@ -531,18 +531,18 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) error {
 	in := make([]byte, wire.HelloLen)
 	if err := cm.Exchange(ctx, nc, "hello", wire.AppendHello(nil, ours), in); err != nil {
-		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
+		return fmt.Errorf("mwrpc: %w: %w", ErrHandshake, err)
 	}
 	if _, err := wire.ParseHello(in, peer); err != nil {
 		switch {
 		case wire.RefusalError(in) != nil:
-			return fmt.Errorf("transport: %w: %w", ErrUnavailable, wire.RefusalError(in))
+			return fmt.Errorf("mwrpc: %w: %w", ErrUnavailable, wire.RefusalError(in))
 		case bytes.HasPrefix(in, credentials.PlaintextRefusal[:6]):
 			err = fmt.Errorf("%w: the server requires TLS: configure transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
 		case in[0] == 0x16 && in[1] == 0x03: // a TLS record: handshake
 			err = fmt.Errorf("%w: the peer speaks TLS and this side has no transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
 		}
-		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
+		return fmt.Errorf("mwrpc: %w: %w", ErrHandshake, err)
 	}
 	return nil
 }
@@ -569,7 +569,7 @@ func (t *Transport) Close() error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return fmt.Errorf("transport: close: %w", verbs.ErrClosed)
+		return fmt.Errorf("mwrpc: close: %w", verbs.ErrClosed)
 	}
 	t.closed = true
 	for nc := range t.setup {
