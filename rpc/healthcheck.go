@@ -159,7 +159,7 @@ func (c *Client) watchHealth(ep *endpoint, conn *transport.Conn) {
 	}
 }
 
-// logger is where the client logs: WithClientLogger's, else slog's default.
+// logger is where the client logs: WithLogger's, else slog's default.
 func (c *Client) logger() *slog.Logger {
 	if c.opts.logger != nil {
 		return c.opts.logger

@@ -249,9 +249,9 @@ func dialMwrpc(sys, addr string, size int) (client, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []rpc.DialOption{rpc.WithClientDevice(dev)}
+	opts := []rpc.DialOption{rpc.WithDevice(dev)}
 	if sys == "mwrpc-tuned" {
-		opts = append(opts, rpc.WithClientTransport(tuned))
+		opts = append(opts, rpc.WithTransport(tuned))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
