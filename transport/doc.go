@@ -26,7 +26,8 @@
 // handler returns. A response's Bytes alias registered memory and are valid until
 // Response.Release; a response holds one of the connection's receive slots (or a pool
 // buffer) until then, so release promptly: unreleased responses stall the connection. Copy
-// whatever must outlive these.
+// whatever must outlive these. Every rule, for this package and rpc, is in the README's
+// Buffer lifetimes section: https://github.com/mwrpc/mwrpc#buffer-lifetimes
 //
 // # Completions
 //
