@@ -22,9 +22,10 @@ import (
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
-// Client calls services on one or more servers. It keeps one connection per endpoint,
-// reconnects with backoff when one fails, pings idle ones, and spreads calls over the
-// endpoints that are up. With a resolver (a dns:/// target, WithResolver) the endpoints
+// Client calls services on one or more servers. It keeps one connection per endpoint and
+// more as the load asks (lanes, up to GOMAXPROCS; WithLanes pins the count), reconnects
+// with backoff when one fails, pings idle ones, and spreads calls over the endpoints that
+// are up and over each endpoint's lanes. With a resolver (a dns:/// target, WithResolver) the endpoints
 // follow the resolver's answers. It is safe for concurrent use.
 type Client struct {
 	opts    dialOptions
@@ -68,6 +69,8 @@ type endpoint struct {
 	ctx     context.Context // ends when the endpoint is removed (update) or the client closes
 	cancel  context.CancelFunc
 	leaving atomic.Bool // removed, but kept until another endpoint is up (update)
+
+	lanes lanes // its connections beyond conn (lanes.go)
 }
 
 // Dial connects to target, one address ("host:port") or several separated by commas (or
@@ -286,6 +289,8 @@ func (c *Client) Close() error {
 // lets the endpoint's calls finish, closes the connection and returns.
 func (c *Client) maintain(ep *endpoint) {
 	defer c.wg.Done()
+	c.wg.Add(1)
+	go c.maintainLanes(ep)
 	backoff := c.opts.backoffBase
 	var tick <-chan time.Time // nil when keepalive is off: never fires
 	if c.opts.keepaliveTime > 0 {
@@ -674,7 +679,7 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 			if conn != nil && conn.Err() == nil {
 				ep.outstanding.Add(1) // from the pick on, so concurrent picks see it
 				if ep.conn.Load() == conn {
-					return ep, conn, nil
+					return ep, c.lane(ep, conn), nil
 				}
 				// Swapped out meanwhile (a removed endpoint draining, a GOAWAY): the
 				// drain may not have counted this call, so it takes another.

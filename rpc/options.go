@@ -113,6 +113,7 @@ type dialOptions struct {
 	resolveMin         time.Duration
 	healthCheck        bool   // WithHealthCheck
 	healthService      string // the service it watches
+	lanes              int    // WithLanes; 0: adaptive
 	lendResponses      bool   // WithLentResponses
 }
 
@@ -245,6 +246,16 @@ func WithHealthCheck(service string) DialOption {
 //
 // Deprecated: use WithLogger, which applies to clients and servers alike.
 func WithClientLogger(l *slog.Logger) DialOption { return WithLogger(l) }
+
+// WithLanes pins the number of connections (lanes) a client keeps to each endpoint; calls
+// and streams are spread over them round robin. Without it a client starts with one and
+// opens another while its calls in flight pass four per lane, up to GOMAXPROCS lanes: on
+// many cores one connection's reader and socket are the queue every call waits in. Each
+// lane is a connection to the server's limits (MaxConnsPerHost) and counters; balancing,
+// health checks, keepalive and GOAWAY stay per endpoint. n below 1 means adaptive.
+func WithLanes(n int) DialOption {
+	return dialOption(func(o *dialOptions) { o.lanes = max(n, 0) })
+}
 
 // WithLentResponses makes the []byte response of a method on []byte both ways the
 // client's registered memory itself, lent to the caller, instead of a copy: no allocation

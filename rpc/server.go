@@ -254,14 +254,21 @@ func (s *Server) Stop() {
 }
 
 // GracefulStop stops accepting connections, tells every client to send no new calls
-// (GOAWAY), waits for the calls in flight to complete, then stops.
+// (GOAWAY), waits for the calls in flight to complete and for the clients to close their
+// connections once they have their responses (5 s at most), then stops.
 func (s *Server) GracefulStop() {
 	s.stop(func(tr *transport.Transport) {
 		// A live peer that returns no credits must not hold GOAWAY up forever.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		tr.GoAway(ctx)
-		cancel()
 		_ = tr.WaitIdle(context.Background())
+		// A handler that returned has queued its response, which may still be on its way:
+		// closing now would flush it. A client closes a connection that was sent GOAWAY
+		// once its calls on it have their answers.
+		for tr.Stats().Conns > 0 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
 	})
 }
 

@@ -491,8 +491,18 @@ func postRaw(tr *Transport, c *Conn, wr verbs.SendWR) error {
 	}
 }
 
-// TestMain runs the churn attacker when the hostile suite starts this binary as one.
+// childRoles are the roles other tests start this binary in, by the environment variable
+// that names the role (its value is the role's argument); a role returns the exit code.
+var childRoles = map[string]func(arg string) int{}
+
+// TestMain runs the churn attacker when the hostile suite starts this binary as one, or
+// another test's child role.
 func TestMain(m *testing.M) {
+	for env, role := range childRoles {
+		if arg := os.Getenv(env); arg != "" {
+			os.Exit(role(arg))
+		}
+	}
 	if addr := os.Getenv("MWRPC_HOSTILE_CHURN"); addr != "" {
 		n, err := churn(addr)
 		if err != nil {

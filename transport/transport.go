@@ -34,6 +34,7 @@ type Transport struct {
 	workers *ants.PoolWithFunc
 	handler Handler
 	advisor InlineAdvisor // the handler's, if it is one and Config.InlineBudget allows
+	cqLimit int           // the most entries a poller's CQ grows to: the device's MaxCQE, or 0 where CQs cannot grow
 
 	// Test hooks: every large message header received, and every completion polled.
 	testHookLarge atomic.Pointer[func(*wire.Header)]
@@ -189,17 +190,64 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 		t.wg.Add(1)
 		go p.run()
 	}
-	if t.cfg.MaxConns == 0 { // what the completion queues hold at the most a connection commits
-		_, _, sendWR, recvWR := queueSizes(&t.cfg, wire.Hello{Credits: uint32(t.cfg.Credits)})
-		for _, p := range t.pollers {
-			t.cfg.MaxConns += (p.cq.Cap() - p.committed) / (sendWR + recvWR)
-		}
-		t.cfg.MaxConns = max(t.cfg.MaxConns, 1)
+	if _, ok := t.pollers[0].cq.(verbs.CQResizer); ok {
+		t.cqLimit = dev.Attr().MaxCQE
 	}
+	t.cfg.MaxConns = t.defaultMaxConns()
 	if t.cfg.MaxConnsPerHost == 0 {
 		t.cfg.MaxConnsPerHost = max(t.cfg.MaxConns/4, 1)
 	}
 	return t, nil
+}
+
+// defaultMaxConns is Config.MaxConns, or when that is zero DefaultMaxConns where the
+// pollers' completion queues can grow to hold that many connections and every connection
+// takes its receives from a shared queue (an idle one is cheap); otherwise what the
+// queues hold now, at the most a connection commits.
+func (t *Transport) defaultMaxConns() int {
+	if t.cfg.MaxConns > 0 {
+		return t.cfg.MaxConns
+	}
+	_, _, sendWR, recvWR := queueSizes(&t.cfg, wire.Hello{Credits: uint32(t.cfg.Credits)})
+	need := sendWR + recvWR
+	held, grown := 0, 0
+	for _, p := range t.pollers {
+		held += (p.cq.Cap() - p.committed) / need
+		grown += max(t.cqLimit-p.committed, 0) / need
+	}
+	if t.cfg.SharedReceives > 0 && grown > held {
+		return max(min(DefaultMaxConns, grown), held, 1)
+	}
+	return max(held, 1)
+}
+
+// commitPoller picks the poller whose completion queue has the most room for need more
+// entries and commits them, growing the least committed queue (verbs.CQResizer, doubling
+// up to the device's MaxCQE) when none has room: a queue that overran would lose
+// completions, and every connection on it, so it is never over-committed. It returns nil
+// when no queue can take them. t.mu is held.
+func (t *Transport) commitPoller(need int) *poller {
+	var p, least *poller
+	for _, q := range t.pollers {
+		if q.committed+need <= q.cq.Cap() && (p == nil || q.committed < p.committed) {
+			p = q
+		}
+		if least == nil || q.committed < least.committed {
+			least = q
+		}
+	}
+	if p == nil && least != nil {
+		want, capacity := least.committed+need, least.cq.Cap()
+		if want <= t.cqLimit {
+			if err := verbs.ResizeCQ(least.cq, min(max(2*capacity, want), t.cqLimit)); err == nil {
+				p = least
+			}
+		}
+	}
+	if p != nil {
+		p.committed += need
+	}
+	return p
 }
 
 // hostState is what one peer host holds of the server: connections and the rate at which
@@ -477,19 +525,13 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 	// would lose completions (and every connection on it), so it is never over-committed.
 	_, _, sendWR, recvWR := queueSizes(cfg, peer)
 	need := sendWR + recvWR
-	var p *poller
-	for _, q := range t.pollers {
-		if q.committed+need <= q.cq.Cap() && (p == nil || q.committed < p.committed) {
-			p = q
-		}
-	}
+	p := t.commitPoller(need)
 	if p == nil {
 		n := len(t.conns)
 		t.mu.Unlock()
 		return nil, fmt.Errorf("mwrpc: %w: %w: the completion queues of all %d pollers are committed to %d connections (%d completions each, %d per queue): raise Config.Pollers or lower Credits and Windows",
 			ErrUnavailable, ErrCapacity, len(t.pollers), n, need, t.pollers[0].cq.Cap())
 	}
-	p.committed += need
 	t.mu.Unlock()
 	c, err := newConn(t, p, peer)
 	if err == nil {

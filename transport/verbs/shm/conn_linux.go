@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -409,7 +410,7 @@ func (c *Conn) await(waiter *atomic.Uint32, b *bell, ready func() bool) error {
 	if c.spin > 0 {
 		start := time.Now()
 		for {
-			for range 64 {
+			for range 16 {
 				if ready() {
 					return nil
 				}
@@ -417,6 +418,7 @@ func (c *Conn) await(waiter *atomic.Uint32, b *bell, ready func() bool) error {
 			if time.Since(start) > c.spin {
 				break
 			}
+			runtime.Gosched() // the goroutine that will write may be this process's
 		}
 	}
 	waiter.Store(1)
