@@ -58,7 +58,7 @@ var (
 	// ErrCapacity: a new connection would exceed Config.MaxConns or over-commit the
 	// pollers' completion queues (wrapped with ErrUnavailable). Raise Config.Pollers or
 	// MaxConns, or lower Credits and Windows.
-	ErrCapacity = errors.New("mwrpc: transport at capacity")
+	ErrCapacity = errors.New("transport at capacity")
 	// ErrRefused: the server turned the connection away before setting it up, at its
 	// MaxConns or MaxConnsPerHost or while shutting down (wrapped with ErrUnavailable);
 	// the error says which. Retry later, or elsewhere.
@@ -67,7 +67,7 @@ var (
 	// malformed message, a window revoked that was never exposed, more credits returned
 	// than given, or a remote access the NIC refused (verbs.ErrRemoteAccess, a bad or
 	// stale rkey). Wrapped with ErrUnavailable.
-	ErrProtocol = errors.New("mwrpc: the peer broke the protocol")
+	ErrProtocol = errors.New("the peer broke the protocol")
 )
 
 // Config tunes a Transport. The zero value is usable.

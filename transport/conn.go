@@ -189,7 +189,7 @@ func (c *Conn) connect(ctx context.Context, nc net.Conn) error {
 	}
 	c.p.add(c)
 	if _, err := cm.Connect(ctx, nc, c.qp, params); err != nil {
-		return fmt.Errorf("mwrpc: connect: %w: %w", ErrHandshake, err)
+		return fmt.Errorf("%w: connect: %w", ErrHandshake, err)
 	}
 	if c.boot != nil {
 		if err := keepAlive(nc, c.t.cfg.PeerTimeout); err != nil {

@@ -119,7 +119,7 @@ func (c *Conn) refuseLarge(h *wire.Header, why error) {
 	}
 	c.queueInv(h.RKey, time.Now())
 	if cl := c.takeCall(h.CallID); cl != nil {
-		cl.finish(fmt.Errorf("mwrpc: response of %d bytes: %w: %w", h.Len, ErrUnavailable, why))
+		cl.finish(fmt.Errorf("%w: response of %d bytes: %w", ErrUnavailable, h.Len, why))
 	}
 }
 

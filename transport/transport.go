@@ -282,14 +282,14 @@ func (t *Transport) admit(ip string) (*hostState, wire.Refusal, error) {
 	}
 	switch {
 	case t.closed:
-		return nil, wire.RefusedClosing, fmt.Errorf("mwrpc: closed: %w", ErrUnavailable)
+		return nil, wire.RefusedClosing, fmt.Errorf("%w: the transport is closed", ErrUnavailable)
 	case t.open >= t.cfg.MaxConns:
-		return nil, wire.RefusedConns, fmt.Errorf("mwrpc: %w: %w: %d connections open or being set up (Config.MaxConns; by default what the completion queues of Config.Pollers hold)",
+		return nil, wire.RefusedConns, fmt.Errorf("%w: %w: %d connections open or being set up (Config.MaxConns; by default what the completion queues of Config.Pollers hold)",
 			ErrUnavailable, ErrCapacity, t.open)
 	case hs != nil && hs.conns >= t.cfg.MaxConnsPerHost:
-		return nil, wire.RefusedHost, fmt.Errorf("mwrpc: %w: %w: %d connections from %s (Config.MaxConnsPerHost)", ErrUnavailable, ErrCapacity, hs.conns, ip)
+		return nil, wire.RefusedHost, fmt.Errorf("%w: %w: %d connections from %s (Config.MaxConnsPerHost)", ErrUnavailable, ErrCapacity, hs.conns, ip)
 	case hs != nil && hs.tokens < 1:
-		return nil, wire.RefusedRate, fmt.Errorf("mwrpc: %w: %w: %s opens connections faster than %g a second (Config.ConnRatePerHost)", ErrUnavailable, ErrCapacity, ip, t.cfg.ConnRatePerHost)
+		return nil, wire.RefusedRate, fmt.Errorf("%w: %w: %s opens connections faster than %g a second (Config.ConnRatePerHost)", ErrUnavailable, ErrCapacity, ip, t.cfg.ConnRatePerHost)
 	}
 	t.open++
 	if ip == "" {
@@ -372,7 +372,7 @@ func (t *Transport) Pool() *pool.Pool { return t.pool }
 func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 	nc, err := dialStream(ctx, address)
 	if err != nil {
-		return nil, fmt.Errorf("mwrpc: %w: %w", ErrUnavailable, err) // the net error names the address
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err) // the net error names the address
 	}
 	if _, _, err := t.admit(""); err != nil {
 		_ = nc.Close()
@@ -466,7 +466,7 @@ func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string
 	if t.closed {
 		t.mu.Unlock()
 		_ = nc.Close()
-		return nil, fmt.Errorf("mwrpc: closed: %w", ErrUnavailable)
+		return nil, fmt.Errorf("%w: the transport is closed", ErrUnavailable)
 	}
 	t.setup[nc] = struct{}{}
 	t.setupWG.Add(1)
@@ -490,7 +490,7 @@ func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string
 		}
 		if err != nil {
 			_ = nc.Close()
-			return nil, fmt.Errorf("mwrpc: %w: %w", ErrHandshake, err)
+			return nil, fmt.Errorf("%w: %w", ErrHandshake, err)
 		}
 	}
 	c, err := t.newConn(ctx, stream, peer, hs, role == roleServer)
@@ -519,7 +519,7 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil, fmt.Errorf("mwrpc: closed: %w", ErrUnavailable)
+		return nil, fmt.Errorf("%w: the transport is closed", ErrUnavailable)
 	}
 	// The poller with the most room in its CQ takes the connection: a CQ that overran
 	// would lose completions (and every connection on it), so it is never over-committed.
@@ -529,7 +529,7 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 	if p == nil {
 		n := len(t.conns)
 		t.mu.Unlock()
-		return nil, fmt.Errorf("mwrpc: %w: %w: the completion queues of all %d pollers are committed to %d connections (%d completions each, %d per queue): raise Config.Pollers or lower Credits and Windows",
+		return nil, fmt.Errorf("%w: %w: the completion queues of all %d pollers are committed to %d connections (%d completions each, %d per queue): raise Config.Pollers or lower Credits and Windows",
 			ErrUnavailable, ErrCapacity, len(t.pollers), n, need, t.pollers[0].cq.Cap())
 	}
 	t.mu.Unlock()
@@ -552,7 +552,7 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 	if t.closed {
 		t.mu.Unlock()
 		c.destroy()
-		return nil, fmt.Errorf("mwrpc: closed: %w", ErrUnavailable)
+		return nil, fmt.Errorf("%w: the transport is closed", ErrUnavailable)
 	}
 	if err := c.failure(); err != nil { // failed during setup: torn down, or about to be
 		t.mu.Unlock()
@@ -573,18 +573,18 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) error {
 	in := make([]byte, wire.HelloLen)
 	if err := cm.Exchange(ctx, nc, "hello", wire.AppendHello(nil, ours), in); err != nil {
-		return fmt.Errorf("mwrpc: %w: %w", ErrHandshake, err)
+		return fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
 	if _, err := wire.ParseHello(in, peer); err != nil {
 		switch {
 		case wire.RefusalError(in) != nil:
-			return fmt.Errorf("mwrpc: %w: %w", ErrUnavailable, wire.RefusalError(in))
+			return fmt.Errorf("%w: %w", ErrUnavailable, wire.RefusalError(in))
 		case bytes.HasPrefix(in, credentials.PlaintextRefusal[:6]):
 			err = fmt.Errorf("%w: the server requires TLS: configure transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
 		case in[0] == 0x16 && in[1] == 0x03: // a TLS record: handshake
 			err = fmt.Errorf("%w: the peer speaks TLS and this side has no transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
 		}
-		return fmt.Errorf("mwrpc: %w: %w", ErrHandshake, err)
+		return fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
 	return nil
 }
