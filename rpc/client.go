@@ -169,8 +169,8 @@ func NewClient(target string, opts ...DialOption) (*Client, error) {
 	if o.codec == nil {
 		o.codec = codec.Msgpack{}
 	}
-	if !o.keepaliveSet {
-		o.keepaliveTime, o.keepaliveTimeout = 30*time.Second, 10*time.Second
+	if !o.keepaliveSet { // off, as in gRPC: TCP keepalive (transport.Config.PeerTimeout) notices a dead peer
+		o.keepaliveTime, o.keepaliveTimeout = 0, 0
 	}
 	if o.backoffBase <= 0 {
 		o.backoffBase = 50 * time.Millisecond
@@ -293,8 +293,10 @@ func (c *Client) maintain(ep *endpoint) {
 	go c.maintainLanes(ep)
 	backoff := c.opts.backoffBase
 	var tick <-chan time.Time // nil when keepalive is off: never fires
-	if c.opts.keepaliveTime > 0 {
-		ticker := time.NewTicker(c.opts.keepaliveTime)
+	var ticker *time.Ticker
+	interval := c.opts.keepaliveTime // doubled when a server says we ping too often
+	if interval > 0 {
+		ticker = time.NewTicker(interval)
 		defer ticker.Stop()
 		tick = ticker.C
 	}
@@ -348,6 +350,7 @@ func (c *Client) maintain(ep *endpoint) {
 			c.reresolve()
 		case <-conn.GoingAway():
 			// New calls go elsewhere (or to a new connection); this one finishes its own.
+			interval = c.wentAway(ep, conn, interval, ticker)
 			ep.conn.CompareAndSwap(conn, nil)
 			c.reresolve()
 			go func() { // this connection's own calls finish, then it closes
@@ -359,19 +362,44 @@ func (c *Client) maintain(ep *endpoint) {
 		case <-tick:
 			// Only a response proves the connection works: calls that all time out (a
 			// wedged path) must not keep the ping away.
-			if time.Since(time.Unix(0, ep.lastHeard.Load())) < c.opts.keepaliveTime {
+			if time.Since(time.Unix(0, ep.lastHeard.Load())) < interval {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), c.opts.keepaliveTimeout)
 			err := conn.Ping(ctx)
 			cancel()
 			if err != nil {
+				interval = c.wentAway(ep, conn, interval, ticker) // the server may have said why
 				ep.conn.CompareAndSwap(conn, nil)
 				_ = conn.Close()
 				c.reresolve()
 			}
 		}
 	}
+}
+
+// wentAway records why conn's server sent GOAWAY, if it said, and returns the keepalive
+// interval from now on: doubled when the server said we ping too often.
+func (c *Client) wentAway(ep *endpoint, conn *transport.Conn, interval time.Duration, ticker *time.Ticker) time.Duration {
+	why := conn.GoAwayErr()
+	if why == nil {
+		return interval
+	}
+	ep.lastErr.Store(why)
+	if errors.Is(why, transport.ErrTooManyPings) && ticker != nil {
+		interval = c.slowerPings(ep, interval, why)
+		ticker.Reset(interval)
+	}
+	return interval
+}
+
+// slowerPings answers a server's GOAWAY for too many pings as gRPC's client does: it
+// doubles the endpoint's keepalive interval and says so in the log.
+func (c *Client) slowerPings(ep *endpoint, interval time.Duration, why error) time.Duration {
+	next := 2 * interval
+	c.logger().Warn("mwrpc: the server sent GOAWAY because this client pinged too often; pinging less often (rpc.WithKeepalive sets the interval)",
+		"addr", ep.addr, "interval", next, "err", why)
+	return next
 }
 
 func (c *Client) signalUp() {

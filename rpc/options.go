@@ -95,6 +95,7 @@ type serverOptions struct {
 	common
 	interceptors      []UnaryServerInterceptor
 	streamInterceptor StreamServerInterceptor
+	keepalive         *transport.ServerKeepalive // WithKeepalivePolicy
 }
 
 type dialOptions struct {
@@ -195,8 +196,13 @@ func WithLogger(l *slog.Logger) Option {
 // WithBalancer chooses how calls spread over a client's endpoints.
 func WithBalancer(b Balancer) DialOption { return dialOption(func(o *dialOptions) { o.balancer = b }) }
 
-// WithKeepalive pings an idle connection every interval and drops it (to reconnect) when a
-// ping gets no answer within timeout. Zero disables; the default is 30s and 10s.
+// WithKeepalive pings a connection that has answered nothing for interval, and drops it
+// (to reconnect) when a ping gets no answer within timeout: a peer that hangs without
+// closing anything is noticed. It is off by default, as in gRPC (a dead or vanished peer
+// host is noticed by TCP keepalive: transport.Config.PeerTimeout). A server allows a
+// ping every 5 minutes while calls are in flight and every 2 hours without, unless its
+// policy (WithKeepalivePolicy) allows more; a client that pings more often is sent
+// GOAWAY saying "too many pings", and then pings half as often, with a log line.
 func WithKeepalive(interval, timeout time.Duration) DialOption {
 	return dialOption(func(o *dialOptions) { o.keepaliveTime, o.keepaliveTimeout, o.keepaliveSet = interval, timeout, true })
 }
@@ -267,4 +273,14 @@ func WithLanes(n int) DialOption {
 // Without this option (the default) every response is the caller's own copy.
 func WithLentResponses() DialOption {
 	return dialOption(func(o *dialOptions) { o.lendResponses = true })
+}
+
+// WithKeepalivePolicy sets a server's keepalive policy, with gRPC's semantics and
+// defaults (keepalive.ServerParameters' MaxConnectionAge and MaxConnectionAgeGrace,
+// keepalive.EnforcementPolicy's MinTime and PermitWithoutStream): see
+// transport.ServerKeepalive. A client that pings more often than it allows is sent
+// GOAWAY saying "too many pings" and its connection is closed. It overrides the Keepalive
+// of WithTransport.
+func WithKeepalivePolicy(p transport.ServerKeepalive) ServerOption {
+	return serverOption(func(o *serverOptions) { o.keepalive = &p })
 }

@@ -232,6 +232,9 @@ func (s *Server) transport() (*transport.Transport, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = s.opts.logger
 	}
+	if s.opts.keepalive != nil {
+		cfg.Keepalive = *s.opts.keepalive
+	}
 	tr, err := transport.New(dev, transportHandler{s}, cfg)
 	if err != nil {
 		if s.ownDev != nil {

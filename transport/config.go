@@ -204,6 +204,10 @@ type Config struct {
 	// full forever. Keepalive pings do not count as requests. Zero means
 	// DefaultIdleTimeout; negative means never.
 	IdleTimeout time.Duration
+	// Keepalive is a server's keepalive policy: the most age a connection may reach and
+	// how often a client may ping (see ServerKeepalive). The zero value is gRPC's
+	// defaults. Serve applies it to the connections it accepts.
+	Keepalive ServerKeepalive
 	// PeerTimeout is how long a silent peer host has before its connections fail with
 	// ErrUnavailable: TCP keepalive on the bootstrap connection, which each side keeps
 	// open (unless it is the QP's wire) and watches, so that a peer process that exits or
@@ -318,6 +322,9 @@ func (c Config) withDefaults(dev verbs.DeviceAttr) (Config, error) {
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.Keepalive.MinPingInterval == 0 {
+		c.Keepalive.MinPingInterval = DefaultMinPingInterval
 	}
 	if c.CreditTimeout == 0 {
 		c.CreditTimeout = DefaultCreditTimeout

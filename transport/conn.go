@@ -74,6 +74,7 @@ type Conn struct {
 	cqe     int      // completions committed of the poller's CQ (Transport.mu)
 	goAway  sync.Once
 	awayCh  chan struct{} // closed when the peer sent GOAWAY
+	awayErr error         // why, set before awayCh closes (GoAwayErr)
 
 	// Admission: from when it is published (admitted, Transport.mu) until teardown the
 	// connection counts against MaxConns, and against its host's limits when Serve
@@ -83,6 +84,7 @@ type Conn struct {
 	accepted bool
 	requests atomic.Uint64 // requests dispatched: what IdleTimeout watches
 	idle     idleWatch     // the poller's
+	pings    pingWatch     // the keepalive policy's (Config.Keepalive)
 }
 
 // idleWatch is the poller's view of a connection's idleness (IdleTimeout).

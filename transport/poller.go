@@ -367,6 +367,9 @@ func (p *poller) reap(now time.Time) {
 		if idle > 0 && c.accepted && c.ready.Load() {
 			c.checkIdle(now, idle)
 		}
+		if c.accepted && c.ready.Load() && c.keepaliveDue() {
+			c.checkKeepalive(now)
+		}
 		if c.shared() && c.boot == nil && c.ready.Load() && c.qp.State() == verbs.QPStateError {
 			// A QP on the SRQ has no receives of its own to flush when it goes to error,
 			// so with nothing in flight no completion tells; where the stream is the QP's

@@ -322,13 +322,15 @@ func (c *Conn) onControl(h *wire.Header, payload []byte) {
 	case wire.KindStreamMsg, wire.KindStreamAck:
 		c.onStreamMsg(h, payload)
 	case wire.KindPing:
-		c.queueCtrl(wire.Header{Kind: wire.KindPong, CallID: h.CallID}, revoke{})
+		if c.onPing() {
+			c.queueCtrl(wire.Header{Kind: wire.KindPong, CallID: h.CallID}, revoke{})
+		}
 	case wire.KindPong:
 		if cl := c.takeCall(h.CallID); cl != nil {
 			cl.finish(nil)
 		}
 	case wire.KindGoAway:
 		// Calls already sent complete; the caller's layer stops sending new ones.
-		c.goAway.Do(func() { close(c.awayCh) })
+		c.onGoAway(h, payload)
 	}
 }

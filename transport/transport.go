@@ -174,6 +174,11 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	if cfg.IdleTimeout > 0 {
 		t.tick = max(min(t.tick, cfg.IdleTimeout/4), time.Millisecond)
 	}
+	for _, d := range []time.Duration{cfg.Keepalive.MaxConnectionAge, cfg.Keepalive.MaxConnectionAgeGrace} {
+		if d > 0 { // the age is told within a quarter of it
+			t.tick = max(min(t.tick, d/4), time.Millisecond)
+		}
+	}
 	t.workers, err = ants.NewPoolWithFunc(cfg.Handlers, runServerCall, ants.WithNonblocking(true))
 	if err != nil {
 		_ = bp.Close()
@@ -679,6 +684,7 @@ type Stats struct {
 	Access       uint64 // of those, the ones whose peer named a key or range it may not use
 	IdleClosed   uint64 // connections closed after IdleTimeout without a request
 	ReadBytes    uint64 // payload bytes fetched with RDMA READ
+	TooManyPings uint64 // connections sent GOAWAY because the client pinged too often (Config.Keepalive)
 	Unshared     uint64 // messages copied out of their shared receive slot rather than hold it: a stream's opening request, or any while the slots are crowded (SharedReceives)
 	Conns        int    // connections set up and not yet closed
 	// WindowsExposed are the windows of live connections bound now (or being revoked):
@@ -711,6 +717,6 @@ func (t *Transport) Stats() Stats {
 		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
 		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),
 		Refused: c.events[evRefused].Load(), SetupFailed: c.events[evSetup].Load(), Protocol: c.events[evProtocol].Load(),
-		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(), Unshared: c.unshared.Load(),
+		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(), Unshared: c.unshared.Load(), TooManyPings: c.events[evPings].Load(),
 		Handlers: t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }

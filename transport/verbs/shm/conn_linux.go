@@ -397,6 +397,33 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return total, nil
 }
 
+// TryWrite writes as much of p as the ring takes now and returns how much, without
+// waiting: for room, or for a write in progress (then it writes nothing). A soft QP's
+// stream reader sends its handler's responses through it (soft.TryWriter).
+func (c *Conn) TryWrite(p []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	if !c.wmu.TryLock() {
+		return 0, nil
+	}
+	defer c.wmu.Unlock()
+	if err := c.sticky(); err != nil {
+		return 0, err
+	}
+	if c.peerGone.Load() {
+		return 0, fmt.Errorf("shm: write to %v: the peer closed the connection: %w", c.remote, syscall.EPIPE)
+	}
+	n, err := c.tx.write(p)
+	if err != nil {
+		return 0, c.fail(err)
+	}
+	if n > 0 && c.tx.dataWaiter.Swap(0) != 0 {
+		ringBell(c.peerRxBell)
+	}
+	return n, nil
+}
+
 func (c *Conn) writeReady() bool {
 	n, err := c.tx.writable()
 	return n > 0 || err != nil || c.peerGone.Load() || c.closed.Load()

@@ -429,3 +429,62 @@ func TestTargets(t *testing.T) {
 		t.Errorf("Addr.String() = %q", s)
 	}
 }
+
+// TestTryWrite: TryWrite takes what fits in the ring and returns at once, never waiting
+// for room or for a write in progress; the peer reads exactly what it took.
+func TestTryWrite(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	a, b := connPair(t, Config{RingSize: MinRingSize}, Config{RingSize: MinRingSize})
+	n, err := a.TryWrite(make([]byte, MinRingSize+100))
+	if err != nil || n != MinRingSize {
+		t.Fatalf("TryWrite into an empty ring: %d, %v; want %d", n, err, MinRingSize)
+	}
+	if n, err := a.TryWrite([]byte("x")); n != 0 || err != nil {
+		t.Fatalf("TryWrite into a full ring: %d, %v; want 0 at once", n, err)
+	}
+	if _, err := io.ReadFull(b, make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	a.wmu.Lock() // a write in progress
+	n, err = a.TryWrite([]byte("x"))
+	a.wmu.Unlock()
+	if n != 0 || err != nil {
+		t.Fatalf("TryWrite beside a write in progress: %d, %v; want 0", n, err)
+	}
+	if n, err := a.TryWrite(make([]byte, 200)); n != 100 || err != nil {
+		t.Fatalf("TryWrite with 100 bytes of room: %d, %v", n, err)
+	}
+}
+
+// TestIdleCostsNothing: readers waiting on an idle connection sleep on their doorbells
+// after the spin: the process uses (almost) no CPU while they wait.
+func TestIdleCostsNothing(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	a, b := connPair(t, Config{}, Config{})
+	done := make(chan error, 2)
+	for _, c := range []*Conn{a, b} {
+		go func() { _, err := c.Read(make([]byte, 1)); done <- err }()
+	}
+	time.Sleep(50 * time.Millisecond) // past the spin
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	before := cpu()
+	time.Sleep(300 * time.Millisecond)
+	used := cpu() - before
+	if used > 30*time.Millisecond {
+		t.Errorf("the process used %v of CPU in 300ms with two readers waiting on idle rings", used)
+	}
+	t.Logf("CPU used in 300ms idle: %v", used)
+	a.Close()
+	b.Close()
+	for range 2 {
+		<-done
+	}
+}
