@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/mwrpc/mwrpc/codec"
 	"github.com/mwrpc/mwrpc/internal/probe"
@@ -134,7 +135,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 			if cause == nil {
 				cause = ctx.Err()
 			}
-			why := "gave up"
+			why := "not retried: retrying cannot change that"
 			if err := ctx.Err(); err != nil {
 				why = err.Error()
 			}
@@ -244,7 +245,7 @@ func permanent(err error) bool {
 	var invalid x509.CertificateInvalidError
 	var host x509.HostnameError
 	var verify *tls.CertificateVerificationError
-	return errors.Is(err, credentials.ErrPlaintextPeer) || errors.As(err, &unknown) || errors.As(err, &invalid) ||
+	return errors.Is(err, credentials.ErrPlaintextPeer) || errors.Is(err, transport.ErrNotMwrpcPeer) || errors.As(err, &unknown) || errors.As(err, &invalid) ||
 		errors.As(err, &host) || errors.As(err, &verify) ||
 		errors.As(err, &op) && op.Op == "remote error" // a TLS alert from the peer: it refused our certificate
 }
@@ -346,6 +347,9 @@ func (c *Client) maintain(ep *endpoint) {
 			c.retire(ep)
 			return
 		case <-conn.Done():
+			if err := conn.Err(); err != nil {
+				ep.lastErr.Store(fmt.Errorf("%s: %w", ep.addr, err))
+			}
 			ep.conn.CompareAndSwap(conn, nil)
 			c.reresolve()
 		case <-conn.GoingAway():
@@ -385,7 +389,7 @@ func (c *Client) wentAway(ep *endpoint, conn *transport.Conn, interval time.Dura
 	if why == nil {
 		return interval
 	}
-	ep.lastErr.Store(why)
+	ep.lastErr.Store(fmt.Errorf("%s: %w", ep.addr, why))
 	if errors.Is(why, transport.ErrTooManyPings) && ticker != nil {
 		interval = c.slowerPings(ep, interval, why)
 		ticker.Reset(interval)
@@ -657,20 +661,20 @@ func appendBody(cod codec.Codec, b []byte, req any, limit int) ([]byte, error) {
 }
 
 // callRegistered encodes the request (req with cod, or raw as it is) straight into a
-// registered buffer and sends it from there: no copy between the codec and the NIC.
+// registered buffer and sends it from there: no copy between the codec and the NIC. The
+// envelope is written there too (no scratch buffer, whose sync.Pool a garbage collection
+// empties: an allocation per call when large payloads make one run every call).
 func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte, n int) (*transport.Response, error) {
-	sp := scratchPool.Get().(*[]byte)
-	env := appendRequest((*sp)[:0], method, deadline, md)
-	if c.tel != nil {
-		env = c.tel.inject(ctx, env, md)
-	}
-	defer func() { *sp = env[:0]; scratchPool.Put(sp) }()
-	buf, err := c.tr.Pool().Get(ctx, len(env)+n)
+	room := envelopeRoom(method, md)
+	buf, err := c.tr.Pool().Get(ctx, room+n)
 	if err != nil {
 		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request buffer for %s: %v", method, err), cause: err}
 	}
+	if buf, err = c.envelopeInto(ctx, buf, room, method, deadline, md, n); err != nil {
+		return nil, err
+	}
 	probe.Mark(probe.CopyIn)
-	b := append(buf.Bytes()[:0], env...)
+	b := buf.Bytes()
 	if req == nil {
 		b = append(b, raw...)
 	} else {
@@ -681,7 +685,7 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 		buf.Release()
 		return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", method, err), cause: err}
 	}
-	if len(b) > buf.Cap() { // the codec's size was short: the caller encodes the usual way
+	if len(b) > buf.Cap() || unsafe.SliceData(b) != unsafe.SliceData(buf.Bytes()) { // the codec's size was short: the caller encodes the usual way
 		buf.Release()
 		return nil, errSizeEstimate
 	}
@@ -690,6 +694,41 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
 	}
 	return conn.CallBuf(ctx, buf)
+}
+
+// envelopeRoom is the room a request's envelope takes: its fixed part, the method, the
+// metadata, and up to 128 bytes of trace context the telemetry may add.
+func envelopeRoom(method string, md MD) int {
+	n := reqFixed + len(method) + 128
+	for k, vs := range md {
+		for _, v := range vs {
+			n += 6 + len(k) + len(v)
+		}
+	}
+	return n
+}
+
+// envelopeInto writes the request's envelope at the start of buf, whose Len it sets to
+// the envelope's, leaving room for n bytes of body behind it. An envelope over room (the
+// telemetry's trace context larger than envelopeRoom allows) goes into a larger buffer,
+// which replaces buf.
+func (c *Client) envelopeInto(ctx context.Context, buf *pool.Buf, room int, method string, deadline int64, md MD, n int) (*pool.Buf, error) {
+	mem := buf.Bytes()[:0:room] // an envelope that outgrows it moves to the heap
+	env := appendRequest(mem, method, deadline, md)
+	if c.tel != nil {
+		env = c.tel.inject(ctx, env, md)
+	}
+	if unsafe.SliceData(env) == unsafe.SliceData(mem) {
+		buf.SetLen(len(env))
+		return buf, nil
+	}
+	buf.Release()
+	buf, err := c.tr.Pool().Get(ctx, len(env)+n)
+	if err != nil {
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request buffer for %s: %v", method, err), cause: err}
+	}
+	buf.SetLen(copy(buf.Bytes()[:len(env)], env))
+	return buf, nil
 }
 
 // connFor returns an endpoint and its working connection. With none up it fails with
@@ -726,16 +765,56 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 			if err := c.lastResolveErr(); err != nil {
 				return nil, nil, &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: no connection to %s is up (%v)", c.target(), err), cause: err}
 			}
-			return nil, nil, Errorf(Unavailable, "mwrpc: no connection to %s is up", c.target())
+			return nil, nil, c.noConnection()
 		}
 		select {
 		case <-up:
 		case <-ctx.Done():
-			return nil, nil, StatusOf(ctx.Err())
+			return nil, nil, c.waitedInVain(ctx)
 		case <-c.closed:
 			return nil, nil, Errorf(Unavailable, "mwrpc: client closed")
 		}
 	}
+}
+
+// noConnection is a fail-fast call's error when no endpoint is up: Unavailable with the
+// endpoints' last connection errors as its cause (connection refused, a TLS certificate
+// refused, ...), or saying that the first connection is still being set up.
+func (c *Client) noConnection() error {
+	last, tried := c.lastErrs()
+	switch {
+	case last != nil:
+		return &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: no connection to %s is up: %v", c.target(), last), cause: last}
+	case !tried:
+		return Errorf(Unavailable, "mwrpc: no connection to %s is up yet (the first is being set up; WaitForReady waits for it)", c.target())
+	}
+	return Errorf(Unavailable, "mwrpc: no connection to %s is up", c.target())
+}
+
+// waitedInVain is the error of a WaitForReady call whose context ended before a
+// connection came up: the context's, with the endpoints' last connection errors.
+func (c *Client) waitedInVain(ctx context.Context) error {
+	st := StatusOf(ctx.Err())
+	last, _ := c.lastErrs()
+	if last == nil {
+		return st
+	}
+	return &Status{Code: st.Code, Message: fmt.Sprintf("%v while waiting for a connection to %s: %v", ctx.Err(), c.target(), last),
+		cause: errors.Join(ctx.Err(), last)}
+}
+
+// lastErrs joins the last connection error of each endpoint (nil if none has one), and
+// says whether every endpoint has had its first dial.
+func (c *Client) lastErrs() (last error, tried bool) {
+	var errs []error
+	tried = true
+	for _, ep := range *c.eps.Load() {
+		if e, ok := ep.lastErr.Load().(error); ok {
+			errs = append(errs, e)
+		}
+		tried = tried && ep.tried.Load()
+	}
+	return errors.Join(errs...), tried
 }
 
 // target names what the client connects to: its addresses, and the target they were

@@ -14,9 +14,9 @@ import (
 
 // laneThreshold is the calls in flight per lane past which an adaptive endpoint opens
 // another lane: one connection's reader, engine and socket are the queue every call of
-// the lane waits in, and from a handful of calls on a second one runs beside it (one
+// the lane waits in, and from a couple of calls on a second one runs beside it (one
 // Client per caller, 16 connections, was 2-3x one connection at 16 callers on 16 cores).
-const laneThreshold = 4
+const laneThreshold = 2
 
 // lanes are the connections of one endpoint beyond its first (endpoint.conn), over which
 // calls and streams are spread round robin. The first connection is the endpoint's: its

@@ -92,7 +92,7 @@ func TestLanesPinned(t *testing.T) {
 }
 
 // TestLanesAdaptive: a client without WithLanes starts with one connection, opens more
-// while its calls in flight pass four a lane, up to GOMAXPROCS, and calls use them all.
+// while its calls in flight pass two a lane, up to GOMAXPROCS, and calls use them all.
 func TestLanesAdaptive(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3)) // the cap: 3 lanes, on any machine
 	opt, seen := peersSeen()

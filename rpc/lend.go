@@ -180,17 +180,17 @@ func (c *Client) ownResponse(resp *transport.Response, body []byte) []byte {
 // callLent sends n bytes the caller built in buf (Buffer's memory): the envelope goes in
 // the room Buffer left in front of them, and both leave from there. It takes buf.
 func (c *Client) callLent(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, buf *pool.Buf, n int) (*transport.Response, error) {
-	sp := scratchPool.Get().(*[]byte)
-	env := appendRequest((*sp)[:0], method, deadline, md)
+	mem := buf.Bytes()[:0:requestHeadroom] // an envelope that outgrows it moves to the heap
+	env := appendRequest(mem, method, deadline, md)
 	if c.tel != nil {
 		env = c.tel.inject(ctx, env, md)
 	}
-	defer func() { *sp = env[:0]; scratchPool.Put(sp) }()
-	if len(env) > requestHeadroom { // copied behind the envelope into a buffer of its own
+	if unsafe.SliceData(env) != unsafe.SliceData(mem) { // copied behind it in a buffer of its own
 		defer buf.Release()
 		body := buf.Bytes()[requestHeadroom : requestHeadroom+n]
 		return c.callRegistered(ctx, conn, method, deadline, md, nil, nil, body, n)
 	}
+	// Written at the front; moved to end where the body starts.
 	buf.Slice(requestHeadroom-len(env), len(env)+n)
 	copy(buf.Bytes(), env)
 	if c.tel != nil {

@@ -3,15 +3,14 @@ package transport
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 )
 
-// call is a client call in flight. It is pooled: its Response is returned to the caller
-// and the call goes back to the pool on Response.Release.
+// call is a client call in flight. It is recycled: its Response is returned to the
+// caller and the call goes back to its connection's spares (callTable) on Release.
 type call struct {
 	id   uint64
 	done chan struct{}
@@ -19,8 +18,6 @@ type call struct {
 	resp Response
 	st   *Stream // a stream's call: its response and failure go to the stream
 }
-
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func (cl *call) finish(err error) {
 	if cl.st != nil {
@@ -68,7 +65,7 @@ func (r *Response) Release() {
 	}
 	*r = Response{}
 	cl.err = nil
-	callPool.Put(cl)
+	c.recycle(cl)
 }
 
 // Call sends req and waits for the response. A payload above the eager threshold is copied
@@ -121,9 +118,8 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 		probe.MarkN(probe.Call, b2u(large != nil))
 	}
 	c.t.counters.calls.Add(1)
-	cl := callPool.Get().(*call)
-	if err := c.register(cl); err != nil {
-		callPool.Put(cl)
+	cl, err := c.register()
+	if err != nil {
 		if large != nil {
 			large.Release()
 		}
@@ -131,7 +127,6 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 	}
 
 	h := wire.Header{Kind: wire.KindRequest, CallID: cl.id}
-	var err error
 	if large != nil {
 		err = c.sendLarge(ctx, &h, large, revoke{}, sendWait)
 	} else {
@@ -139,11 +134,11 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 	}
 	if err != nil {
 		if c.forgetCall(cl) {
-			callPool.Put(cl)
+			c.recycle(cl)
 		} else { // the connection failed and finished the call
 			<-cl.done
 			cl.err = nil
-			callPool.Put(cl)
+			c.recycle(cl)
 		}
 		return nil, err
 	}
@@ -153,7 +148,7 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 		if cl.err != nil {
 			err := cl.err
 			cl.err = nil
-			callPool.Put(cl)
+			c.recycle(cl)
 			return nil, err
 		}
 		return &cl.resp, nil
@@ -165,20 +160,19 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 			cl.resp.Release()
 		} else {
 			cl.err = nil
-			callPool.Put(cl)
+			c.recycle(cl)
 		}
 		return nil, ctx.Err()
 	}
-	callPool.Put(cl)
+	c.recycle(cl)
 	c.queueCtrl(wire.Header{Kind: wire.KindCancel, CallID: cl.id}, revoke{})
 	return nil, ctx.Err()
 }
 
 // Ping sends a ping and waits for the pong: a round trip through both sides' pollers.
 func (c *Conn) Ping(ctx context.Context) error {
-	cl := callPool.Get().(*call)
-	if err := c.register(cl); err != nil {
-		callPool.Put(cl)
+	cl, err := c.register()
+	if err != nil {
 		return err
 	}
 	h := wire.Header{Kind: wire.KindPing, CallID: cl.id}
@@ -187,21 +181,21 @@ func (c *Conn) Ping(ctx context.Context) error {
 			<-cl.done
 		}
 		cl.err = nil
-		callPool.Put(cl)
+		c.recycle(cl)
 		return err
 	}
 	select {
 	case <-cl.done:
 	case <-ctx.Done():
 		if c.forgetCall(cl) {
-			callPool.Put(cl)
+			c.recycle(cl)
 			return ctx.Err()
 		}
 		<-cl.done
 	}
-	err := cl.err
+	err = cl.err
 	cl.err = nil
-	callPool.Put(cl)
+	c.recycle(cl)
 	return err
 }
 

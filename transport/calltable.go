@@ -6,10 +6,29 @@ package transport
 // (forget), or the connection's failure (drain), which finishes every call it took.
 //
 // Lock rules: guarded by Conn.mu. A call removed from the table belongs to whoever removed
-// it; the others find it gone and wait on its done channel instead.
+// it; the others find it gone and wait on its done channel instead. Calls done with go
+// back to spare, up to maxSpareCalls, for the next ones: kept across garbage collections,
+// unlike in a sync.Pool, whose per-P cache a collection drops and the next use allocates
+// again (an allocation per call where large payloads make a collection run every call or
+// two).
 type callTable struct {
 	byID   map[uint64]*call
 	nextID uint64 // the last id given out; ids are unique on the connection
+	spare  []*call
+}
+
+// maxSpareCalls bounds the calls a connection keeps for reuse.
+const maxSpareCalls = 64
+
+// newLocked returns a spare call, or a new one. Conn.mu is held.
+func (t *callTable) newLocked() *call {
+	if n := len(t.spare); n > 0 {
+		cl := t.spare[n-1]
+		t.spare[n-1] = nil
+		t.spare = t.spare[:n-1]
+		return cl
+	}
+	return &call{done: make(chan struct{}, 1)}
 }
 
 // addLocked gives cl the next call id and records it. Conn.mu is held.
@@ -45,15 +64,26 @@ func (t *callTable) drainLocked() map[uint64]*call {
 	return calls
 }
 
-// register adds cl to the call table, or returns the connection's failure.
-func (c *Conn) register(cl *call) error {
+// register adds a call to the call table and returns it, or returns the connection's
+// failure.
+func (c *Conn) register() (*call, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
-		return c.err
+		return nil, c.err
 	}
+	cl := c.calls.newLocked()
 	c.calls.addLocked(cl)
-	return nil
+	return cl, nil
+}
+
+// recycle keeps cl, whose caller and signal are done with it, for a later call.
+func (c *Conn) recycle(cl *call) {
+	c.mu.Lock()
+	if len(c.calls.spare) < maxSpareCalls {
+		c.calls.spare = append(c.calls.spare, cl)
+	}
+	c.mu.Unlock()
 }
 
 // forgetCall removes cl from the calls in flight; false means it was already gone (a

@@ -778,6 +778,7 @@ func TestHostilePeers(t *testing.T) {
 	h.attack("READ with a stale rkey", "", 2, func() {
 		before := h.server.Stats().Access
 		atk := h.attacker(Config{})
+		atk.writable = false // the response through a window of the server's, not written into the request's
 		var seen wire.Header
 		hook := func(hd *wire.Header) { seen = *hd }
 		atk.testHookLarge.Store(&hook)
@@ -792,6 +793,9 @@ func TestHostilePeers(t *testing.T) {
 			h.t.Fatal(err)
 		}
 		resp.Release()
+		if seen.RKey == 0 {
+			h.t.Fatal("the response did not come through a window")
+		}
 		h.waitStat("the window's revocation", func(s Stats) bool { return s.WindowsExposed == 0 })
 		h.begin()
 		if err := postRaw(atk, c, verbs.SendWR{Opcode: verbs.WRRDMARead, RKey: seen.RKey, RemoteAddr: seen.Addr}); err != nil {
@@ -816,6 +820,7 @@ func TestHostilePeers(t *testing.T) {
 				h.t.Fatal(err)
 			}
 			defer func() { vtr.Close(); vdev.Close() }()
+			vtr.writable = false // the response through a window of the server's, not written into the request's
 			var once sync.Once
 			var postErr error
 			hook := func(hd *wire.Header) {

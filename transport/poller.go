@@ -422,6 +422,8 @@ func (p *poller) dispatch(wc *verbs.WorkCompletion) {
 		c.onRead(idx)
 	case wrInv:
 		c.onLocalInv(idx)
+	case wrWrite:
+		c.onWriteDone(idx)
 	}
 }
 
@@ -437,6 +439,8 @@ func wrKindName(k uint64) string {
 		return "BIND_MW"
 	case wrInv:
 		return "LOCAL_INV"
+	case wrWrite:
+		return "RDMA_WRITE"
 	}
 	return fmt.Sprintf("wr kind %d", k)
 }

@@ -239,7 +239,7 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 	if probe.Enabled {
 		probe.MarkN(probe.Recv, uint32(h.Kind)|uint32(h.Flags&wire.FlagLarge)<<8)
 	}
-	if wc.Flags&verbs.WCWithInv != 0 {
+	if wc.Flags&verbs.WCWithInv != 0 && h.Flags&wire.FlagWritten == 0 { // (a written response's window holds it: onWritten)
 		c.t.counters.revoked.Add(1)
 		c.invalidated(wc.InvalidatedRKey)
 	}
@@ -254,6 +254,11 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 	}
 	if h.Flags&wire.FlagLarge != 0 {
 		c.startRead(h)
+		c.releaseSlot(i, counted)
+		return
+	}
+	if h.Flags&wire.FlagWritten != 0 {
+		c.onWritten(h, wc)
 		c.releaseSlot(i, counted)
 		return
 	}

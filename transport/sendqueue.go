@@ -66,6 +66,9 @@ const (
 
 var errNoCredit = errors.New("mwrpc: no credit")
 
+// errLate: a written response found its caller's window too old to revoke (sendWritten).
+var errLate = errors.New("mwrpc: the caller's window is too old to write into")
+
 // errNoSendMemory: the pool had no registered buffer for a send slot.
 var errNoSendMemory = errors.New("mwrpc: no registered memory for a send slot")
 
@@ -81,6 +84,19 @@ func (q *sendQueue) canTakeLocked(mode sendMode) bool {
 		return true
 	default:
 		return q.avail > 0
+	}
+}
+
+// refundLocked gives back slot i and the credit spendLocked took for mode, for a message
+// that was not sent after all. Conn.mu is held, since the take.
+func (q *sendQueue) refundLocked(i int, mode sendMode) {
+	q.free = append(q.free, i)
+	switch mode {
+	case sendControl:
+		q.ctrlAvail++
+	case sendReserved, sendReservedAway:
+	default:
+		q.avail++
 	}
 }
 
@@ -115,6 +131,19 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 	if err != nil {
 		c.mu.Unlock()
 		return false, c.sendFailed(err, mode)
+	}
+	// A revocation leaves only within half the lease of the window's announcement, judged
+	// now, after every wait: later the owner's lease may already have reclaimed it. A
+	// response written into that window (sendWritten) must revoke it, so past that time it
+	// is not sent at all.
+	if rv.rkey != 0 && time.Since(rv.at) >= c.t.cfg.Lease/2 {
+		if bind != nil && bind.Opcode == verbs.WRRDMAWrite {
+			c.out.refundLocked(i, mode)
+			s.filling = false
+			c.mu.Unlock()
+			return false, errLate
+		}
+		rv = revoke{}
 	}
 	inv := c.stampLocked(h, rv)
 	c.mu.Unlock()
@@ -202,18 +231,14 @@ func (c *Conn) sendFailed(err error, mode sendMode) error {
 }
 
 // stampLocked writes the credits owed to the peer into h and returns the window to revoke
-// with this SEND, or 0. Conn.mu is held: a release let through on the last control credit
-// carries the control credits it was let through for.
+// with this SEND (rv's, which send judged still in time, or a pending one), or 0. Conn.mu
+// is held: a release let through on the last control credit carries the control credits
+// it was let through for.
 func (c *Conn) stampLocked(h *wire.Header, rv revoke) uint32 {
 	h.Credits = uint16(c.out.owed.Swap(0))
 	h.CtrlCredits = uint8(min(c.out.owedCtrl.Load(), 255))
 	c.out.owedCtrl.Add(-int32(h.CtrlCredits))
-	// A revocation leaves only within half the lease of the window's announcement, judged
-	// now, after every wait: later the owner's lease may already have reclaimed it.
 	inv := rv.rkey
-	if inv != 0 && time.Since(rv.at) >= c.t.cfg.Lease/2 {
-		inv = 0
-	}
 	if inv == 0 {
 		inv = c.popInvLocked()
 	}
@@ -224,7 +249,7 @@ func (c *Conn) stampLocked(h *wire.Header, rv revoke) uint32 {
 // bind, if set, then the SEND (a SEND_WITH_INV when inv is set). The slot is the caller's
 // (filling): no lock is needed.
 func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload []byte, bind *verbs.SendWR, inv uint32) []verbs.SendWR {
-	if h.Flags&wire.FlagLarge == 0 {
+	if h.Flags&(wire.FlagLarge|wire.FlagWritten) == 0 {
 		h.Len = uint32(len(payload))
 	}
 	b := s.buf.Bytes()[:cap(s.buf.Bytes())]

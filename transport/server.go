@@ -23,6 +23,7 @@ type serverCall struct {
 	slot int        // receive slot holding req, or -1
 	buf  *pool.Buf  // buffer holding a large req, or nil
 	inv  revoke     // the caller's request window, revoked by the response
+	dst  writeDst   // that window, when the caller lets the response be written into it
 	st   *Stream    // the stream the request opened, or nil
 	host *hostState // counted in its calls (MaxCallsPerHost) until finish, or nil
 	// inline: the handler runs on the reaping goroutine (Config.InlineHandlers), and its
@@ -189,6 +190,9 @@ func (w *ResponseWriter) Write(status Code, payload []byte) error {
 			return errors.Join(fmt.Errorf("mwrpc: response buffer: %w", err), serr)
 		}
 		copy(buf.Bytes(), payload)
+	}
+	if sc.dst.rkey != 0 && buf.Len() <= int(sc.dst.n) {
+		return c.sendWritten(ctx, &h, buf, sc.inv, sc.dst, mode)
 	}
 	return c.sendLarge(ctx, &h, buf, sc.inv, mode)
 }
@@ -357,6 +361,9 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	sc.c, sc.id, sc.req, sc.slot, sc.buf = c, h.CallID, req, slot, buf
 	if h.Flags&wire.FlagLarge != 0 {
 		sc.inv = revoke{h.RKey, at}
+	}
+	if h.Flags&wire.FlagWritable != 0 {
+		sc.dst = writeDst{addr: h.Addr, rkey: h.RKey, n: h.Len}
 	}
 	c.mu.Lock()
 	if slot >= 0 && !c.shared() {

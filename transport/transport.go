@@ -34,7 +34,11 @@ type Transport struct {
 	workers *ants.PoolWithFunc
 	handler Handler
 	advisor InlineAdvisor // the handler's, if it is one and Config.InlineBudget allows
-	cqLimit int           // the most entries a poller's CQ grows to: the device's MaxCQE, or 0 where CQs cannot grow
+	// writable: large requests grant the server REMOTE_WRITE on their window
+	// (wire.FlagWritable), so that the response can be written there: on a device where a
+	// READ costs a round trip through the peer's CPU (a verbs.DeviceAttr.ReadCrossover).
+	writable bool
+	cqLimit  int // the most entries a poller's CQ grows to: the device's MaxCQE, or 0 where CQs cannot grow
 
 	// Test hooks: every large message header received, and every completion polled.
 	testHookLarge atomic.Pointer[func(*wire.Header)]
@@ -129,7 +133,8 @@ func (f HandlerFunc) Serve(ctx context.Context, req []byte, w *ResponseWriter) {
 // which may be nil for a transport that only calls (requests are then answered with
 // StatusUnimplemented). The device stays the caller's: close the transport first.
 func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
-	cfg, err := cfg.withDefaults(dev.Attr())
+	attr := dev.Attr()
+	cfg, err := cfg.withDefaults(attr)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +172,7 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	if cfg.InlineBudget < 0 {
 		advisor = nil
 	}
-	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, advisor: advisor, conns: make(map[*Conn]struct{}), setup: make(map[net.Conn]struct{}),
+	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, advisor: advisor, writable: attr.ReadCrossover > 0, conns: make(map[*Conn]struct{}), setup: make(map[net.Conn]struct{}),
 		hosts: make(map[string]*hostState), sweepAt: 1024, seeing: make(chan struct{}, 64)}
 	t.events.logger = cfg.Logger
 	t.tick = cfg.Lease / 4
@@ -577,7 +582,11 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 // exchangeHello sends ours and reads the peer's hello, bounded by ctx.
 func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) error {
 	in := make([]byte, wire.HelloLen)
-	if err := cm.Exchange(ctx, nc, "hello", wire.AppendHello(nil, ours), in); err != nil {
+	n, err := cm.ExchangeN(ctx, nc, "hello", wire.AppendHello(nil, ours), in)
+	if err != nil {
+		if notOurs := notMwrpc(in[:n]); notOurs != nil { // it answered, and not as mwrpc
+			return fmt.Errorf("%w: %w (then: %w)", ErrHandshake, notOurs, err)
+		}
 		return fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
 	if _, err := wire.ParseHello(in, peer); err != nil {
@@ -588,6 +597,10 @@ func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) err
 			err = fmt.Errorf("%w: the server requires TLS: configure transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
 		case in[0] == 0x16 && in[1] == 0x03: // a TLS record: handshake
 			err = fmt.Errorf("%w: the peer speaks TLS and this side has no transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
+		default:
+			if notOurs := notMwrpc(in); notOurs != nil {
+				err = notOurs
+			}
 		}
 		return fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
@@ -684,6 +697,7 @@ type Stats struct {
 	Access       uint64 // of those, the ones whose peer named a key or range it may not use
 	IdleClosed   uint64 // connections closed after IdleTimeout without a request
 	ReadBytes    uint64 // payload bytes fetched with RDMA READ
+	Written      uint64 // responses written into the caller's request window (RDMA WRITE) instead of exposed for a READ
 	TooManyPings uint64 // connections sent GOAWAY because the client pinged too often (Config.Keepalive)
 	Unshared     uint64 // messages copied out of their shared receive slot rather than hold it: a stream's opening request, or any while the slots are crowded (SharedReceives)
 	Conns        int    // connections set up and not yet closed
@@ -696,8 +710,8 @@ type Stats struct {
 }
 
 type counters struct {
-	calls, served, streams, inline, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed, unshared atomic.Uint64
-	events                                                                                                                [numEvents]atomic.Uint64
+	calls, served, streams, inline, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed, unshared, written atomic.Uint64
+	events                                                                                                                         [numEvents]atomic.Uint64
 }
 
 // Stats returns a snapshot of the transport's counters. It costs about a nanosecond per
@@ -717,6 +731,7 @@ func (t *Transport) Stats() Stats {
 		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
 		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),
 		Refused: c.events[evRefused].Load(), SetupFailed: c.events[evSetup].Load(), Protocol: c.events[evProtocol].Load(),
-		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(), Unshared: c.unshared.Load(), TooManyPings: c.events[evPings].Load(),
-		Handlers: t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
+		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(), Unshared: c.unshared.Load(), Written: c.written.Load(),
+		TooManyPings: c.events[evPings].Load(),
+		Handlers:     t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }

@@ -238,16 +238,18 @@ func TestConcurrentCalls(t *testing.T) {
 }
 
 // TestRevocation: once a call with a large response returns, the response window's rkey
-// no longer reads anything: a READ through it completes with REM_ACCESS_ERR.
+// no longer reads anything: a READ through it completes with REM_ACCESS_ERR. (The request
+// is small: a large one's response would be written into the request's window on TCP.)
 func TestRevocation(t *testing.T) {
+	big := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) { _ = w.Write(StatusOK, payload(1<<20, 1)) })
 	for _, fb := range fabrics {
 		t.Run(fb.name, func(t *testing.T) {
-			e := newEnv(t, fb, echo, Config{})
+			e := newEnv(t, fb, big, Config{})
 			var rkey uint32
 			var addr uint64
 			hook := func(h *wire.Header) { rkey, addr = h.RKey, h.Addr }
 			e.client.testHookLarge.Store(&hook)
-			resp, err := e.conn.Call(context.Background(), payload(1<<20, 1))
+			resp, err := e.conn.Call(context.Background(), []byte("get"))
 			if err != nil {
 				t.Fatal(err)
 			}

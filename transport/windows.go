@@ -45,7 +45,12 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv 
 		buf.Release()
 		return err
 	}
-	bind, err := c.win.ws.BindBufWR(w, buf, verbs.AccessRemoteRead, wrid(wrBind, c.id, w.Index()))
+	access := verbs.AccessRemoteRead
+	if h.Kind == wire.KindRequest && h.Flags&wire.FlagStream == 0 && c.t.writable {
+		access |= verbs.AccessRemoteWrite // the response may be written into it (written.go)
+		h.Flags |= wire.FlagWritable
+	}
+	bind, err := c.win.ws.BindBufWR(w, buf, access, wrid(wrBind, c.id, w.Index()))
 	if err != nil { // the binding was not recorded: buf is still ours
 		_ = c.win.ws.Cancel(w)
 		buf.Release()
@@ -102,13 +107,19 @@ func (c *Conn) nextWindow(ctx context.Context) (*pool.Window, error) {
 // invalidated handles the revocation of one of our windows (by the peer's SEND_WITH_INV
 // or our LOCAL_INV): the buffer it exposed returns to the pool.
 func (c *Conn) invalidated(rkey uint32) {
+	if b, ok := c.revoked(rkey); ok && b.Buf != nil {
+		b.Buf.Release()
+	}
+}
+
+// revoked records the revocation of one of our windows and returns what it exposed, whose
+// buffer is the caller's now; a revocation of a window the peer was not given fails the
+// connection (ok false).
+func (c *Conn) revoked(rkey uint32) (pool.Binding, bool) {
 	b, err := c.win.ws.Invalidated(rkey)
 	if err != nil {
 		c.fail(fmt.Errorf("%w: it revoked window 0x%x, which it was not given: %w", ErrProtocol, rkey, err))
-		return
-	}
-	if b.Buf != nil {
-		b.Buf.Release()
+		return pool.Binding{}, false
 	}
 	c.mu.Lock()
 	for i, w := range c.win.reclaims { // a peer's revocation can overtake our LOCAL_INV
@@ -120,6 +131,7 @@ func (c *Conn) invalidated(rkey uint32) {
 		c.wakeLocked()
 	}
 	c.mu.Unlock()
+	return b, true
 }
 
 // reclaim revokes a window the peer did not release in time.

@@ -102,6 +102,7 @@ var Systems = []System{
 	{Name: "grpc", Desc: "gRPC-Go over loopback TCP, hand-written ServiceDesc, raw-bytes codec (no protobuf)", Serve: serveGRPC, Dial: dialGRPC,
 		StreamDesc: grpcStreamDesc, ServeStream: serveGRPCStream, DialStream: dialGRPCStream},
 	{Name: "drpc", Desc: "DRPC (storj.io/drpc) over loopback TCP, hand-written description, raw-bytes encoding (no protobuf), one connection per caller (a DRPC connection carries one call at a time)", Serve: serveDRPC, Dial: dialDRPC},
+	{Name: "kitex", Desc: "Kitex (cloudwego/kitex) over loopback TCP: its netpoll server and its client's long-connection pool (a connection per caller), Thrift binary with a hand-written FastCodec service as kitex's generator writes it", Serve: serveKitex, Dial: dialKitex},
 	{Name: "netrpc", Desc: "net/rpc (gob) over loopback TCP, one client shared by all callers", Serve: serveNetRPC, Dial: dialNetRPC},
 	{Name: "shmipc", Desc: shmipcDesc, Serve: serveShmipcEcho, Dial: dialShmipc,
 		StreamDesc: shmipcStreamDesc, ServeStream: serveShmipcBulk, DialStream: dialShmipcBulk},
