@@ -60,7 +60,7 @@ type endpoint struct {
 	conn        atomic.Pointer[transport.Conn]
 	outstanding atomic.Int64
 	lastHeard   atomic.Int64 // unix nanos of the last response: keepalive pings a connection silent since
-	lastErr     atomic.Value // error: why the last dial failed
+	lastErr     atomic.Pointer[error] // why the last dial failed (errors of any type: not an atomic.Value)
 	tried       atomic.Bool  // the first dial has ended, either way
 	// health is what the health check (WithHealthCheck) last saw, for the connection it
 	// names: the endpoint is healthy while that is its connection and err is nil.
@@ -98,7 +98,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		// refused: by every endpoint, for a reason no retry changes
 		tried, refused := true, len(eps) > 0
 		for _, ep := range eps {
-			e, _ := ep.lastErr.Load().(error)
+			e := ep.lastErrValue()
 			refused = refused && e != nil && permanent(e)
 			tried = tried && ep.tried.Load()
 		}
@@ -126,7 +126,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 			for _, ep := range eps {
 				if e := ep.healthErr(); e != nil && c.opts.healthCheck {
 					errs = append(errs, e) // connected, but not healthy
-				} else if e, ok := ep.lastErr.Load().(error); ok {
+				} else if e := ep.lastErrValue(); e != nil {
 					errs = append(errs, e)
 				}
 			}
@@ -314,7 +314,7 @@ func (c *Client) maintain(ep *endpoint) {
 				return
 			}
 			if err != nil {
-				ep.lastErr.Store(err)
+				ep.setLastErr(err)
 				ep.tried.Store(true)
 				c.signalUp() // Dial may be waiting to see that every endpoint refuses us
 				c.reresolve()
@@ -348,7 +348,7 @@ func (c *Client) maintain(ep *endpoint) {
 			return
 		case <-conn.Done():
 			if err := conn.Err(); err != nil {
-				ep.lastErr.Store(fmt.Errorf("%s: %w", ep.addr, err))
+				ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, err))
 			}
 			ep.conn.CompareAndSwap(conn, nil)
 			c.reresolve()
@@ -389,7 +389,7 @@ func (c *Client) wentAway(ep *endpoint, conn *transport.Conn, interval time.Dura
 	if why == nil {
 		return interval
 	}
-	ep.lastErr.Store(fmt.Errorf("%s: %w", ep.addr, why))
+	ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, why))
 	if errors.Is(why, transport.ErrTooManyPings) && ticker != nil {
 		interval = c.slowerPings(ep, interval, why)
 		ticker.Reset(interval)
@@ -809,7 +809,7 @@ func (c *Client) lastErrs() (last error, tried bool) {
 	var errs []error
 	tried = true
 	for _, ep := range *c.eps.Load() {
-		if e, ok := ep.lastErr.Load().(error); ok {
+		if e := ep.lastErrValue(); e != nil {
 			errs = append(errs, e)
 		}
 		tried = tried && ep.tried.Load()
@@ -855,3 +855,14 @@ func chainClient(is []UnaryClientInterceptor, invoke UnaryInvoker) UnaryInvoker 
 
 // Stats returns the client transport's counters.
 func (c *Client) Stats() transport.Stats { return c.tr.Stats() }
+
+// setLastErr records why the endpoint's last dial or connection failed.
+func (ep *endpoint) setLastErr(err error) { ep.lastErr.Store(&err) }
+
+// lastErrValue returns why the endpoint's last dial or connection failed, or nil.
+func (ep *endpoint) lastErrValue() error {
+	if p := ep.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
