@@ -59,9 +59,9 @@ type endpoint struct {
 	addr        string
 	conn        atomic.Pointer[transport.Conn]
 	outstanding atomic.Int64
-	lastHeard   atomic.Int64 // unix nanos of the last response: keepalive pings a connection silent since
-	lastErr     atomic.Pointer[error] // why the last dial failed (errors of any type: not an atomic.Value)
-	tried       atomic.Bool  // the first dial has ended, either way
+	lastHeard   atomic.Int64          // unix nanos of the last response: keepalive pings a connection silent since
+	lastErr     atomic.Pointer[error] // why the last dial or connection failed (an atomic.Value panics on errors of different types)
+	tried       atomic.Bool           // the first dial has ended, either way
 	// health is what the health check (WithHealthCheck) last saw, for the connection it
 	// names: the endpoint is healthy while that is its connection and err is nil.
 	health   atomic.Pointer[healthState]
@@ -98,7 +98,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		// refused: by every endpoint, for a reason no retry changes
 		tried, refused := true, len(eps) > 0
 		for _, ep := range eps {
-			e := ep.lastErrValue()
+			e := ep.lastError()
 			refused = refused && e != nil && permanent(e)
 			tried = tried && ep.tried.Load()
 		}
@@ -126,7 +126,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 			for _, ep := range eps {
 				if e := ep.healthErr(); e != nil && c.opts.healthCheck {
 					errs = append(errs, e) // connected, but not healthy
-				} else if e := ep.lastErrValue(); e != nil {
+				} else if e := ep.lastError(); e != nil {
 					errs = append(errs, e)
 				}
 			}
@@ -803,13 +803,23 @@ func (c *Client) waitedInVain(ctx context.Context) error {
 		cause: errors.Join(ctx.Err(), last)}
 }
 
+func (ep *endpoint) setLastErr(err error) { ep.lastErr.Store(&err) }
+
+// lastError is why ep's last dial or connection failed, or nil.
+func (ep *endpoint) lastError() error {
+	if p := ep.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // lastErrs joins the last connection error of each endpoint (nil if none has one), and
 // says whether every endpoint has had its first dial.
 func (c *Client) lastErrs() (last error, tried bool) {
 	var errs []error
 	tried = true
 	for _, ep := range *c.eps.Load() {
-		if e := ep.lastErrValue(); e != nil {
+		if e := ep.lastError(); e != nil {
 			errs = append(errs, e)
 		}
 		tried = tried && ep.tried.Load()
@@ -855,14 +865,3 @@ func chainClient(is []UnaryClientInterceptor, invoke UnaryInvoker) UnaryInvoker 
 
 // Stats returns the client transport's counters.
 func (c *Client) Stats() transport.Stats { return c.tr.Stats() }
-
-// setLastErr records why the endpoint's last dial or connection failed.
-func (ep *endpoint) setLastErr(err error) { ep.lastErr.Store(&err) }
-
-// lastErrValue returns why the endpoint's last dial or connection failed, or nil.
-func (ep *endpoint) lastErrValue() error {
-	if p := ep.lastErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}

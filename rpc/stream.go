@@ -376,7 +376,15 @@ func (cs *ClientStream) recv() ([]byte, error) {
 		cs.trailer = decodeMD(r.md, r.nmd)
 		cs.mu.Unlock()
 		if code != OK {
-			err = &Status{Code: code, Message: string(r.msg)}
+			st := &Status{Code: code, Message: string(r.msg)}
+			// As for a unary call: the server can see our deadline (or cancel) before our
+			// own context says so, the same event, so the status matches the context too.
+			if dl, ok := cs.ctx.Deadline(); code == DeadlineExceeded && ok && !time.Now().Before(dl) {
+				st.cause = context.DeadlineExceeded
+			} else if code == Canceled && cs.ctx.Err() != nil {
+				st.cause = cs.ctx.Err()
+			}
+			err = st
 		} else if len(r.body) > 0 {
 			cs.reply = bytes.Clone(r.body) // the stream's memory goes back now
 		}

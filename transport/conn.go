@@ -64,8 +64,9 @@ type Conn struct {
 	calls   callTable
 	serving serverCalls
 	changed changeSignal
-	err     error // mu; set once: the connection failed or was closed
-	torn    bool  // mu; resources released; holders release their own
+	err     error                 // mu; set once: the connection failed or was closed
+	failed  atomic.Pointer[error] // err once set, for failure without mu (every call asks)
+	torn    bool                  // mu; resources released; holders release their own
 
 	ready   atomic.Bool // the QP reached RTS: sends may be posted
 	readyCh chan struct{}
@@ -218,10 +219,13 @@ func (c *Conn) waitReady(ctx context.Context) error {
 	}
 }
 
+// failure returns why the connection failed, or nil. It takes no lock: every call and
+// every pick of a lane asks, and c.mu is the connection's busiest.
 func (c *Conn) failure() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+	if p := c.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // fail marks the connection failed: calls in flight fail with ErrUnavailable, handlers'
@@ -243,10 +247,11 @@ func (c *Conn) fail(cause error) {
 	} else {
 		c.err = fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
+	err := c.err
+	c.failed.Store(&err)
 	calls := c.calls.drainLocked()
 	serving, instreams := c.serving.snapshotLocked()
 	c.wakeLocked()
-	err := c.err
 	c.mu.Unlock()
 	switch {
 	case errors.Is(cause, ErrProtocol):

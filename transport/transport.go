@@ -64,17 +64,22 @@ type Transport struct {
 }
 
 // counter counts running handlers and lets Close and WaitIdle wait for none (a WaitGroup
-// may not be waited on while others Add from zero).
+// may not be waited on while others Add from zero). Every call of every connection counts
+// itself in and out, so that is one atomic add; the lock is taken only once someone has
+// waited and the count reaches zero.
 type counter struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{}
+	n       atomic.Int64
+	waiting atomic.Bool // a wait has begun: Add to zero closes idle
+	mu      sync.Mutex
+	idle    chan struct{} // mu
 }
 
 func (c *counter) Add(d int) {
+	if c.n.Add(int64(d)) != 0 || !c.waiting.Load() {
+		return
+	}
 	c.mu.Lock()
-	c.n += d
-	if c.n == 0 && c.idle != nil {
+	if c.n.Load() == 0 && c.idle != nil {
 		close(c.idle)
 		c.idle = nil
 	}
@@ -84,23 +89,16 @@ func (c *counter) Add(d int) {
 func (c *counter) Done() { c.Add(-1) }
 
 // count returns how many handlers run.
-func (c *counter) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
+func (c *counter) count() int { return int(c.n.Load()) }
 
 // none reports whether no handler runs.
-func (c *counter) none() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n == 0
-}
+func (c *counter) none() bool { return c.n.Load() == 0 }
 
 // wait returns when no handler runs, or ctx ends.
 func (c *counter) wait(ctx context.Context) error {
 	c.mu.Lock()
-	if c.n == 0 {
+	c.waiting.Store(true) // before the load: an Add to zero after it sees waiting
+	if c.n.Load() == 0 {
 		c.mu.Unlock()
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"runtime"
 	"time"
 
 	"github.com/mwrpc/mwrpc/benchmarks/internal/echo"
@@ -68,6 +69,17 @@ func serveMwrpcPool(ln net.Listener) (Server, error) {
 		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
 	}
 	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{InlineBudget: -1})), nil
+}
+
+// serveMwrpcPollers is serveMwrpcTCP with a poller (and so a completion queue and a
+// shared receive queue) per four of the server's cores: the connections' completions and
+// receives spread over them instead of all passing one.
+func serveMwrpcPollers(ln net.Listener) (Server, error) {
+	dev, err := soft.OpenTCP("bench-server")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{Pollers: max(runtime.GOMAXPROCS(0)/4, 1)})), nil
 }
 
 // tunedSoftTCP is the transport configuration mwrpc-tuned measures (docs/tuning.md): on
