@@ -59,9 +59,9 @@ type endpoint struct {
 	addr        string
 	conn        atomic.Pointer[transport.Conn]
 	outstanding atomic.Int64
-	lastHeard   atomic.Int64 // unix nanos of the last response: keepalive pings a connection silent since
-	lastErr     atomic.Value // error: why the last dial failed
-	tried       atomic.Bool  // the first dial has ended, either way
+	lastHeard   atomic.Int64          // unix nanos of the last response: keepalive pings a connection silent since
+	lastErr     atomic.Pointer[error] // why the last dial or connection failed (an atomic.Value panics on errors of different types)
+	tried       atomic.Bool           // the first dial has ended, either way
 	// health is what the health check (WithHealthCheck) last saw, for the connection it
 	// names: the endpoint is healthy while that is its connection and err is nil.
 	health   atomic.Pointer[healthState]
@@ -98,7 +98,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		// refused: by every endpoint, for a reason no retry changes
 		tried, refused := true, len(eps) > 0
 		for _, ep := range eps {
-			e, _ := ep.lastErr.Load().(error)
+			e := ep.lastError()
 			refused = refused && e != nil && permanent(e)
 			tried = tried && ep.tried.Load()
 		}
@@ -120,13 +120,13 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 					cause = fmt.Errorf("resolving %s: %w", c.name, ctx.Err())
 				}
 				_ = c.Close()
-				return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: dial: %v (%v)", cause, ctx.Err()), cause: cause}
+				return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: dial: %v (%v)", cause, ctx.Err()), cause: cause}
 			}
 			errs := make([]error, 0, len(eps))
 			for _, ep := range eps {
 				if e := ep.healthErr(); e != nil && c.opts.healthCheck {
 					errs = append(errs, e) // connected, but not healthy
-				} else if e, ok := ep.lastErr.Load().(error); ok {
+				} else if e := ep.lastError(); e != nil {
 					errs = append(errs, e)
 				}
 			}
@@ -140,7 +140,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 				why = err.Error()
 			}
 			// Each endpoint's error names its address.
-			return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: dial: %v (%s)", cause, why), cause: cause}
+			return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: dial: %v (%s)", cause, why), cause: cause}
 		}
 	}
 }
@@ -188,7 +188,7 @@ func NewClient(target string, opts ...DialOption) (*Client, error) {
 	o.resolveMin = min(o.resolveMin, o.resolveInterval)
 	resolver, static, peer, err := parseTarget(target, o)
 	if err != nil {
-		return nil, &Status{Code: InvalidArgument, Message: "rpc: " + err.Error(), cause: err}
+		return nil, &Status{Code: InvalidArgument, Message: "mwrpc: " + err.Error(), cause: err}
 	}
 	dev := o.device
 	if dev == nil {
@@ -267,7 +267,7 @@ func checkAddress(addr string) error {
 func (c *Client) Close() error {
 	select {
 	case <-c.closed:
-		return Errorf(Canceled, "rpc: client already closed")
+		return Errorf(Canceled, "mwrpc: client already closed")
 	default:
 	}
 	close(c.closed)
@@ -314,7 +314,7 @@ func (c *Client) maintain(ep *endpoint) {
 				return
 			}
 			if err != nil {
-				ep.lastErr.Store(err)
+				ep.setLastErr(err)
 				ep.tried.Store(true)
 				c.signalUp() // Dial may be waiting to see that every endpoint refuses us
 				c.reresolve()
@@ -348,7 +348,7 @@ func (c *Client) maintain(ep *endpoint) {
 			return
 		case <-conn.Done():
 			if err := conn.Err(); err != nil {
-				ep.lastErr.Store(fmt.Errorf("%s: %w", ep.addr, err))
+				ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, err))
 			}
 			ep.conn.CompareAndSwap(conn, nil)
 			c.reresolve()
@@ -389,7 +389,7 @@ func (c *Client) wentAway(ep *endpoint, conn *transport.Conn, interval time.Dura
 	if why == nil {
 		return interval
 	}
-	ep.lastErr.Store(fmt.Errorf("%s: %w", ep.addr, why))
+	ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, why))
 	if errors.Is(why, transport.ErrTooManyPings) && ticker != nil {
 		interval = c.slowerPings(ep, interval, why)
 		ticker.Reset(interval)
@@ -467,7 +467,7 @@ func (c *Client) Invoke(ctx context.Context, method string, req, reply any, opts
 }
 
 // errSizeEstimate: a codec's Size was smaller than its encoding.
-var errSizeEstimate = errors.New("rpc: codec size estimate too small")
+var errSizeEstimate = errors.New("mwrpc: codec size estimate too small")
 
 var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
@@ -492,7 +492,7 @@ func (c *Client) invoke(ctx context.Context, method string, req, reply any, opts
 	}
 	defer resp.Release()
 	if err := cod.Unmarshal(body, reply); err != nil {
-		return &Status{Code: Internal, Message: fmt.Sprintf("rpc: decoding the response of %s: %v", method, err), cause: err}
+		return &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: decoding the response of %s: %v", method, err), cause: err}
 	}
 	return nil
 }
@@ -572,7 +572,7 @@ func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method s
 	}
 	if limit := conn.MaxSend(); known && size > limit {
 		releaseBuf(lent)
-		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is %d bytes, over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides')", method, size, limit),
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request of %s is %d bytes, over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides')", method, size, limit),
 			cause: transport.ErrTooLarge}
 	}
 	if lent != nil {
@@ -601,9 +601,9 @@ func (c *Client) callScratch(ctx context.Context, conn *transport.Conn, method s
 	} else if b, err = appendBody(cod, b, req, conn.MaxSend()); err != nil {
 		scratchPool.Put(sp)
 		if errors.Is(err, codec.ErrTooLarge) {
-			return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
+			return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
 		}
-		return nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
+		return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", method, err), cause: err}
 	}
 	if c.tel != nil {
 		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
@@ -668,7 +668,7 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 	room := envelopeRoom(method, md)
 	buf, err := c.tr.Pool().Get(ctx, room+n)
 	if err != nil {
-		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request buffer for %s: %v", method, err), cause: err}
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request buffer for %s: %v", method, err), cause: err}
 	}
 	if buf, err = c.envelopeInto(ctx, buf, room, method, deadline, md, n); err != nil {
 		return nil, err
@@ -683,7 +683,7 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 	probe.Mark(probe.CopyInDone)
 	if err != nil {
 		buf.Release()
-		return nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
+		return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", method, err), cause: err}
 	}
 	if len(b) > buf.Cap() || unsafe.SliceData(b) != unsafe.SliceData(buf.Bytes()) { // the codec's size was short: the caller encodes the usual way
 		buf.Release()
@@ -725,7 +725,7 @@ func (c *Client) envelopeInto(ctx context.Context, buf *pool.Buf, room int, meth
 	buf.Release()
 	buf, err := c.tr.Pool().Get(ctx, len(env)+n)
 	if err != nil {
-		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request buffer for %s: %v", method, err), cause: err}
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request buffer for %s: %v", method, err), cause: err}
 	}
 	buf.SetLen(copy(buf.Bytes()[:len(env)], env))
 	return buf, nil
@@ -763,7 +763,7 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 				return nil, nil, err
 			}
 			if err := c.lastResolveErr(); err != nil {
-				return nil, nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: no connection to %s is up (%v)", c.target(), err), cause: err}
+				return nil, nil, &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: no connection to %s is up (%v)", c.target(), err), cause: err}
 			}
 			return nil, nil, c.noConnection()
 		}
@@ -772,7 +772,7 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 		case <-ctx.Done():
 			return nil, nil, c.waitedInVain(ctx)
 		case <-c.closed:
-			return nil, nil, Errorf(Unavailable, "rpc: client closed")
+			return nil, nil, Errorf(Unavailable, "mwrpc: client closed")
 		}
 	}
 }
@@ -784,11 +784,11 @@ func (c *Client) noConnection() error {
 	last, tried := c.lastErrs()
 	switch {
 	case last != nil:
-		return &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: no connection to %s is up: %v", c.target(), last), cause: last}
+		return &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: no connection to %s is up: %v", c.target(), last), cause: last}
 	case !tried:
-		return Errorf(Unavailable, "rpc: no connection to %s is up yet (the first is being set up; WaitForReady waits for it)", c.target())
+		return Errorf(Unavailable, "mwrpc: no connection to %s is up yet (the first is being set up; WaitForReady waits for it)", c.target())
 	}
-	return Errorf(Unavailable, "rpc: no connection to %s is up", c.target())
+	return Errorf(Unavailable, "mwrpc: no connection to %s is up", c.target())
 }
 
 // waitedInVain is the error of a WaitForReady call whose context ended before a
@@ -803,13 +803,23 @@ func (c *Client) waitedInVain(ctx context.Context) error {
 		cause: errors.Join(ctx.Err(), last)}
 }
 
+func (ep *endpoint) setLastErr(err error) { ep.lastErr.Store(&err) }
+
+// lastError is why ep's last dial or connection failed, or nil.
+func (ep *endpoint) lastError() error {
+	if p := ep.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // lastErrs joins the last connection error of each endpoint (nil if none has one), and
 // says whether every endpoint has had its first dial.
 func (c *Client) lastErrs() (last error, tried bool) {
 	var errs []error
 	tried = true
 	for _, ep := range *c.eps.Load() {
-		if e, ok := ep.lastErr.Load().(error); ok {
+		if e := ep.lastError(); e != nil {
 			errs = append(errs, e)
 		}
 		tried = tried && ep.tried.Load()

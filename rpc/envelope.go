@@ -31,7 +31,7 @@ const (
 )
 
 // errEnvelope is wrapped by every envelope parse failure.
-var errEnvelope = errors.New("rpc: malformed envelope")
+var errEnvelope = errors.New("mwrpc: malformed envelope")
 
 type request struct {
 	whole    []byte // the message: envelope and body
@@ -95,7 +95,7 @@ func checkMD(md MD) error {
 	n, size := 0, 0
 	for k, vs := range md {
 		if len(k) == 0 || len(k) > maxMDKeyLen {
-			return fmt.Errorf("rpc: metadata key %q: length must be 1..%d", k, maxMDKeyLen)
+			return fmt.Errorf("mwrpc: metadata key %q: length must be 1..%d", k, maxMDKeyLen)
 		}
 		n += len(vs)
 		size += len(k) * len(vs)
@@ -104,7 +104,7 @@ func checkMD(md MD) error {
 		}
 	}
 	if n > maxMDEntries || size > maxMDTotalSize {
-		return fmt.Errorf("rpc: metadata of %d entries and %d bytes exceeds %d entries or %d bytes", n, size, maxMDEntries, maxMDTotalSize)
+		return fmt.Errorf("mwrpc: metadata of %d entries and %d bytes exceeds %d entries or %d bytes", n, size, maxMDEntries, maxMDTotalSize)
 	}
 	return nil
 }
@@ -112,7 +112,7 @@ func checkMD(md MD) error {
 // checkRequest validates what appendRequest encodes in fixed-width fields.
 func checkRequest(method string, md MD) error {
 	if len(method) == 0 || len(method) > maxMethodLen {
-		return fmt.Errorf("rpc: method name of %d bytes (1..%d)", len(method), maxMethodLen)
+		return fmt.Errorf("mwrpc: method name of %d bytes (1..%d)", len(method), maxMethodLen)
 	}
 	return checkMD(md)
 }

@@ -128,11 +128,11 @@ func (ln loan) end() {
 // ResourceExhausted.
 func (c *Client) Buffer(ctx context.Context, n int) ([]byte, error) {
 	if n < 0 {
-		return nil, Errorf(InvalidArgument, "rpc: Buffer(%d): negative size", n)
+		return nil, Errorf(InvalidArgument, "mwrpc: Buffer(%d): negative size", n)
 	}
 	buf, err := c.tr.Pool().Get(ctx, requestHeadroom+n)
 	if err != nil {
-		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request buffer of %d bytes: %v", n, err), cause: err}
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request buffer of %d bytes: %v", n, err), cause: err}
 	}
 	b := buf.Bytes()[requestHeadroom:buf.Cap()]
 	c.lend.put(unsafe.SliceData(b), loan{buf: buf})
@@ -147,7 +147,7 @@ func (c *Client) Buffer(ctx context.Context, n int) ([]byte, error) {
 func (c *Client) Release(p []byte) error {
 	ln, ok := c.lend.take(p)
 	if !ok {
-		return Errorf(InvalidArgument, "rpc: Release of %d bytes at %p: not memory this client lent (a Buffer no call took, or a response under WithLentResponses), or released already", len(p), unsafe.SliceData(p))
+		return Errorf(InvalidArgument, "mwrpc: Release of %d bytes at %p: not memory this client lent (a Buffer no call took, or a response under WithLentResponses), or released already", len(p), unsafe.SliceData(p))
 	}
 	ln.end()
 	return nil

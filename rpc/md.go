@@ -15,7 +15,7 @@ type MD map[string][]string
 // Pairs returns metadata from key, value pairs (keys are lowercased).
 func Pairs(kv ...string) MD {
 	if len(kv)%2 == 1 {
-		panic("rpc: Pairs got an odd number of arguments")
+		panic("mwrpc: Pairs got an odd number of arguments")
 	}
 	md := make(MD, len(kv)/2)
 	for i := 0; i < len(kv); i += 2 {
@@ -54,7 +54,7 @@ func FromIncomingContext(ctx context.Context) (MD, bool) {
 func SetTrailer(ctx context.Context, md MD) error {
 	st, ok := ctx.Value(streamKey{}).(*serverStream)
 	if !ok {
-		return Errorf(Internal, "rpc: SetTrailer outside a handler")
+		return Errorf(Internal, "mwrpc: SetTrailer outside a handler")
 	}
 	merged := make(MD, len(st.trailer)+len(md))
 	for k, v := range st.trailer {

@@ -116,17 +116,17 @@ func (s *Server) RegisterService(sd *ServiceDesc, impl any) {
 	if sd.HandlerType != nil {
 		want := reflect.TypeOf(sd.HandlerType).Elem()
 		if !reflect.TypeOf(impl).Implements(want) {
-			panic(fmt.Sprintf("rpc: RegisterService(%s): %T does not implement %v", sd.ServiceName, impl, want))
+			panic(fmt.Sprintf("mwrpc: RegisterService(%s): %T does not implement %v", sd.ServiceName, impl, want))
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.tr != nil {
-		panic(fmt.Sprintf("rpc: RegisterService(%s) after Serve", sd.ServiceName))
+		panic(fmt.Sprintf("mwrpc: RegisterService(%s) after Serve", sd.ServiceName))
 	}
 	for _, m := range s.methods {
 		if strings.HasPrefix(m.full, "/"+sd.ServiceName+"/") {
-			panic(fmt.Sprintf("rpc: RegisterService(%s): a service of that name is already registered (%T); two packages of one name declare the same <package>.<Interface>: give one a wire name with a //mwrpc:service line (see docs/evolution.md)",
+			panic(fmt.Sprintf("mwrpc: RegisterService(%s): a service of that name is already registered (%T); two packages of one name declare the same <package>.<Interface>: give one a wire name with a //mwrpc:service line (see docs/evolution.md)",
 				sd.ServiceName, m.impl))
 		}
 	}
@@ -135,7 +135,7 @@ func (s *Server) RegisterService(sd *ServiceDesc, impl any) {
 		md := &sd.Methods[i]
 		full := "/" + sd.ServiceName + "/" + md.MethodName
 		if _, dup := s.methods[full]; dup {
-			panic(fmt.Sprintf("rpc: method %s registered twice", full))
+			panic(fmt.Sprintf("mwrpc: method %s registered twice", full))
 		}
 		m := &method{full: full, desc: md, impl: impl, codec: md.Codec}
 		if m.codec == nil {
@@ -148,7 +148,7 @@ func (s *Server) RegisterService(sd *ServiceDesc, impl any) {
 		sdesc := &sd.Streams[i]
 		full := "/" + sd.ServiceName + "/" + sdesc.StreamName
 		if _, dup := s.methods[full]; dup {
-			panic(fmt.Sprintf("rpc: method %s registered twice", full))
+			panic(fmt.Sprintf("mwrpc: method %s registered twice", full))
 		}
 		m := &method{full: full, stream: sdesc, impl: impl, codec: sdesc.Codec}
 		if m.codec == nil {
@@ -215,7 +215,7 @@ func (s *Server) transport() (*transport.Transport, error) {
 		return s.tr, nil
 	}
 	if s.stopped {
-		return nil, Errorf(Unavailable, "rpc: server stopped")
+		return nil, Errorf(Unavailable, "mwrpc: server stopped")
 	}
 	dev := s.opts.device
 	if dev == nil {
@@ -528,7 +528,7 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 		probe.Mark(probe.CopyRespDone)
 		st.scratch = out[:0]
 		st.code, st.respLen = OK, len(out)
-		_ = w.Write(uint16(OK), out)
+		_ = w.Write(OK, out)
 		return
 	}
 	st.scratch = env[:0]
@@ -539,7 +539,7 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 		out := st.req[off-len(env) : off+len(body)]
 		copy(out, env)
 		st.code, st.respLen = OK, len(out)
-		_ = w.Write(uint16(OK), out)
+		_ = w.Write(OK, out)
 		return
 	}
 	buf, err := w.Buffer(len(env) + len(body))
@@ -552,7 +552,7 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 	copy(buf[n:], body)
 	probe.Mark(probe.CopyRespDone)
 	st.code, st.respLen = OK, len(buf)
-	_ = w.Write(uint16(OK), buf)
+	_ = w.Write(OK, buf)
 }
 
 // inRequest reports where body lies in req, the request message, when req is memory of
@@ -595,7 +595,7 @@ func (s *Server) writeResponse(w *transport.ResponseWriter, st *serverStream, m 
 		st.scratch = out[:0] // keep a grown scratch buffer for the next call
 	}
 	st.code, st.respLen = OK, len(out)
-	if err := w.Write(uint16(OK), out); err != nil {
+	if err := w.Write(OK, out); err != nil {
 		s.opts.logger.Debug("mwrpc: response not sent", "method", m.full, "err", err)
 	}
 }
@@ -610,7 +610,7 @@ func (s *Server) writeError(w *transport.ResponseWriter, st *serverStream, c Cod
 	if st != nil {
 		st.code, st.errMsg, st.respLen = c, msg, len(out)
 	}
-	_ = w.Write(uint16(c), out)
+	_ = w.Write(c, out)
 }
 
 // chainServer folds interceptors into one, the first outermost.

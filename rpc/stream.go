@@ -106,7 +106,7 @@ func sendMsg(ctx context.Context, ts *transport.Stream, tr *transport.Transport,
 		if n, known := sz.Size(v); known && n > ts.EagerLimit() && n <= ts.MaxSend() {
 			buf, err := tr.Pool().Get(ctx, n)
 			if err != nil {
-				return 0, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: stream message buffer: %v", err), cause: err}
+				return 0, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: stream message buffer: %v", err), cause: err}
 			}
 			b, err := cod.Append(buf.Bytes()[:0], v)
 			if err == nil && len(b) <= buf.Cap() {
@@ -115,13 +115,13 @@ func sendMsg(ctx context.Context, ts *transport.Stream, tr *transport.Transport,
 			}
 			buf.Release()
 			if err != nil {
-				return 0, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding a stream message: %v", err), cause: err}
+				return 0, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding a stream message: %v", err), cause: err}
 			}
 		}
 	}
 	b, err := encodeMsg(cod, (*scratch)[:0], v)
 	if err != nil {
-		return 0, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding a stream message: %v", err), cause: err}
+		return 0, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding a stream message: %v", err), cause: err}
 	}
 	if cap(b) <= 64<<10 {
 		*scratch = b[:0]
@@ -251,7 +251,7 @@ func (cs *ClientStream) open(ctx context.Context, ep *endpoint, conn *transport.
 		}
 		cs.counted = true
 	} else if err := conn.Err(); err != nil {
-		return &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: connection to %s: %v", ep.addr, err), cause: err}
+		return &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: connection to %s: %v", ep.addr, err), cause: err}
 	}
 	var deadline int64
 	if dl, ok := ctx.Deadline(); ok {
@@ -264,7 +264,7 @@ func (cs *ClientStream) open(ctx context.Context, ep *endpoint, conn *transport.
 	if req != nil {
 		if b, err = encodeMsg(cs.cod, b, req); err != nil {
 			cs.uncount(ep)
-			return &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", cs.method, err), cause: err}
+			return &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", cs.method, err), cause: err}
 		}
 	}
 	ts, err := conn.OpenStream(ctx, b)
@@ -318,7 +318,7 @@ func (cs *ClientStream) RecvMsg(v any) error {
 		return err
 	}
 	if err := decodeMsg(cs.cod, p, v); err != nil {
-		st := &Status{Code: Internal, Message: fmt.Sprintf("rpc: decoding a message of %s: %v", cs.method, err), cause: err}
+		st := &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: decoding a message of %s: %v", cs.method, err), cause: err}
 		cs.Close()
 		return st
 	}
@@ -376,7 +376,15 @@ func (cs *ClientStream) recv() ([]byte, error) {
 		cs.trailer = decodeMD(r.md, r.nmd)
 		cs.mu.Unlock()
 		if code != OK {
-			err = &Status{Code: code, Message: string(r.msg)}
+			st := &Status{Code: code, Message: string(r.msg)}
+			// As for a unary call: the server can see our deadline (or cancel) before our
+			// own context says so, the same event, so the status matches the context too.
+			if dl, ok := cs.ctx.Deadline(); code == DeadlineExceeded && ok && !time.Now().Before(dl) {
+				st.cause = context.DeadlineExceeded
+			} else if code == Canceled && cs.ctx.Err() != nil {
+				st.cause = cs.ctx.Err()
+			}
+			err = st
 		} else if len(r.body) > 0 {
 			cs.reply = bytes.Clone(r.body) // the stream's memory goes back now
 		}
@@ -420,7 +428,7 @@ func (cs *ClientStream) Trailer() MD {
 // (its context is canceled; its sends fail). It may be called more than once, and after
 // the end.
 func (cs *ClientStream) Close() {
-	cs.end(&Status{Code: Canceled, Message: "rpc: stream closed by the caller"})
+	cs.end(&Status{Code: Canceled, Message: "mwrpc: stream closed by the caller"})
 }
 
 // abortWith ends the stream with err, which RecvMsg then returns: the caller's own
@@ -456,7 +464,7 @@ type ServerStream struct {
 // the handler's goroutine.
 func (ss *ServerStream) Buffer(n int) ([]byte, error) {
 	if n > ss.ts.MaxSend() {
-		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: stream buffer of %d bytes, over the maximum message size of %d", n, ss.ts.MaxSend()), cause: transport.ErrTooLarge}
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: stream buffer of %d bytes, over the maximum message size of %d", n, ss.ts.MaxSend()), cause: transport.ErrTooLarge}
 	}
 	buf, err := ss.tr.Pool().Get(ss.ctx, n)
 	if err != nil {
@@ -473,7 +481,7 @@ func (ss *ServerStream) Buffer(n int) ([]byte, error) {
 func StreamBuffer(ctx context.Context, n int) ([]byte, error) {
 	st, ok := ctx.Value(streamKey{}).(*serverStream)
 	if !ok || st.ss == nil {
-		return nil, Errorf(FailedPrecondition, "rpc: StreamBuffer outside a streaming handler")
+		return nil, Errorf(FailedPrecondition, "mwrpc: StreamBuffer outside a streaming handler")
 	}
 	return st.ss.Buffer(n)
 }
@@ -496,7 +504,7 @@ func (ss *ServerStream) Context() context.Context { return ss.ctx }
 // Request decodes the request that came with the open (a server-streaming method's).
 func (ss *ServerStream) Request(v any) error {
 	if err := decodeMsg(ss.cod, ss.st.body, v); err != nil {
-		return &Status{Code: InvalidArgument, Message: fmt.Sprintf("rpc: decoding the request of %s: %v", ss.st.method.full, err), cause: err}
+		return &Status{Code: InvalidArgument, Message: fmt.Sprintf("mwrpc: decoding the request of %s: %v", ss.st.method.full, err), cause: err}
 	}
 	return nil
 }
@@ -542,7 +550,7 @@ func (ss *ServerStream) RecvMsg(v any) error {
 		return err
 	}
 	if err := decodeMsg(ss.cod, p, v); err != nil {
-		return &Status{Code: InvalidArgument, Message: fmt.Sprintf("rpc: decoding a message of %s: %v", ss.st.method.full, err), cause: err}
+		return &Status{Code: InvalidArgument, Message: fmt.Sprintf("mwrpc: decoding a message of %s: %v", ss.st.method.full, err), cause: err}
 	}
 	return nil
 }
@@ -610,7 +618,7 @@ func (s *Server) writeReply(w *transport.ResponseWriter, st *serverStream, m *me
 		}
 	}
 	st.code, st.respLen = OK, len(out)
-	if err := w.Write(uint16(OK), out); err != nil {
+	if err := w.Write(OK, out); err != nil {
 		s.opts.logger.Debug("mwrpc: stream's end not sent", "method", m.full, "err", err)
 	}
 }

@@ -64,8 +64,9 @@ type Conn struct {
 	calls   callTable
 	serving serverCalls
 	changed changeSignal
-	err     error // mu; set once: the connection failed or was closed
-	torn    bool  // mu; resources released; holders release their own
+	err     error                 // mu; set once: the connection failed or was closed
+	failed  atomic.Pointer[error] // err once set, for failure without mu (every call asks)
+	torn    bool                  // mu; resources released; holders release their own
 
 	ready   atomic.Bool // the QP reached RTS: sends may be posted
 	readyCh chan struct{}
@@ -121,11 +122,11 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	c.qp, err = t.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, SRQ: p.srq, Cap: verbs.QPCap{
 		MaxSendWR: sendWR, MaxRecvWR: recvWR, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
-		return nil, fmt.Errorf("transport: create QP: %w", err)
+		return nil, fmt.Errorf("mwrpc: create QP: %w", err)
 	}
 	if c.win.ws, err = pool.NewWindows(t.pd, c.qp, cfg.Windows); err != nil {
 		c.abort()
-		return nil, fmt.Errorf("transport: %w", err)
+		return nil, fmt.Errorf("mwrpc: %w", err)
 	}
 	if !c.shared() {
 		c.in.slots = make([]recvSlot, cfg.Credits+recvCtrlSlots)
@@ -146,7 +147,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	for i := range c.in.slots {
 		if c.in.slots[i].buf, err = t.pool.TryGet(cfg.SlotSize); err != nil {
 			c.abort()
-			return nil, fmt.Errorf("transport: receive slots: %w", err)
+			return nil, fmt.Errorf("mwrpc: receive slots: %w", err)
 		}
 	}
 	for i := range c.out.slots {
@@ -177,7 +178,7 @@ func queueSizes(cfg *Config, peer wire.Hello) (nsend, nread, sendWR, recvWR int)
 func (c *Conn) connect(ctx context.Context, nc net.Conn) error {
 	params := c.t.cfg.Connect
 	if err := c.qp.Modify(verbs.QPAttr{State: verbs.QPStateInit, Access: params.Access}); err != nil {
-		return fmt.Errorf("transport: %w", err)
+		return fmt.Errorf("mwrpc: %w", err)
 	}
 	for i := range c.in.slots {
 		if err := c.postRecv(i); err != nil {
@@ -191,11 +192,11 @@ func (c *Conn) connect(ctx context.Context, nc net.Conn) error {
 	}
 	c.p.add(c)
 	if _, err := cm.Connect(ctx, nc, c.qp, params); err != nil {
-		return fmt.Errorf("transport: connect: %w: %w", ErrHandshake, err)
+		return fmt.Errorf("%w: connect: %w", ErrHandshake, err)
 	}
 	if c.boot != nil {
 		if err := keepAlive(nc, c.t.cfg.PeerTimeout); err != nil {
-			return fmt.Errorf("transport: bootstrap connection: %w", err)
+			return fmt.Errorf("mwrpc: bootstrap connection: %w", err)
 		}
 	}
 	// The peer may have reached RTS first and already sent requests, which arrived in RTR
@@ -218,10 +219,13 @@ func (c *Conn) waitReady(ctx context.Context) error {
 	}
 }
 
+// failure returns why the connection failed, or nil. It takes no lock: every call and
+// every pick of a lane asks, and c.mu is the connection's busiest.
 func (c *Conn) failure() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+	if p := c.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // fail marks the connection failed: calls in flight fail with ErrUnavailable, handlers'
@@ -243,10 +247,11 @@ func (c *Conn) fail(cause error) {
 	} else {
 		c.err = fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
+	err := c.err
+	c.failed.Store(&err)
 	calls := c.calls.drainLocked()
 	serving, instreams := c.serving.snapshotLocked()
 	c.wakeLocked()
-	err := c.err
 	c.mu.Unlock()
 	switch {
 	case errors.Is(cause, ErrProtocol):

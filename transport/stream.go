@@ -48,7 +48,7 @@ const (
 
 // ErrStreamEnded is returned by a Send after this side ended its half of the stream
 // (CloseSend, or a server's response).
-var ErrStreamEnded = errors.New("transport: send on a stream after its end")
+var ErrStreamEnded = errors.New("mwrpc: send on a stream after its end")
 
 // Stream is one streaming call's message flow, on the side that opened it
 // (Conn.OpenStream) or the side that serves it (ResponseWriter.Stream). Send and Recv may
@@ -85,9 +85,9 @@ type Stream struct {
 type streamMsg struct {
 	buf    *pool.Buf // holds data, or nil (no payload, or a heap copy)
 	data   []byte
-	ready  bool   // arrived (a large message: its READ completed)
-	end    bool   // the peer's end: its FlagEnd, or the response
-	status uint16 // the response's status
+	ready  bool // arrived (a large message: its READ completed)
+	end    bool // the peer's end: its FlagEnd, or the response
+	status Code // the response's status
 }
 
 func (m *streamMsg) release() {
@@ -108,7 +108,7 @@ func newStream(c *Conn, id uint64, caller bool, peerWindow int) *Stream {
 // no longer used: before the response arrived, it cancels the call on the server.
 func (c *Conn) OpenStream(ctx context.Context, open []byte) (*Stream, error) {
 	if len(open) > c.maxSend {
-		return nil, fmt.Errorf("transport: stream request of %d bytes (max %d): %w", len(open), c.maxSend, ErrTooLarge)
+		return nil, fmt.Errorf("mwrpc: stream request of %d bytes (max %d): %w", len(open), c.maxSend, ErrTooLarge)
 	}
 	if len(open) <= c.eager {
 		return c.openStream(ctx, open, nil)
@@ -172,7 +172,7 @@ func (s *Stream) MaxSend() int { return s.c.maxSend }
 // stream ended).
 func (s *Stream) Send(ctx context.Context, p []byte) error {
 	if len(p) > s.c.maxSend {
-		return fmt.Errorf("transport: stream message of %d bytes (max %d): %w", len(p), s.c.maxSend, ErrTooLarge)
+		return fmt.Errorf("mwrpc: stream message of %d bytes (max %d): %w", len(p), s.c.maxSend, ErrTooLarge)
 	}
 	if len(p) <= s.c.eager {
 		return s.send(ctx, p, nil)
@@ -190,7 +190,7 @@ func (s *Stream) SendBuf(ctx context.Context, buf *pool.Buf) error {
 	if buf.Len() > s.c.maxSend {
 		n := buf.Len()
 		buf.Release()
-		return fmt.Errorf("transport: stream message of %d bytes (max %d): %w", n, s.c.maxSend, ErrTooLarge)
+		return fmt.Errorf("mwrpc: stream message of %d bytes (max %d): %w", n, s.c.maxSend, ErrTooLarge)
 	}
 	if buf.Len() <= s.c.eager {
 		defer buf.Release()
@@ -257,7 +257,7 @@ func (s *Stream) reserve(ctx context.Context, n int) error {
 // it has read everything before. The server may go on sending.
 func (s *Stream) CloseSend(ctx context.Context) error {
 	if !s.caller {
-		return errors.New("transport: CloseSend on the serving side (the response ends its half)")
+		return errors.New("mwrpc: CloseSend on the serving side (the response ends its half)")
 	}
 	s.mu.Lock()
 	switch {
@@ -341,7 +341,7 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 
 // Final returns the server's response once Recv has returned io.EOF on the opener's side:
 // its status and payload, valid until Close. ok is false before that.
-func (s *Stream) Final() (status uint16, payload []byte, ok bool) {
+func (s *Stream) Final() (status Code, payload []byte, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.final == nil {
@@ -635,7 +635,7 @@ func (c *Conn) refuseStreamMsg(st *Stream, m *streamMsg, h *wire.Header, why err
 	if h.Flags&wire.FlagLarge != 0 {
 		c.queueInv(h.RKey, time.Now())
 	}
-	err := fmt.Errorf("transport: no registered memory for a stream message of %d bytes: %w", h.Len, why)
+	err := fmt.Errorf("mwrpc: no registered memory for a stream message of %d bytes: %w", h.Len, why)
 	st.mu.Lock()
 	for i, q := range st.q { // the entry never fills: out of the queue
 		if q == m {

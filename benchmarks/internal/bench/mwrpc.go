@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"runtime"
 	"time"
 
 	"github.com/mwrpc/mwrpc/benchmarks/internal/echo"
@@ -70,6 +71,17 @@ func serveMwrpcPool(ln net.Listener) (Server, error) {
 	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{InlineBudget: -1})), nil
 }
 
+// serveMwrpcPollers is serveMwrpcTCP with a poller (and so a completion queue and a
+// shared receive queue) per four of the server's cores: the connections' completions and
+// receives spread over them instead of all passing one.
+func serveMwrpcPollers(ln net.Listener) (Server, error) {
+	dev, err := soft.OpenTCP("bench-server")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{Pollers: max(runtime.GOMAXPROCS(0)/4, 1)})), nil
+}
+
 // tunedSoftTCP is the transport configuration mwrpc-tuned measures (docs/tuning.md): on
 // the soft TCP fabric a READ costs a round trip through the peer's CPU, so payloads up to
 // 64 KiB (and the rpc envelope around them) go inside the SEND, in 66 KiB receive slots that
@@ -94,7 +106,7 @@ func dialMwrpcTuned(addr string, size, _ int) (Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
 	}
-	return dialMwrpc(dev, addr, size, rpc.WithClientTransport(tunedSoftTCP))
+	return dialMwrpc(dev, addr, size, rpc.WithTransport(tunedSoftTCP))
 }
 
 // serveMwrpcTLS is serveMwrpcTCP with the fabric's stream inside TLS 1.3 (transport
@@ -167,7 +179,7 @@ func dialMwrpcTCP(addr string, size, _ int) (Instance, error) {
 func dialMwrpc(dev verbs.Device, addr string, size int, opts ...rpc.DialOption) (Instance, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client, err := rpc.Dial(ctx, addr, append([]rpc.DialOption{rpc.WithClientDevice(dev)}, opts...)...)
+	client, err := rpc.Dial(ctx, addr, append([]rpc.DialOption{rpc.WithDevice(dev)}, opts...)...)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("rpc.Dial: %w", err), dev.Close())
 	}
