@@ -619,6 +619,9 @@ func (c *Client) readResponse(ctx context.Context, resp *transport.Response, ci 
 	if ci.trailer != nil {
 		*ci.trailer = decodeMD(r.md, r.nmd)
 	}
+	if ci.header != nil {
+		*ci.header = decodeMD(r.hdr, r.nhdr)
+	}
 	c.tel.transfer(ctx, AttrResponseSize, AttrResponseTransfer, len(resp.Bytes()), resp.Windowed())
 	if code != OK {
 		defer resp.Release()

@@ -14,9 +14,16 @@ import (
 //
 //	deadline i64 (unix nanoseconds, 0: none) | method | md entries | body
 //
-// Response: version u8 | flags u8 | md count u16 | message len u32 | md entries |
+// Response: version u8 | flags u8 | md count u16 | message len u32 |
 //
+//	[header md count u16 | reserved u16 | header md entries] | md entries |
 //	message (a failed call's status message) | body
+//
+// The bracketed part is there when flags has respHeader: the response headers
+// (SetHeader) a unary call's response, or a stream's end that sent none before, carries;
+// the other md entries are the trailer.
+//
+// A stream's header message (SendHeader) is: header md count u16 | reserved u16 | entries.
 //
 // An md entry is key len u16 | key | value len u32 | value; a key with several values
 // appears once per value. The status code itself is the transport header's status field.
@@ -28,6 +35,7 @@ const (
 	maxMDEntries   = 1024
 	maxMDKeyLen    = 1024
 	maxMDTotalSize = 1 << 20
+	respHeader     = 1 // response flag: a header md section follows the fixed part
 )
 
 // errEnvelope is wrapped by every envelope parse failure.
@@ -43,6 +51,8 @@ type request struct {
 }
 
 type response struct {
+	nhdr int
+	hdr  []byte // the header md entries, parsed on demand
 	nmd  int
 	md   []byte
 	msg  []byte
@@ -131,12 +141,20 @@ func appendRequest(b []byte, method string, deadline int64, md MD) []byte {
 	return b
 }
 
-// appendResponse appends a response envelope (everything but the body) to b.
-func appendResponse(b []byte, md MD, msg string) []byte {
-	b = append(b, envVersion, 0)
+// appendResponse appends a response envelope (everything but the body) to b: header, if
+// not empty, the trailer md and a failed call's message.
+func appendResponse(b []byte, header, md MD, msg string) []byte {
+	flags := byte(0)
+	if len(header) > 0 {
+		flags = respHeader
+	}
+	b = append(b, envVersion, flags)
 	at := len(b)
 	b = append(b, 0, 0)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(msg)))
+	if len(header) > 0 {
+		b = appendHeaderMD(b, header)
+	}
 	var n int
 	b, n = appendMD(b, md)
 	binary.LittleEndian.PutUint16(b[at:], uint16(n))
@@ -196,12 +214,20 @@ func parseResponse(b []byte, r *response) error {
 	if len(b) < respFixed {
 		return fmt.Errorf("%w: response of %d bytes, the envelope alone is %d", errEnvelope, len(b), respFixed)
 	}
-	if b[0] != envVersion || b[1] != 0 {
+	if b[0] != envVersion || b[1]&^respHeader != 0 {
 		return fmt.Errorf("%w: version %d, flags %d", errEnvelope, b[0], b[1])
 	}
 	r.nmd = int(binary.LittleEndian.Uint16(b[2:]))
 	msgLen := binary.LittleEndian.Uint32(b[4:])
 	rest := b[respFixed:]
+	r.nhdr, r.hdr = 0, nil
+	if b[1]&respHeader != 0 {
+		n, err := parseHeaderMD(rest, &r.nhdr, &r.hdr)
+		if err != nil {
+			return err
+		}
+		rest = rest[n:]
+	}
 	if r.nmd > maxMDEntries {
 		return fmt.Errorf("%w: %d metadata entries", errEnvelope, r.nmd)
 	}
@@ -227,4 +253,46 @@ func decodeMD(b []byte, n int) MD {
 		md[string(k)] = append(md[string(k)], string(v))
 	}
 	return md
+}
+
+// appendHeaderMD appends a header md section: count u16, reserved u16, entries.
+func appendHeaderMD(b []byte, md MD) []byte {
+	at := len(b)
+	b = append(b, 0, 0, 0, 0)
+	var n int
+	b, n = appendMD(b, md)
+	binary.LittleEndian.PutUint16(b[at:], uint16(n))
+	return b
+}
+
+// parseHeaderMD checks the header md section at the front of b, setting its count and
+// entries, and returns its length.
+func parseHeaderMD(b []byte, n *int, entries *[]byte) (int, error) {
+	if len(b) < 4 {
+		return 0, fmt.Errorf("%w: header metadata of %d bytes", errEnvelope, len(b))
+	}
+	*n = int(binary.LittleEndian.Uint16(b))
+	if *n > maxMDEntries || b[2] != 0 || b[3] != 0 {
+		return 0, fmt.Errorf("%w: header metadata of %d entries, reserved %d", errEnvelope, *n, binary.LittleEndian.Uint16(b[2:]))
+	}
+	l, err := skipMD(b[4:], *n)
+	if err != nil {
+		return 0, err
+	}
+	*entries = b[4 : 4+l]
+	return 4 + l, nil
+}
+
+// parseHeaderMsg decodes a stream's header message (all of p is the section).
+func parseHeaderMsg(p []byte) (MD, error) {
+	var n int
+	var entries []byte
+	l, err := parseHeaderMD(p, &n, &entries)
+	if err != nil {
+		return nil, err
+	}
+	if l != len(p) {
+		return nil, fmt.Errorf("%w: %d bytes after the header metadata", errEnvelope, len(p)-l)
+	}
+	return decodeMD(entries, n), nil
 }

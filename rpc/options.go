@@ -10,8 +10,8 @@ import (
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
-// CallOption configures one call (see Trailer and WaitForReady). A handler sends metadata
-// back with SetTrailer; there are no separate response headers.
+// CallOption configures one call (see Header, Trailer and WaitForReady). A handler sends
+// metadata back with SetHeader (ahead of a stream's messages) and SetTrailer (at the end).
 type CallOption interface {
 	apply(*callInfo)
 }
@@ -19,6 +19,7 @@ type CallOption interface {
 // callInfo is what call options set.
 type callInfo struct {
 	trailer      *MD
+	header       *MD
 	waitForReady bool
 }
 
@@ -26,9 +27,11 @@ type callInfo struct {
 // stays on its stack.
 type trailerOption struct{ md *MD }
 type waitForReadyOption struct{}
+type headerOption struct{ md *MD }
 
 func (o trailerOption) apply(ci *callInfo)    { ci.trailer = o.md }
 func (waitForReadyOption) apply(ci *callInfo) { ci.waitForReady = true }
+func (o headerOption) apply(ci *callInfo)     { ci.header = o.md }
 
 func applyOptions(ci *callInfo, opts []CallOption) {
 	for _, o := range opts {
@@ -37,9 +40,15 @@ func applyOptions(ci *callInfo, opts []CallOption) {
 			ci.trailer = o.md
 		case waitForReadyOption:
 			ci.waitForReady = true
+		case headerOption:
+			ci.header = o.md
 		}
 	}
 }
+
+// Header stores the response headers the handler set (SetHeader, SendHeader) into *md,
+// for unary calls and streams (at their end; ClientStream.Header has them sooner).
+func Header(md *MD) CallOption { return headerOption{md} }
 
 // Trailer stores the metadata the handler set with SetTrailer into *md.
 func Trailer(md *MD) CallOption { return trailerOption{md} }

@@ -315,6 +315,8 @@ type serverStream struct {
 	md      []byte
 	nmd     int
 	inMD    MD
+	header  MD   // SetHeader's
+	hdrSent bool // SendHeader, or a stream's first message, sent it: no more changes
 	trailer MD
 	dec     func(any) error // bound once to decode
 	scratch []byte
@@ -439,6 +441,7 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		return // a derived context may still call into it: not reused
 	}
 	st.inner, st.values, st.method, st.req, st.body, st.md, st.inMD, st.trailer, st.w = nil, nil, nil, nil, nil, nil, nil, nil, nil
+	st.header, st.hdrSent = nil, false
 	st.tel, st.carrier, st.errMsg = callSpan{}, mdExtractor{}, ""
 	streamPool.Put(st)
 }
@@ -501,7 +504,7 @@ func (s *Server) invokeBytes(st *serverStream, m *method, bh func(any, context.C
 // writeBytes sends a raw response: the envelope, then the bytes, copied once into the
 // send slot or, when large, into registered memory.
 func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body []byte) {
-	env := appendResponse(st.scratch[:0], st.trailer, "")
+	env := appendResponse(st.scratch[:0], st.unsentHeader(), st.trailer, "")
 	if len(env)+len(body) <= w.EagerLimit() { // goes inside the SEND: a send slot copy anyway
 		probe.Mark(probe.CopyResp)
 		out := append(env, body...)
@@ -562,7 +565,7 @@ func (s *Server) writeResponse(w *transport.ResponseWriter, st *serverStream, m 
 	if fromScratch {
 		buf = st.scratch[:0]
 	}
-	out := appendResponse(buf, st.trailer, "")
+	out := appendResponse(buf, st.unsentHeader(), st.trailer, "")
 	out, err := m.codec.Append(out, resp)
 	if err != nil {
 		s.writeError(w, st, Internal, fmt.Sprintf("encoding the response of %s: %v", m.full, err))
@@ -581,12 +584,12 @@ func (s *Server) writeResponse(w *transport.ResponseWriter, st *serverStream, m 
 }
 
 func (s *Server) writeError(w *transport.ResponseWriter, st *serverStream, c Code, msg string) {
-	var trailer MD
+	var header, trailer MD
 	var buf []byte
 	if st != nil {
-		trailer, buf = st.trailer, st.scratch[:0]
+		header, trailer, buf = st.unsentHeader(), st.trailer, st.scratch[:0]
 	}
-	out := appendResponse(buf, trailer, msg)
+	out := appendResponse(buf, header, trailer, msg)
 	if st != nil {
 		st.code, st.errMsg, st.respLen = c, msg, len(out)
 	}

@@ -163,11 +163,14 @@ type ClientStream struct {
 	tel      callSpan
 	telCtx   context.Context
 	trailerP *MD
+	headerP  *MD  // the Header call option's
 	counted  bool // one of ep's outstanding calls (connFor counted it)
 
 	mu      sync.Mutex
 	ended   bool
 	endErr  error // the end: io.EOF or the status
+	header  MD
+	hdrDone bool // header is known (Header)
 	trailer MD
 	abort   error // why the caller ended it (BidiStreamCall: its input failed)
 }
@@ -222,7 +225,7 @@ func (c *Client) newStreamOn(ctx context.Context, ep *endpoint, conn *transport.
 // newStream opens a stream on conn, or, when conn is nil, on the connection connFor
 // gives.
 func (c *Client) newStream(ctx context.Context, ep *endpoint, conn *transport.Conn, method string, req any, ci *callInfo) (*ClientStream, error) {
-	cs := &ClientStream{c: c, ctx: ctx, method: method, cod: c.opts.codec, trailerP: ci.trailer, telCtx: ctx}
+	cs := &ClientStream{c: c, ctx: ctx, method: method, cod: c.opts.codec, trailerP: ci.trailer, headerP: ci.header, telCtx: ctx}
 	cs.telCtx = c.tel.startClient(ctx, method, &cs.tel)
 	err := cs.open(ctx, ep, conn, req, ci.waitForReady)
 	if err != nil {
@@ -402,12 +405,58 @@ func (cs *ClientStream) end(err error) {
 	if cs.trailerP != nil {
 		*cs.trailerP = trailer
 	}
+	if cs.headerP != nil {
+		*cs.headerP = cs.headerNow()
+	}
 	cs.ts.Close()
 	cs.uncount(cs.ep)
 	if err == io.EOF {
 		err = nil
 	}
 	cs.c.tel.endErr(cs.telCtx, &cs.tel, err)
+}
+
+// canceled is a done context: asking the transport stream with it never waits.
+var canceled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// headerNow returns the headers as far as they arrived, without waiting.
+func (cs *ClientStream) headerNow() MD {
+	md, _ := cs.header1(canceled)
+	return md
+}
+
+// Header returns the response headers the server's handler set (SetHeader, SendHeader),
+// waiting until they arrive: ahead of the server's first message, or with its end. It
+// may be called while another goroutine sends; not while one receives.
+func (cs *ClientStream) Header() (MD, error) { return cs.header1(cs.ctx) }
+
+func (cs *ClientStream) header1(ctx context.Context) (MD, error) {
+	cs.mu.Lock()
+	if cs.hdrDone {
+		defer cs.mu.Unlock()
+		return cs.header, nil
+	}
+	cs.mu.Unlock()
+	p, ok, err := cs.ts.Header(ctx)
+	if err != nil {
+		return nil, streamErr(cs.ctx, err)
+	}
+	var md MD
+	if ok {
+		if md, err = parseHeaderMsg(p); err != nil {
+			return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: the response headers of %s: %v", cs.method, err), cause: err}
+		}
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if !cs.hdrDone {
+		cs.header, cs.hdrDone = md, true
+	}
+	return cs.header, nil
 }
 
 // Trailer returns the metadata the server's handler set (SetTrailer), once the stream
@@ -503,9 +552,30 @@ func (ss *ServerStream) Request(v any) error {
 	return nil
 }
 
+// sendHeader sends the headers SetHeader gathered as the stream's header message, once.
+func (ss *ServerStream) sendHeader() error {
+	if ss.st.hdrSent {
+		return nil
+	}
+	ss.st.hdrSent = true
+	if len(ss.st.header) == 0 {
+		return nil
+	}
+	if err := ss.ts.SendHeader(ss.ctx, appendHeaderMD(nil, ss.st.header)); err != nil {
+		return ss.failed(streamErr(ss.ctx, err))
+	}
+	return nil
+}
+
 // SendMsg sends one message to the caller, waiting while its window is full. A []byte
-// message built in Buffer's memory leaves without a copy.
+// message built in Buffer's memory leaves without a copy. The first message sends the
+// headers (SetHeader) ahead of it.
 func (ss *ServerStream) SendMsg(v any) error {
+	if !ss.st.hdrSent {
+		if err := ss.sendHeader(); err != nil {
+			return err
+		}
+	}
 	if p, ok := v.([]byte); ok && len(ss.lent) > 0 {
 		if b := ss.takeLent(p); b != nil {
 			if err := ss.ts.SendBuf(ss.ctx, b); err != nil {
@@ -575,6 +645,7 @@ func (s *Server) handleStream(ctx context.Context, r *request, m *method, w *tra
 		b.Release()
 	}
 	ss.lent = nil
+	_ = ss.sendHeader() // headers set but not sent go ahead of the end (no message took them)
 	if err != nil {
 		status := handlerStatus(err, r.deadline)
 		s.writeError(w, st, status.Code, status.Message)
@@ -601,7 +672,7 @@ func (s *Server) invokeStream(ss *ServerStream, m *method) (reply any, err error
 
 // writeReply ends a stream with OK and, when reply is not nil, the reply as its body.
 func (s *Server) writeReply(w *transport.ResponseWriter, st *serverStream, m *method, reply any) {
-	out := appendResponse(nil, st.trailer, "")
+	out := appendResponse(nil, st.unsentHeader(), st.trailer, "")
 	if reply != nil {
 		var err error
 		if out, err = encodeMsg(m.codec, out, reply); err != nil {

@@ -69,6 +69,8 @@ type Stream struct {
 	eof    bool          // Recv reached the peer's end
 	gotEnd bool          // the peer's end arrived
 	closed bool          // Close or the handler's end: what arrives later is released
+	hdr    []byte        // the peer's header message, once Header or Recv took it
+	hdrSet bool          // hdr was taken, or a message came first: the peer sent none before
 
 	// Receiving: bytes arrived, released by Recv, and announced to the peer as consumed.
 	window                    int
@@ -87,6 +89,7 @@ type streamMsg struct {
 	data   []byte
 	ready  bool // arrived (a large message: its READ completed)
 	end    bool // the peer's end: its FlagEnd, or the response
+	header bool // a header message (SendHeader), not one of the stream's messages
 	status Code // the response's status
 }
 
@@ -200,6 +203,29 @@ func (s *Stream) SendBuf(ctx context.Context, buf *pool.Buf) error {
 }
 
 func (s *Stream) send(ctx context.Context, eager []byte, large *pool.Buf) error {
+	return s.sendKind(ctx, eager, large, 0)
+}
+
+// streamHeaderStatus marks a header message in a KindStreamMsg's status field.
+const streamHeaderStatus = 1
+
+// SendHeader sends p as the stream's header message, ahead of its messages: the peer's
+// Header returns it and its Recv skips it. It counts against the window as a message.
+func (s *Stream) SendHeader(ctx context.Context, p []byte) error {
+	if len(p) > s.c.maxSend {
+		return fmt.Errorf("mwrpc: stream header of %d bytes (max %d): %w", len(p), s.c.maxSend, ErrTooLarge)
+	}
+	if len(p) <= s.c.eager {
+		return s.sendKind(ctx, p, nil, streamHeaderStatus)
+	}
+	buf, err := s.c.copyRegistered(ctx, p, "stream header")
+	if err != nil {
+		return err
+	}
+	return s.sendKind(ctx, nil, buf, streamHeaderStatus)
+}
+
+func (s *Stream) sendKind(ctx context.Context, eager []byte, large *pool.Buf, status uint16) error {
 	n := len(eager)
 	if large != nil {
 		n = large.Len()
@@ -211,6 +237,7 @@ func (s *Stream) send(ctx context.Context, eager []byte, large *pool.Buf) error 
 		return err
 	}
 	h := s.header(wire.KindStreamMsg)
+	h.Status = status
 	mode := sendWait
 	if !s.caller {
 		mode = sendResponse // a handler waits for a credit at most CreditTimeout
@@ -297,10 +324,15 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 			s.mu.Unlock()
 			return nil, ErrStreamEnded
 		}
+		if len(s.q) > 0 && s.q[0].ready && s.q[0].header {
+			s.takeHeaderLocked()
+			continue
+		}
 		if len(s.q) > 0 && s.q[0].ready {
 			m := s.q[0]
 			s.q[0] = nil
 			s.q = s.q[1:]
+			s.hdrSet = true // a message came first: no header precedes it
 			ack := s.ackDueLocked(len(s.q) == 0)
 			if m.end {
 				s.eof = true
@@ -335,6 +367,44 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 		if err := s.waitLocked(ctx); err != nil {
 			s.mu.Unlock()
 			return nil, err
+		}
+	}
+}
+
+// takeHeaderLocked takes the header message at the front of the queue: a copy is kept
+// for Header, the buffer goes back, and its bytes count as consumed. s.mu is held.
+func (s *Stream) takeHeaderLocked() {
+	m := s.q[0]
+	s.q[0] = nil
+	s.q = s.q[1:]
+	if !s.hdrSet {
+		s.hdr, s.hdrSet = bytes.Clone(m.data), true
+	}
+	s.consumed += int64(len(m.data) + msgCost)
+	m.release()
+}
+
+// Header waits for the peer's header message (SendHeader) and returns it (a copy, the
+// caller's), or nil, false when the peer sent a message, ended the stream or failed
+// without one first. It may be called while another goroutine sends, not while one
+// receives.
+func (s *Stream) Header(ctx context.Context) ([]byte, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if len(s.q) > 0 && s.q[0].ready && s.q[0].header {
+			s.takeHeaderLocked()
+		}
+		switch {
+		case s.hdrSet:
+			return s.hdr, s.hdr != nil, nil
+		case len(s.q) > 0 && !s.q[0].header, s.eof, s.gotEnd && len(s.q) == 0:
+			return nil, false, nil
+		case s.err != nil && (len(s.q) == 0 || !s.q[0].ready):
+			return nil, false, s.err
+		}
+		if err := s.waitLocked(ctx); err != nil {
+			return nil, false, err
 		}
 	}
 }
@@ -599,6 +669,7 @@ func (c *Conn) onStreamMsg(h *wire.Header, payload []byte) {
 			c.refuseStreamMsg(st, nil, h, err)
 			return
 		}
+		m.header = h.Status == streamHeaderStatus
 	}
 	if !st.push(m, len(payload)) {
 		c.streamOverrun(h)
@@ -619,7 +690,7 @@ func (c *Conn) startStreamRead(h *wire.Header) (*Stream, *streamMsg, bool) {
 		c.queueInv(h.RKey, time.Now())
 		return nil, nil, false
 	}
-	m := &streamMsg{}
+	m := &streamMsg{header: h.Status == streamHeaderStatus}
 	if !st.push(m, int(h.Len)) {
 		c.queueInv(h.RKey, time.Now())
 		c.streamOverrun(h)

@@ -142,6 +142,7 @@ func allCases() []testCase {
 	cs = append(cs, concurrencyCases()...)
 	cs = append(cs, misuseCases()...)
 	cs = append(cs, srqCases()...)
+	cs = append(cs, domainCases()...)
 	return cs
 }
 
