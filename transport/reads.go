@@ -22,6 +22,7 @@ type readSlots struct {
 	ops      []*readOp // nil entries until first used
 	free     []int     // indexes of slots with no READ
 	unposted []int     // READs that came before RTS (startRead); connect posts them
+	writing  int       // slots holding a written response's buffer (written.go), at most maxWriting
 }
 
 type readOp struct {
