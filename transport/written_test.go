@@ -3,7 +3,6 @@ package transport
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"testing"
 	"time"
 )
@@ -88,7 +87,7 @@ func TestWrittenTooLate(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for e.client.Stats().Reclaimed == 0 {
 		if time.Now().After(deadline) {
-			t.Fatal(fmt.Sprintf("the request's window was not reclaimed by the lease: %+v", e.conn.win.ws.Stats()))
+			t.Fatalf("the request's window was not reclaimed by the lease: %+v", e.conn.win.ws.Stats())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
