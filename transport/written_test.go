@@ -34,6 +34,9 @@ func TestWrittenResponses(t *testing.T) {
 	for _, fb := range fabrics {
 		for name, h := range handlers {
 			t.Run(fb.name+"/"+name, func(t *testing.T) {
+				if fb.name == "ibv" { // (the ibverbs build adds it)
+					t.Skip("written responses are off on ibv (its device reports no READ crossover); not forced on rxe, where they are untried")
+				}
 				e := newEnv(t, fb, h, Config{})
 				e.client.writable = true // the in-process fabric's READ needs no peer CPU: turned on here
 				for _, size := range []int{n, e.conn.EagerLimit() + 200, 100} {
