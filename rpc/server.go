@@ -175,7 +175,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		_ = ln.Close()
 		return nil
 	}
-	if len(s.listeners) == 0 && s.tel != nil {
+	if len(s.listeners) == 0 {
 		s.tel.setPeer(ln.Addr().String())
 	}
 	s.listeners[ln] = struct{}{}
@@ -244,9 +244,7 @@ func (s *Server) transport() (*transport.Transport, error) {
 		return nil, err
 	}
 	s.tr = tr
-	if s.tel != nil {
-		s.tel.observeTransport(tr)
-	}
+	s.tel.observeTransport(tr)
 	return tr, nil
 }
 
@@ -293,9 +291,7 @@ func (s *Server) stop(drain func(*transport.Transport)) {
 	if drain != nil {
 		drain(tr)
 	}
-	if s.tel != nil {
-		s.tel.stopObserving()
-	}
+	s.tel.stopObserving()
 	if err := tr.Close(); err != nil {
 		s.opts.logger.Warn("mwrpc: server close", "err", err)
 	}
@@ -398,30 +394,21 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 	}
 	if m == nil {
 		msg := "unknown method " + string(r.method)
-		if s.tel != nil {
-			var cs callSpan
-			var x mdExtractor
-			tctx := s.tel.startServer(ctx, "_OTHER", r.md, r.nmd, &cs, &x)
-			if cs.span != nil && cs.span.IsRecording() { // the convention's name for a method not known
-				cs.span.SetAttributes(attribute.String("rpc.method_original", spanName(string(r.method))))
-			}
-			s.writeError(w, nil, Unimplemented, msg)
-			s.tel.end(tctx, &cs, Unimplemented, msg)
-			return
+		var cs callSpan
+		var x mdExtractor
+		tctx := s.tel.startServer(ctx, "_OTHER", r.md, r.nmd, &cs, &x)
+		if cs.span != nil && cs.span.IsRecording() { // the convention's name for a method not known
+			cs.span.SetAttributes(attribute.String("rpc.method_original", spanName(string(r.method))))
 		}
 		s.writeError(w, nil, Unimplemented, msg)
+		s.tel.end(tctx, &cs, Unimplemented, msg)
 		return
 	}
 	st := streamPool.Get().(*serverStream)
 	if cancel := s.begin(st, ctx, &r, m, w); cancel != nil {
 		defer cancel()
 	}
-	if s.tel != nil {
-		if st.tel.span != nil && st.tel.span.IsRecording() {
-			kv := transferAttrs(AttrRequestSize, AttrRequestTransfer, len(req), w.RequestWindowed())
-			st.tel.span.SetAttributes(kv[:]...)
-		}
-	}
+	s.tel.spanTransfer(&st.tel, AttrRequestSize, AttrRequestTransfer, len(req), w.RequestWindowed())
 	var start time.Time
 	if s.inlineBudget > 0 {
 		start = time.Now()
@@ -449,9 +436,7 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		}
 		s.writeResponse(w, st, m, resp)
 	}
-	if s.tel != nil {
-		s.endServerSpan(st, w)
-	}
+	s.endServerSpan(st, w)
 	if st.derived.Load() {
 		return // a derived context may still call into it: not reused
 	}
@@ -468,20 +453,15 @@ func (s *Server) begin(st *serverStream, ctx context.Context, r *request, m *met
 	if r.deadline != 0 {
 		st.inner, cancel = context.WithDeadline(ctx, time.Unix(0, r.deadline))
 	}
-	if s.tel != nil {
-		if v := s.tel.startServer(st.inner, m.full, r.md, r.nmd, &st.tel, &st.carrier); v != st.inner {
-			st.values = v
-		}
+	if v := s.tel.startServer(st.inner, m.full, r.md, r.nmd, &st.tel, &st.carrier); v != st.inner {
+		st.values = v
 	}
 	return cancel
 }
 
 // endServerSpan finishes the call's span and duration metric with what was written.
 func (s *Server) endServerSpan(st *serverStream, w *transport.ResponseWriter) {
-	if sp := st.tel.span; sp != nil && sp.IsRecording() {
-		kv := transferAttrs(AttrResponseSize, AttrResponseTransfer, st.respLen, st.respLen > w.EagerLimit())
-		sp.SetAttributes(kv[:]...)
-	}
+	s.tel.spanTransfer(&st.tel, AttrResponseSize, AttrResponseTransfer, st.respLen, st.respLen > w.EagerLimit())
 	msg := ""
 	if st.code != OK {
 		msg = st.errMsg
