@@ -527,6 +527,10 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 	if req == nil {
 		lent = c.lend.takeRequest(raw)
 	}
+	if err := ctx.Err(); err != nil { // as gRPC: a call whose context already ended is not sent
+		releaseBuf(lent)
+		return nil, nil, StatusOf(err)
+	}
 	ep, conn, err := c.connFor(ctx, ci.waitForReady)
 	if err != nil {
 		releaseBuf(lent)
