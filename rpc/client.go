@@ -626,6 +626,7 @@ func (c *Client) readResponse(ctx context.Context, resp *transport.Response, ci 
 	if code != OK {
 		defer resp.Release()
 		st := &Status{Code: code, Message: string(r.msg)}
+		st.details, _ = decodeDetails(r.details) // malformed details are dropped; the code stands
 		// The server can see our deadline (or cancel) before our own context says so: the
 		// same event, so the status matches the context error too.
 		if dl, ok := ctx.Deadline(); code == DeadlineExceeded && ok && !time.Now().Before(dl) {

@@ -376,6 +376,7 @@ func (cs *ClientStream) recv() ([]byte, error) {
 		cs.mu.Unlock()
 		if code != OK {
 			st := &Status{Code: code, Message: string(r.msg)}
+			st.details, _ = decodeDetails(r.details) // malformed details are dropped; the code stands
 			// As for a unary call: the server can see our deadline (or cancel) before our
 			// own context says so, the same event, so the status matches the context too.
 			if dl, ok := cs.ctx.Deadline(); code == DeadlineExceeded && ok && !time.Now().Before(dl) {
@@ -648,7 +649,7 @@ func (s *Server) handleStream(ctx context.Context, r *request, m *method, w *tra
 	_ = ss.sendHeader() // headers set but not sent go ahead of the end (no message took them)
 	if err != nil {
 		status := handlerStatus(err, r.deadline)
-		s.writeError(w, st, status.Code, status.Message)
+		s.writeStatus(w, st, status)
 	} else {
 		s.writeReply(w, st, m, reply)
 	}
