@@ -527,6 +527,10 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 	if req == nil {
 		lent = c.lend.takeRequest(raw)
 	}
+	if err := ctx.Err(); err != nil { // as gRPC: a call whose context already ended is not sent
+		releaseBuf(lent)
+		return nil, nil, StatusOf(err)
+	}
 	ep, conn, err := c.connFor(ctx, ci.waitForReady)
 	if err != nil {
 		releaseBuf(lent)
@@ -632,6 +636,7 @@ func (c *Client) readResponse(ctx context.Context, resp *transport.Response, ci 
 	if code != OK {
 		defer resp.Release()
 		st := &Status{Code: code, Message: string(r.msg)}
+		st.details, _ = decodeDetails(r.details) // malformed details are dropped; the code stands
 		// The server can see our deadline (or cancel) before our own context says so: the
 		// same event, so the status matches the context error too.
 		if dl, ok := ctx.Deadline(); code == DeadlineExceeded && ok && !time.Now().Before(dl) {

@@ -306,27 +306,28 @@ type streamKey struct{}
 // serverStream is one call being served: pooled, and the handler's context. It is valid
 // until the handler returns.
 type serverStream struct {
-	inner   context.Context
-	values  context.Context // inner with the telemetry's span, or nil
-	w       *transport.ResponseWriter
-	method  *method
-	req     []byte // the request message, envelope and body (whose memory writeBytes may reuse)
-	body    []byte
-	md      []byte
-	nmd     int
-	inMD    MD
-	header  MD   // SetHeader's
-	hdrSent bool // SendHeader, or a stream's first message, sent it: no more changes
-	trailer MD
-	dec     func(any) error // bound once to decode
-	scratch []byte
-	code    Code   // the status written
-	errMsg  string // and its message, for a failure
-	respLen int    // the response payload's length
-	tel     callSpan
-	carrier mdExtractor
-	derived atomic.Bool   // AfterFunc was called: a derived context may use it after the call
-	ss      *ServerStream // a streaming call's, for StreamBuffer
+	inner      context.Context
+	values     context.Context // inner with the telemetry's span, or nil
+	w          *transport.ResponseWriter
+	method     *method
+	req        []byte // the request message, envelope and body (whose memory writeBytes may reuse)
+	body       []byte
+	md         []byte
+	nmd        int
+	inMD       MD
+	header     MD     // SetHeader's
+	hdrSent    bool   // SendHeader, or a stream's first message, sent it: no more changes
+	errDetails []byte // a failed status's encoded details, while writeStatus writes it
+	trailer    MD
+	dec        func(any) error // bound once to decode
+	scratch    []byte
+	code       Code   // the status written
+	errMsg     string // and its message, for a failure
+	respLen    int    // the response payload's length
+	tel        callSpan
+	carrier    mdExtractor
+	derived    atomic.Bool   // AfterFunc was called: a derived context may use it after the call
+	ss         *ServerStream // a streaming call's, for StreamBuffer
 }
 
 var streamPool = sync.Pool{New: func() any {
@@ -420,7 +421,7 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		}
 		if err != nil {
 			status := handlerStatus(err, r.deadline)
-			s.writeError(w, st, status.Code, status.Message)
+			s.writeStatus(w, st, status)
 		} else {
 			s.writeBytes(w, st, out)
 		}
@@ -429,7 +430,7 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 			m.ran(time.Since(start), s.inlineBudget)
 		}
 		status := handlerStatus(err, r.deadline)
-		s.writeError(w, st, status.Code, status.Message)
+		s.writeStatus(w, st, status)
 	} else {
 		if s.inlineBudget > 0 {
 			m.ran(time.Since(start), s.inlineBudget)
@@ -583,13 +584,27 @@ func (s *Server) writeResponse(w *transport.ResponseWriter, st *serverStream, m 
 	}
 }
 
+// writeStatus writes a handler's failed status with its details; details that do not
+// encode are left out, with a log line.
+func (s *Server) writeStatus(w *transport.ResponseWriter, st *serverStream, status *Status) {
+	if len(status.details) > 0 {
+		d, err := encodeDetails(status.details)
+		if err != nil {
+			s.opts.logger.Warn("mwrpc: status details not sent", "method", st.method.full, "err", err)
+		}
+		st.errDetails = d
+	}
+	s.writeError(w, st, status.Code, status.Message)
+	st.errDetails = nil
+}
+
 func (s *Server) writeError(w *transport.ResponseWriter, st *serverStream, c Code, msg string) {
 	var header, trailer MD
-	var buf []byte
+	var buf, details []byte
 	if st != nil {
-		header, trailer, buf = st.unsentHeader(), st.trailer, st.scratch[:0]
+		header, trailer, buf, details = st.unsentHeader(), st.trailer, st.scratch[:0], st.errDetails
 	}
-	out := appendResponse(buf, header, trailer, msg)
+	out := appendResponseDetails(buf, header, trailer, msg, details)
 	if st != nil {
 		st.code, st.errMsg, st.respLen = c, msg, len(out)
 	}

@@ -241,6 +241,9 @@ func (c *Client) newStream(ctx context.Context, ep *endpoint, conn *transport.Co
 // connFor gives.
 func (cs *ClientStream) open(ctx context.Context, ep *endpoint, conn *transport.Conn, req any, waitForReady bool) error {
 	c := cs.c
+	if err := ctx.Err(); err != nil { // as gRPC: a stream whose context already ended is not opened
+		return StatusOf(err)
+	}
 	md := outgoing(ctx)
 	if err := checkRequest(cs.method, md); err != nil {
 		return &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
@@ -376,6 +379,7 @@ func (cs *ClientStream) recv() ([]byte, error) {
 		cs.mu.Unlock()
 		if code != OK {
 			st := &Status{Code: code, Message: string(r.msg)}
+			st.details, _ = decodeDetails(r.details) // malformed details are dropped; the code stands
 			// As for a unary call: the server can see our deadline (or cancel) before our
 			// own context says so, the same event, so the status matches the context too.
 			if dl, ok := cs.ctx.Deadline(); code == DeadlineExceeded && ok && !time.Now().Before(dl) {
@@ -648,7 +652,7 @@ func (s *Server) handleStream(ctx context.Context, r *request, m *method, w *tra
 	_ = ss.sendHeader() // headers set but not sent go ahead of the end (no message took them)
 	if err != nil {
 		status := handlerStatus(err, r.deadline)
-		s.writeError(w, st, status.Code, status.Message)
+		s.writeStatus(w, st, status)
 	} else {
 		s.writeReply(w, st, m, reply)
 	}
