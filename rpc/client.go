@@ -211,10 +211,9 @@ func NewClient(target string, opts ...DialOption) (*Client, error) {
 	}
 	c.tr = tr
 	c.invoker = chainClient(o.interceptors, c.invoke)
-	if c.tel = newTelemetry(o.telemetry, false); c.tel != nil {
-		c.tel.setPeer(peer)
-		c.tel.observeTransport(tr)
-	}
+	c.tel = newTelemetry(o.telemetry, false)
+	c.tel.setPeer(peer)
+	c.tel.observeTransport(tr)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if resolver != nil {
 		c.resolver = resolver
@@ -274,9 +273,7 @@ func (c *Client) Close() error {
 	c.cancel() // after closed: an endpoint's maintainer sees the client closing, not a removal
 	c.wg.Wait()
 	c.lend.closeAll() // before the transport, whose memory it is
-	if c.tel != nil {
-		c.tel.stopObserving()
-	}
+	c.tel.stopObserving()
 	err := c.tr.Close()
 	if c.ownDev != nil {
 		err = errors.Join(err, c.ownDev.Close())
@@ -456,9 +453,6 @@ func (c *Client) pick() *endpoint {
 
 // Invoke calls method with req and decodes the response into reply. See Invoker.
 func (c *Client) Invoke(ctx context.Context, method string, req, reply any, opts ...CallOption) error {
-	if c.tel == nil {
-		return c.invoker(ctx, method, req, reply, opts...)
-	}
 	var cs callSpan
 	ctx = c.tel.startClient(ctx, method, &cs) // interceptors see the span
 	err := c.invoker(ctx, method, req, reply, opts...)
@@ -509,14 +503,11 @@ func (c *Client) InvokeBytes(ctx context.Context, method string, req []byte) ([]
 		}
 		return out, nil
 	}
-	if c.tel != nil {
-		var cs callSpan
-		ctx = c.tel.startClient(ctx, method, &cs)
-		out, err := c.invokeBytes(ctx, method, req)
-		c.tel.endErr(ctx, &cs, err)
-		return out, err
-	}
-	return c.invokeBytes(ctx, method, req)
+	var cs callSpan
+	ctx = c.tel.startClient(ctx, method, &cs)
+	out, err := c.invokeBytes(ctx, method, req)
+	c.tel.endErr(ctx, &cs, err)
+	return out, err
 }
 
 func (c *Client) invokeBytes(ctx context.Context, method string, req []byte) ([]byte, error) {
@@ -535,6 +526,10 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 	var lent *pool.Buf // Buffer's memory: the call's from here on, whatever its outcome
 	if req == nil {
 		lent = c.lend.takeRequest(raw)
+	}
+	if err := ctx.Err(); err != nil { // as gRPC: a call whose context already ended is not sent
+		releaseBuf(lent)
+		return nil, nil, StatusOf(err)
 	}
 	ep, conn, err := c.connFor(ctx, ci.waitForReady)
 	if err != nil {
@@ -592,9 +587,7 @@ func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method s
 func (c *Client) callScratch(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte) (*transport.Response, error) {
 	sp := scratchPool.Get().(*[]byte)
 	b := appendRequest((*sp)[:0], method, deadline, md)
-	if c.tel != nil {
-		b = c.tel.inject(ctx, b, md)
-	}
+	b = c.tel.inject(ctx, b, md)
 	var err error
 	if req == nil {
 		b = append(b, raw...)
@@ -605,9 +598,7 @@ func (c *Client) callScratch(ctx context.Context, conn *transport.Conn, method s
 		}
 		return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", method, err), cause: err}
 	}
-	if c.tel != nil {
-		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
-	}
+	c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
 	resp, err := conn.Call(ctx, b)
 	if cap(b) <= 64<<10 {
 		*sp = b[:0]
@@ -635,12 +626,11 @@ func (c *Client) readResponse(ctx context.Context, resp *transport.Response, ci 
 	if ci.header != nil {
 		*ci.header = decodeMD(r.hdr, r.nhdr)
 	}
-	if c.tel != nil {
-		recordTransfer(ctx, AttrResponseSize, AttrResponseTransfer, len(resp.Bytes()), resp.Windowed())
-	}
+	c.tel.transfer(ctx, AttrResponseSize, AttrResponseTransfer, len(resp.Bytes()), resp.Windowed())
 	if code != OK {
 		defer resp.Release()
 		st := &Status{Code: code, Message: string(r.msg)}
+		st.details, _ = decodeDetails(r.details) // malformed details are dropped; the code stands
 		// The server can see our deadline (or cancel) before our own context says so: the
 		// same event, so the status matches the context error too.
 		if dl, ok := ctx.Deadline(); code == DeadlineExceeded && ok && !time.Now().Before(dl) {
@@ -693,9 +683,7 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 		return nil, errSizeEstimate
 	}
 	buf.SetLen(len(b))
-	if c.tel != nil {
-		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
-	}
+	c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
 	return conn.CallBuf(ctx, buf)
 }
 
@@ -718,9 +706,7 @@ func envelopeRoom(method string, md MD) int {
 func (c *Client) envelopeInto(ctx context.Context, buf *pool.Buf, room int, method string, deadline int64, md MD, n int) (*pool.Buf, error) {
 	mem := buf.Bytes()[:0:room] // an envelope that outgrows it moves to the heap
 	env := appendRequest(mem, method, deadline, md)
-	if c.tel != nil {
-		env = c.tel.inject(ctx, env, md)
-	}
+	env = c.tel.inject(ctx, env, md)
 	if unsafe.SliceData(env) == unsafe.SliceData(mem) {
 		buf.SetLen(len(env))
 		return buf, nil

@@ -19,6 +19,9 @@ import (
 //	[header md count u16 | reserved u16 | header md entries] | md entries |
 //	message (a failed call's status message) | body
 //
+// After the header section, when flags has respDetails: details len u32 | details (a
+// failed status's typed details, msgpack: see details.go).
+//
 // The bracketed part is there when flags has respHeader: the response headers
 // (SetHeader) a unary call's response, or a stream's end that sent none before, carries;
 // the other md entries are the trailer.
@@ -36,6 +39,7 @@ const (
 	maxMDKeyLen    = 1024
 	maxMDTotalSize = 1 << 20
 	respHeader     = 1 // response flag: a header md section follows the fixed part
+	respDetails    = 2 // response flag: a status details section follows (the header section)
 )
 
 // errEnvelope is wrapped by every envelope parse failure.
@@ -51,12 +55,13 @@ type request struct {
 }
 
 type response struct {
-	nhdr int
-	hdr  []byte // the header md entries, parsed on demand
-	nmd  int
-	md   []byte
-	msg  []byte
-	body []byte
+	details []byte // a failed status's details, decoded on demand
+	nhdr    int
+	hdr     []byte // the header md entries, parsed on demand
+	nmd     int
+	md      []byte
+	msg     []byte
+	body    []byte
 }
 
 func appendMD(b []byte, md MD) ([]byte, int) {
@@ -144,9 +149,17 @@ func appendRequest(b []byte, method string, deadline int64, md MD) []byte {
 // appendResponse appends a response envelope (everything but the body) to b: header, if
 // not empty, the trailer md and a failed call's message.
 func appendResponse(b []byte, header, md MD, msg string) []byte {
+	return appendResponseDetails(b, header, md, msg, nil)
+}
+
+// appendResponseDetails is appendResponse with a failed status's encoded details.
+func appendResponseDetails(b []byte, header, md MD, msg string, details []byte) []byte {
 	flags := byte(0)
 	if len(header) > 0 {
-		flags = respHeader
+		flags |= respHeader
+	}
+	if len(details) > 0 {
+		flags |= respDetails
 	}
 	b = append(b, envVersion, flags)
 	at := len(b)
@@ -154,6 +167,10 @@ func appendResponse(b []byte, header, md MD, msg string) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(msg)))
 	if len(header) > 0 {
 		b = appendHeaderMD(b, header)
+	}
+	if len(details) > 0 {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(details)))
+		b = append(b, details...)
 	}
 	var n int
 	b, n = appendMD(b, md)
@@ -214,7 +231,7 @@ func parseResponse(b []byte, r *response) error {
 	if len(b) < respFixed {
 		return fmt.Errorf("%w: response of %d bytes, the envelope alone is %d", errEnvelope, len(b), respFixed)
 	}
-	if b[0] != envVersion || b[1]&^respHeader != 0 {
+	if b[0] != envVersion || b[1]&^(respHeader|respDetails) != 0 {
 		return fmt.Errorf("%w: version %d, flags %d", errEnvelope, b[0], b[1])
 	}
 	r.nmd = int(binary.LittleEndian.Uint16(b[2:]))
@@ -227,6 +244,17 @@ func parseResponse(b []byte, r *response) error {
 			return err
 		}
 		rest = rest[n:]
+	}
+	r.details = nil
+	if b[1]&respDetails != 0 {
+		if len(rest) < 4 {
+			return fmt.Errorf("%w: status details truncated", errEnvelope)
+		}
+		dl := binary.LittleEndian.Uint32(rest)
+		if dl > maxDetailBytes || uint64(dl) > uint64(len(rest)-4) {
+			return fmt.Errorf("%w: status details of %d bytes, %d left (at most %d)", errEnvelope, dl, len(rest)-4, maxDetailBytes)
+		}
+		r.details, rest = rest[4:4+dl], rest[4+dl:]
 	}
 	if r.nmd > maxMDEntries {
 		return fmt.Errorf("%w: %d metadata entries", errEnvelope, r.nmd)

@@ -77,6 +77,8 @@ func FuzzParseRequest(f *testing.F) {
 func FuzzParseResponse(f *testing.F) {
 	f.Add(append(appendResponse(nil, nil, MD{"k": {"v"}}, "msg"), 9))
 	f.Add(append(appendResponse(nil, MD{"h": {"1", "2"}}, MD{"k": {"v"}}, "msg"), 9))
+	d, _ := encodeDetails([]any{&RetryInfo{RetryDelay: 1}, &RawDetail{Type: "x", Value: []byte{1}}})
+	f.Add(append(appendResponseDetails(nil, MD{"h": {"1"}}, nil, "msg", d), 9))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r response
 		if err := parseResponse(b, &r); err != nil {
@@ -115,4 +117,21 @@ func TestEnvelopeHugeLengths(t *testing.T) {
 	if err := parseResponse(b, &p); !errors.Is(err, errEnvelope) {
 		t.Errorf("metadata value length 2^32-1: %v", err)
 	}
+}
+
+// FuzzDecodeDetails: a status's details are bytes from a peer; what decodes re-encodes.
+func FuzzDecodeDetails(f *testing.F) {
+	d, _ := encodeDetails([]any{&RetryInfo{RetryDelay: 5}, &BadRequest{FieldViolations: []FieldViolation{{"a", "b"}}},
+		&ErrorInfo{Reason: "R", Metadata: map[string]string{"k": "v"}}, &RawDetail{Type: "t", Value: []byte{0xc0}}})
+	f.Add(d)
+	f.Add([]byte{0x91, 0x82})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ds, err := decodeDetails(b)
+		if err != nil {
+			return
+		}
+		if _, err := encodeDetails(ds); err != nil && len(ds) <= maxDetails && len(b) <= maxDetailBytes/2 {
+			t.Fatalf("decoded details do not re-encode: %v", err)
+		}
+	})
 }

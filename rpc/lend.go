@@ -182,9 +182,7 @@ func (c *Client) ownResponse(resp *transport.Response, body []byte) []byte {
 func (c *Client) callLent(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, buf *pool.Buf, n int) (*transport.Response, error) {
 	mem := buf.Bytes()[:0:requestHeadroom] // an envelope that outgrows it moves to the heap
 	env := appendRequest(mem, method, deadline, md)
-	if c.tel != nil {
-		env = c.tel.inject(ctx, env, md)
-	}
+	env = c.tel.inject(ctx, env, md)
 	if unsafe.SliceData(env) != unsafe.SliceData(mem) { // copied behind it in a buffer of its own
 		defer buf.Release()
 		body := buf.Bytes()[requestHeadroom : requestHeadroom+n]
@@ -193,8 +191,6 @@ func (c *Client) callLent(ctx context.Context, conn *transport.Conn, method stri
 	// Written at the front; moved to end where the body starts.
 	buf.Slice(requestHeadroom-len(env), len(env)+n)
 	copy(buf.Bytes(), env)
-	if c.tel != nil {
-		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, buf.Len(), buf.Len() > conn.EagerLimit())
-	}
+	c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, buf.Len(), buf.Len() > conn.EagerLimit())
 	return conn.CallBuf(ctx, buf)
 }

@@ -102,10 +102,10 @@ func PeerFromContext(ctx context.Context) (Peer, bool) {
 func SetHeader(ctx context.Context, md MD) error {
 	st, ok := ctx.Value(streamKey{}).(*serverStream)
 	if !ok {
-		return Errorf(Internal, "rpc: SetHeader outside a handler")
+		return Errorf(Internal, "mwrpc: SetHeader outside a handler")
 	}
 	if st.hdrSent {
-		return Errorf(Internal, "rpc: SetHeader after the headers were sent (SendHeader, or a stream's first message)")
+		return Errorf(Internal, "mwrpc: SetHeader after the headers were sent (SendHeader, or a stream's first message)")
 	}
 	merged, err := mergeMD(st.header, md)
 	if err != nil {

@@ -175,7 +175,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		_ = ln.Close()
 		return nil
 	}
-	if len(s.listeners) == 0 && s.tel != nil {
+	if len(s.listeners) == 0 {
 		s.tel.setPeer(ln.Addr().String())
 	}
 	s.listeners[ln] = struct{}{}
@@ -244,9 +244,7 @@ func (s *Server) transport() (*transport.Transport, error) {
 		return nil, err
 	}
 	s.tr = tr
-	if s.tel != nil {
-		s.tel.observeTransport(tr)
-	}
+	s.tel.observeTransport(tr)
 	return tr, nil
 }
 
@@ -293,9 +291,7 @@ func (s *Server) stop(drain func(*transport.Transport)) {
 	if drain != nil {
 		drain(tr)
 	}
-	if s.tel != nil {
-		s.tel.stopObserving()
-	}
+	s.tel.stopObserving()
 	if err := tr.Close(); err != nil {
 		s.opts.logger.Warn("mwrpc: server close", "err", err)
 	}
@@ -310,27 +306,28 @@ type streamKey struct{}
 // serverStream is one call being served: pooled, and the handler's context. It is valid
 // until the handler returns.
 type serverStream struct {
-	inner   context.Context
-	values  context.Context // inner with the telemetry's span, or nil
-	w       *transport.ResponseWriter
-	method  *method
-	req     []byte // the request message, envelope and body (whose memory writeBytes may reuse)
-	body    []byte
-	md      []byte
-	nmd     int
-	inMD    MD
-	header  MD   // SetHeader's
-	hdrSent bool // SendHeader, or a stream's first message, sent it: no more changes
-	trailer MD
-	dec     func(any) error // bound once to decode
-	scratch []byte
-	code    Code   // the status written
-	errMsg  string // and its message, for a failure
-	respLen int    // the response payload's length
-	tel     callSpan
-	carrier mdExtractor
-	derived atomic.Bool   // AfterFunc was called: a derived context may use it after the call
-	ss      *ServerStream // a streaming call's, for StreamBuffer
+	inner      context.Context
+	values     context.Context // inner with the telemetry's span, or nil
+	w          *transport.ResponseWriter
+	method     *method
+	req        []byte // the request message, envelope and body (whose memory writeBytes may reuse)
+	body       []byte
+	md         []byte
+	nmd        int
+	inMD       MD
+	header     MD     // SetHeader's
+	hdrSent    bool   // SendHeader, or a stream's first message, sent it: no more changes
+	errDetails []byte // a failed status's encoded details, while writeStatus writes it
+	trailer    MD
+	dec        func(any) error // bound once to decode
+	scratch    []byte
+	code       Code   // the status written
+	errMsg     string // and its message, for a failure
+	respLen    int    // the response payload's length
+	tel        callSpan
+	carrier    mdExtractor
+	derived    atomic.Bool   // AfterFunc was called: a derived context may use it after the call
+	ss         *ServerStream // a streaming call's, for StreamBuffer
 }
 
 var streamPool = sync.Pool{New: func() any {
@@ -398,30 +395,21 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 	}
 	if m == nil {
 		msg := "unknown method " + string(r.method)
-		if s.tel != nil {
-			var cs callSpan
-			var x mdExtractor
-			tctx := s.tel.startServer(ctx, "_OTHER", r.md, r.nmd, &cs, &x)
-			if cs.span != nil && cs.span.IsRecording() { // the convention's name for a method not known
-				cs.span.SetAttributes(attribute.String("rpc.method_original", spanName(string(r.method))))
-			}
-			s.writeError(w, nil, Unimplemented, msg)
-			s.tel.end(tctx, &cs, Unimplemented, msg)
-			return
+		var cs callSpan
+		var x mdExtractor
+		tctx := s.tel.startServer(ctx, "_OTHER", r.md, r.nmd, &cs, &x)
+		if cs.span != nil && cs.span.IsRecording() { // the convention's name for a method not known
+			cs.span.SetAttributes(attribute.String("rpc.method_original", spanName(string(r.method))))
 		}
 		s.writeError(w, nil, Unimplemented, msg)
+		s.tel.end(tctx, &cs, Unimplemented, msg)
 		return
 	}
 	st := streamPool.Get().(*serverStream)
 	if cancel := s.begin(st, ctx, &r, m, w); cancel != nil {
 		defer cancel()
 	}
-	if s.tel != nil {
-		if st.tel.span != nil && st.tel.span.IsRecording() {
-			kv := transferAttrs(AttrRequestSize, AttrRequestTransfer, len(req), w.RequestWindowed())
-			st.tel.span.SetAttributes(kv[:]...)
-		}
-	}
+	s.tel.spanTransfer(&st.tel, AttrRequestSize, AttrRequestTransfer, len(req), w.RequestWindowed())
 	var start time.Time
 	if s.inlineBudget > 0 {
 		start = time.Now()
@@ -433,7 +421,7 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		}
 		if err != nil {
 			status := handlerStatus(err, r.deadline)
-			s.writeError(w, st, status.Code, status.Message)
+			s.writeStatus(w, st, status)
 		} else {
 			s.writeBytes(w, st, out)
 		}
@@ -442,16 +430,14 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 			m.ran(time.Since(start), s.inlineBudget)
 		}
 		status := handlerStatus(err, r.deadline)
-		s.writeError(w, st, status.Code, status.Message)
+		s.writeStatus(w, st, status)
 	} else {
 		if s.inlineBudget > 0 {
 			m.ran(time.Since(start), s.inlineBudget)
 		}
 		s.writeResponse(w, st, m, resp)
 	}
-	if s.tel != nil {
-		s.endServerSpan(st, w)
-	}
+	s.endServerSpan(st, w)
 	if st.derived.Load() {
 		return // a derived context may still call into it: not reused
 	}
@@ -468,20 +454,15 @@ func (s *Server) begin(st *serverStream, ctx context.Context, r *request, m *met
 	if r.deadline != 0 {
 		st.inner, cancel = context.WithDeadline(ctx, time.Unix(0, r.deadline))
 	}
-	if s.tel != nil {
-		if v := s.tel.startServer(st.inner, m.full, r.md, r.nmd, &st.tel, &st.carrier); v != st.inner {
-			st.values = v
-		}
+	if v := s.tel.startServer(st.inner, m.full, r.md, r.nmd, &st.tel, &st.carrier); v != st.inner {
+		st.values = v
 	}
 	return cancel
 }
 
 // endServerSpan finishes the call's span and duration metric with what was written.
 func (s *Server) endServerSpan(st *serverStream, w *transport.ResponseWriter) {
-	if sp := st.tel.span; sp != nil && sp.IsRecording() {
-		kv := transferAttrs(AttrResponseSize, AttrResponseTransfer, st.respLen, st.respLen > w.EagerLimit())
-		sp.SetAttributes(kv[:]...)
-	}
+	s.tel.spanTransfer(&st.tel, AttrResponseSize, AttrResponseTransfer, st.respLen, st.respLen > w.EagerLimit())
 	msg := ""
 	if st.code != OK {
 		msg = st.errMsg
@@ -603,13 +584,27 @@ func (s *Server) writeResponse(w *transport.ResponseWriter, st *serverStream, m 
 	}
 }
 
+// writeStatus writes a handler's failed status with its details; details that do not
+// encode are left out, with a log line.
+func (s *Server) writeStatus(w *transport.ResponseWriter, st *serverStream, status *Status) {
+	if len(status.details) > 0 {
+		d, err := encodeDetails(status.details)
+		if err != nil {
+			s.opts.logger.Warn("mwrpc: status details not sent", "method", st.method.full, "err", err)
+		}
+		st.errDetails = d
+	}
+	s.writeError(w, st, status.Code, status.Message)
+	st.errDetails = nil
+}
+
 func (s *Server) writeError(w *transport.ResponseWriter, st *serverStream, c Code, msg string) {
 	var header, trailer MD
-	var buf []byte
+	var buf, details []byte
 	if st != nil {
-		header, trailer, buf = st.unsentHeader(), st.trailer, st.scratch[:0]
+		header, trailer, buf, details = st.unsentHeader(), st.trailer, st.scratch[:0], st.errDetails
 	}
-	out := appendResponse(buf, header, trailer, msg)
+	out := appendResponseDetails(buf, header, trailer, msg, details)
 	if st != nil {
 		st.code, st.errMsg, st.respLen = c, msg, len(out)
 	}

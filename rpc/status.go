@@ -34,11 +34,13 @@ const (
 	Unauthenticated    Code = 16
 )
 
-// Status is the error of a failed call: a code and a message. It crosses the wire.
+// Status is the error of a failed call: a code, a message and typed details
+// (WithDetails). It crosses the wire.
 type Status struct {
 	Code    Code
 	Message string
 	cause   error // the local error it was made from, if any
+	details []any // typed details (WithDetails, Details)
 }
 
 // Error formats the status as gRPC does.

@@ -226,11 +226,9 @@ func (c *Client) newStreamOn(ctx context.Context, ep *endpoint, conn *transport.
 // gives.
 func (c *Client) newStream(ctx context.Context, ep *endpoint, conn *transport.Conn, method string, req any, ci *callInfo) (*ClientStream, error) {
 	cs := &ClientStream{c: c, ctx: ctx, method: method, cod: c.opts.codec, trailerP: ci.trailer, headerP: ci.header, telCtx: ctx}
-	if c.tel != nil {
-		cs.telCtx = c.tel.startClient(ctx, method, &cs.tel)
-	}
+	cs.telCtx = c.tel.startClient(ctx, method, &cs.tel)
 	err := cs.open(ctx, ep, conn, req, ci.waitForReady)
-	if err != nil && c.tel != nil {
+	if err != nil {
 		c.tel.endErr(cs.telCtx, &cs.tel, err)
 	}
 	if err != nil {
@@ -243,6 +241,9 @@ func (c *Client) newStream(ctx context.Context, ep *endpoint, conn *transport.Co
 // connFor gives.
 func (cs *ClientStream) open(ctx context.Context, ep *endpoint, conn *transport.Conn, req any, waitForReady bool) error {
 	c := cs.c
+	if err := ctx.Err(); err != nil { // as gRPC: a stream whose context already ended is not opened
+		return StatusOf(err)
+	}
 	md := outgoing(ctx)
 	if err := checkRequest(cs.method, md); err != nil {
 		return &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
@@ -261,9 +262,7 @@ func (cs *ClientStream) open(ctx context.Context, ep *endpoint, conn *transport.
 		deadline = dl.UnixNano()
 	}
 	b := appendRequest(nil, cs.method, deadline, md)
-	if c.tel != nil {
-		b = c.tel.inject(cs.telCtx, b, md)
-	}
+	b = c.tel.inject(cs.telCtx, b, md)
 	if req != nil {
 		if b, err = encodeMsg(cs.cod, b, req); err != nil {
 			cs.uncount(ep)
@@ -380,6 +379,7 @@ func (cs *ClientStream) recv() ([]byte, error) {
 		cs.mu.Unlock()
 		if code != OK {
 			st := &Status{Code: code, Message: string(r.msg)}
+			st.details, _ = decodeDetails(r.details) // malformed details are dropped; the code stands
 			// As for a unary call: the server can see our deadline (or cancel) before our
 			// own context says so, the same event, so the status matches the context too.
 			if dl, ok := cs.ctx.Deadline(); code == DeadlineExceeded && ok && !time.Now().Before(dl) {
@@ -414,12 +414,10 @@ func (cs *ClientStream) end(err error) {
 	}
 	cs.ts.Close()
 	cs.uncount(cs.ep)
-	if cs.c.tel != nil {
-		if err == io.EOF {
-			err = nil
-		}
-		cs.c.tel.endErr(cs.telCtx, &cs.tel, err)
+	if err == io.EOF {
+		err = nil
 	}
+	cs.c.tel.endErr(cs.telCtx, &cs.tel, err)
 }
 
 // canceled is a done context: asking the transport stream with it never waits.
@@ -454,7 +452,7 @@ func (cs *ClientStream) header1(ctx context.Context) (MD, error) {
 	var md MD
 	if ok {
 		if md, err = parseHeaderMsg(p); err != nil {
-			return nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: the response headers of %s: %v", cs.method, err), cause: err}
+			return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: the response headers of %s: %v", cs.method, err), cause: err}
 		}
 	}
 	cs.mu.Lock()
@@ -654,13 +652,11 @@ func (s *Server) handleStream(ctx context.Context, r *request, m *method, w *tra
 	_ = ss.sendHeader() // headers set but not sent go ahead of the end (no message took them)
 	if err != nil {
 		status := handlerStatus(err, r.deadline)
-		s.writeError(w, st, status.Code, status.Message)
+		s.writeStatus(w, st, status)
 	} else {
 		s.writeReply(w, st, m, reply)
 	}
-	if s.tel != nil {
-		s.endServerSpan(st, w)
-	}
+	s.endServerSpan(st, w)
 }
 
 // invokeStream runs a streaming method, through the interceptor if any; a panic becomes

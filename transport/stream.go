@@ -213,7 +213,7 @@ const streamHeaderStatus = 1
 // Header returns it and its Recv skips it. It counts against the window as a message.
 func (s *Stream) SendHeader(ctx context.Context, p []byte) error {
 	if len(p) > s.c.maxSend {
-		return fmt.Errorf("transport: stream header of %d bytes (max %d): %w", len(p), s.c.maxSend, ErrTooLarge)
+		return fmt.Errorf("mwrpc: stream header of %d bytes (max %d): %w", len(p), s.c.maxSend, ErrTooLarge)
 	}
 	if len(p) <= s.c.eager {
 		return s.sendKind(ctx, p, nil, streamHeaderStatus)
