@@ -52,7 +52,7 @@ BENCH_PATTERNS := $(strip $(foreach d,$(BENCH_DIRS),$(if $(wildcard $(d)/.),./$(
 
 # The steps of `make test`, in order. A step that cannot run on this machine (test-rxe: not
 # root, not Debian) reports a skip with $(call skip,...), which CI=true turns into a failure.
-TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace test-hostile test-benchmarks test-otlp test-readme fuzz-smoke test-scripts test-rxe test-faults
+TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace test-hostile test-benchmarks test-otlp test-grpc test-readme fuzz-smoke test-scripts test-rxe test-faults
 
 # $(call header,title) prints a step header, with the time of day so that CI logs show
 # how long each step took.
@@ -141,6 +141,14 @@ test-benchmarks:
 test-otlp:
 	@$(call header,examples/otlp module: go vet, staticcheck and go test)
 	cd examples/otlp && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# examples/grpc is a module of its own (gRPC stays out of the library's go.mod): gRPC-Go's
+# own interop cases over mwnet, on the soft TCP fabric and on shm.
+test-grpc:
+	@$(call header,examples/grpc module: vet + staticcheck + gRPC interop cases over mwnet)
+	$(install-staticcheck)
+	@race=; if [ "$$($(GO) env CGO_ENABLED)" = 1 ]; then race=-race; else echo "no cgo: interop cases without the race detector"; fi; \
+	 cd examples/grpc && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) test $$race -count=1 -timeout 5m ./...
 
 # test-readme follows the README's "Your own service in a new module" in a new module in
 # a temporary directory (go get -tool, go generate, the client started before the server):
