@@ -45,7 +45,6 @@ type Listener struct {
 // "shm:///path/to.sock" (the shm fabric: a Unix socket at that path, which must not
 // exist; removed by Close).
 func Listen(target string, opts ...Option) (*Listener, error) {
-	o := collect(opts)
 	var ln net.Listener
 	var err error
 	if path, ok := shm.ParseTarget(target); ok {
@@ -56,23 +55,35 @@ func Listen(target string, opts ...Option) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mwnet: listen %q: %w", target, err)
 	}
-	l := &Listener{ln: ln, accept: make(chan *Conn), done: make(chan struct{}), served: make(chan struct{})}
-	l.addr = Addr(target)
-	if _, ok := shm.ParseTarget(target); !ok {
-		l.addr = Addr(ln.Addr().String()) // the port the system picked for ":0"
+	l, err := NewListener(ln, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("mwnet: listen %q: %w", target, err)
 	}
+	if _, ok := shm.ParseTarget(target); ok {
+		l.addr = Addr(target)
+	}
+	return l, nil
+}
+
+// NewListener serves mwnet on ln, a listener of the fabric's bootstrap streams (a TCP
+// listener, or shm.Listen's), which it owns from now on: Close closes it.
+func NewListener(ln net.Listener, opts ...Option) (*Listener, error) {
+	o := collect(opts)
+	l := &Listener{ln: ln, addr: Addr(ln.Addr().String()), accept: make(chan *Conn),
+		done: make(chan struct{}), served: make(chan struct{})}
 	dev := o.device
 	if dev == nil {
 		d, _ := soft.OpenTCP("mwnet-listener")
 		dev, l.ownDev = d, d
 	}
+	var err error
 	l.tr, err = transport.New(dev, transport.HandlerFunc(l.serve), o.config)
 	if err != nil {
 		_ = ln.Close()
 		if l.ownDev != nil {
 			_ = l.ownDev.Close()
 		}
-		return nil, fmt.Errorf("mwnet: listen %q: %w", target, err)
+		return nil, err
 	}
 	go func() {
 		defer close(l.served)
