@@ -55,12 +55,13 @@ func Listen(target string, opts ...Option) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mwnet: listen %q: %w", target, err)
 	}
-	l, err := NewListener(ln, opts...)
+	addr := Addr(ln.Addr().String()) // the port the system picked for ":0"
+	if _, ok := shm.ParseTarget(target); ok {
+		addr = Addr(target)
+	}
+	l, err := newListener(ln, addr, opts)
 	if err != nil {
 		return nil, fmt.Errorf("mwnet: listen %q: %w", target, err)
-	}
-	if _, ok := shm.ParseTarget(target); ok {
-		l.addr = Addr(target)
 	}
 	return l, nil
 }
@@ -68,8 +69,12 @@ func Listen(target string, opts ...Option) (*Listener, error) {
 // NewListener serves mwnet on ln, a listener of the fabric's bootstrap streams (a TCP
 // listener, or shm.Listen's), which it owns from now on: Close closes it.
 func NewListener(ln net.Listener, opts ...Option) (*Listener, error) {
+	return newListener(ln, Addr(ln.Addr().String()), opts)
+}
+
+func newListener(ln net.Listener, addr Addr, opts []Option) (*Listener, error) {
 	o := collect(opts)
-	l := &Listener{ln: ln, addr: Addr(ln.Addr().String()), accept: make(chan *Conn),
+	l := &Listener{ln: ln, addr: addr, accept: make(chan *Conn),
 		done: make(chan struct{}), served: make(chan struct{})}
 	dev := o.device
 	if dev == nil {
