@@ -509,7 +509,7 @@ func TestMain(m *testing.M) {
 // up by hand and gone halfway through a frame. It reports how many of the latter the
 // server set up (the others it refused).
 func churn(addr string) (int, error) {
-	_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, 19)
+	lowerPriority()
 	dev, _ := soft.OpenTCP("churn")
 	defer dev.Close()
 	pd, err := dev.AllocPD()

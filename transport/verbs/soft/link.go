@@ -304,12 +304,6 @@ func (l *tcpLink) sealPend() {
 	l.pend, l.pendN = l.pend[:headerLen], 0
 }
 
-// tryWrite is tryFlush's one attempt at the raw socket: it never waits for it.
-func (l *tcpLink) tryWrite(fd uintptr) bool {
-	l.tryN, l.tryErr = syscall.Write(int(fd), l.tryBuf)
-	return true
-}
-
 // flushOut writes what a partial tryFlush left, waiting for the socket as needed.
 func (l *tcpLink) flushOut() error {
 	if l.out == nil {
