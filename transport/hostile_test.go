@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/loopback"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
@@ -544,6 +545,7 @@ func TestHostilePeers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the hostile-peer suite takes about a minute")
 	}
+	loopback.Require(t, attackerIP.String())
 	h := newHostile(t)
 
 	h.attack("garbage hellos", "not an mwrpc peer", 4, func() {
