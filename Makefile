@@ -274,7 +274,7 @@ clean:
 # client's); add BENCHFLAGS='-mode inproc' for client and server in one process.
 # bench-quick: 64 B, 64 KiB and 1 MiB at concurrency 1 and 16, and the streaming cell at
 # 256 MiB each way, into benchmarks/results/quick/ (about a minute). bench: the full matrix
-# (64 B to 16 MiB x concurrency 1, 16, 64) and the streaming cell at 1 GiB each way (a
+# (64 B to 16 MiB x concurrency 1, 4, 16, 64) and the streaming cell at 1 GiB each way (a
 # server stream and a client stream in 1 MiB messages: raw TCP, gRPC-Go, mwrpc) into
 # benchmarks/results/ (a few minutes), which docs/performance.md shows. BENCHFLAGS='-cells
 # stream' runs the streaming cell alone. Not part of `make test` (test-benchmarks runs the
@@ -290,6 +290,27 @@ bench-quick:
 bench:
 	@$(call header,bench: benchmarks/cmd/mwrpcbench (full matrix; two-process unless BENCHFLAGS says -mode inproc))
 	cd benchmarks && $(GO) run ./cmd/mwrpcbench $(BENCHFLAGS)
+
+# manycore-build: what a many-core machine without network needs to run the two-process
+# matrix (scripts/manycore.sh): the harness built here as one static binary
+# (CGO_ENABLED=0, stripped) into manycore/, a folder git ignores (.git/info/exclude: it is
+# never committed, and worktrees share the exclusion). Copy or carry manycore/ and
+# scripts/manycore.sh to the machine and run, from the repository root,
+# scripts/manycore.sh: server processes on cores 0-7, the clients on 8-15, every system
+# of the echo matrix in one run, JSON, table and charts into $$OUT (default
+# manycore/results). Not part of `make test`.
+.PHONY: manycore-build
+MANYCORE_DIR := manycore
+
+manycore-build:
+	@$(call header,manycore-build: static mwrpcbench into $(MANYCORE_DIR)/ for scripts/manycore.sh)
+	@mkdir -p $(MANYCORE_DIR)
+	@ex="$$(git rev-parse --git-common-dir)/info/exclude"; mkdir -p "$$(dirname "$$ex")"; \
+	 grep -qxF '/$(MANYCORE_DIR)/' "$$ex" 2>/dev/null || echo '/$(MANYCORE_DIR)/' >> "$$ex"
+	cd benchmarks && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o ../$(MANYCORE_DIR)/mwrpcbench ./cmd/mwrpcbench
+	@{ echo "commit $$(git rev-parse --short=12 HEAD)$$(git diff --quiet HEAD -- . ':(exclude)benchmarks/results' || echo ' with uncommitted changes')"; \
+	   echo "built $$(date -u +%Y-%m-%dT%H:%M:%SZ) with $$($(GO) version)"; } > $(MANYCORE_DIR)/BUILD
+	@du -sh $(MANYCORE_DIR) | sed 's/^/manycore-build: /'
 
 # bench-rxe: the side-by-side harness inside the rxe VM (scripts/rxe-vm/bench-rxe.sh and
 # guest-bench-rxe.sh): mwrpcbench, built here with -tags ibverbs (cgo, libibverbs), runs in

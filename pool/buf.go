@@ -18,6 +18,7 @@ import (
 type Buf struct {
 	s    *slot
 	n    uint32 // length of Bytes
+	off  uint32 // where Bytes starts in the slot's memory (Slice); 0 from Get
 	want uint32 // the slot state while this handle is valid: generation<<1 | in use
 }
 
@@ -72,11 +73,11 @@ func (s *slot) describe() string {
 		int(s.ref-1)&(c.count-1), s.addr())
 }
 
-// Bytes returns the buffer's memory: Len bytes, with the class size as capacity. The slice
-// aliases registered memory and must not be used after Release.
+// Bytes returns the buffer's memory: Len bytes, with Cap as capacity. The slice aliases
+// registered memory and must not be used after Release.
 func (b *Buf) Bytes() []byte {
 	s := b.check("Bytes")
-	return s.bytes()[:b.n]
+	return s.bytes()[b.off : b.off+b.n]
 }
 
 // Len returns the length of Bytes.
@@ -85,23 +86,36 @@ func (b *Buf) Len() int {
 	return int(b.n)
 }
 
-// Cap returns the class size: the most SetLen allows.
+// Cap returns the most SetLen allows: the class size, less the offset Slice set.
 func (b *Buf) Cap() int {
-	return int(b.check("Cap").size)
+	return int(b.check("Cap").size - b.off)
 }
 
 // SetLen sets the length of Bytes (and SGE) to n, 0 <= n <= Cap, for example to the length
 // a receive completion reports. The contents are unchanged.
 func (b *Buf) SetLen(n int) {
 	s := b.check("SetLen")
-	if n < 0 || n > int(s.size) {
-		panic(&MisuseError{Op: "SetLen", What: fmt.Sprintf("length %d outside 0..%d", n, s.size), Buf: s.describe()})
+	if n < 0 || n > int(s.size-b.off) {
+		panic(&MisuseError{Op: "SetLen", What: fmt.Sprintf("length %d outside 0..%d", n, s.size-b.off), Buf: s.describe()})
 	}
 	b.n = uint32(n)
 }
 
+// Slice makes the buffer bytes off..off+n of its memory (the class size from its first
+// byte, whatever an earlier Slice set): Bytes, Addr, SGE, Len and Cap follow, and a window
+// bound over it exposes exactly those bytes. It lets a caller build a message behind room
+// left for a header that is written later, in front of it, and send both without a copy.
+// The contents are unchanged; Release returns the whole buffer.
+func (b *Buf) Slice(off, n int) {
+	s := b.check("Slice")
+	if off < 0 || n < 0 || off > int(s.size) || n > int(s.size)-off {
+		panic(&MisuseError{Op: "Slice", What: fmt.Sprintf("range %d+%d outside 0..%d", off, n, s.size), Buf: s.describe()})
+	}
+	b.off, b.n = uint32(off), uint32(n)
+}
+
 // Addr returns the virtual address of Bytes()[0], the form SGEs and remote addresses use.
-func (b *Buf) Addr() uint64 { return b.check("Addr").addr() }
+func (b *Buf) Addr() uint64 { return b.check("Addr").addr() + uint64(b.off) }
 
 // LKey returns the lkey of the buffer's memory region.
 func (b *Buf) LKey() uint32 { return b.check("LKey").slab.lkey }
@@ -117,7 +131,7 @@ func (b *Buf) MR() verbs.MR { return b.check("MR").slab.mr }
 // SGE returns the scatter/gather element for the buffer's Len bytes.
 func (b *Buf) SGE() verbs.SGE {
 	s := b.check("SGE")
-	return verbs.SGE{Addr: s.addr(), Length: b.n, LKey: s.slab.lkey}
+	return verbs.SGE{Addr: s.addr() + uint64(b.off), Length: b.n, LKey: s.slab.lkey}
 }
 
 // Release returns the buffer to its pool. The buffer and any slice from Bytes must not be

@@ -112,8 +112,9 @@ type slot struct {
 	ref   uint32                    // index in the class plus one
 	home  uint32                    // the shard Release pushes to: the getter's
 	size  uint32                    // the class size
-	// Pad to slotSize: the fields above are 28 bytes and four pointers.
-	_ [slotSize - 28 - 4*unsafe.Sizeof(uintptr(0))]byte
+	// Pad to slotSize: the fields above are 32 bytes and four pointers, and h's padding
+	// to pointer alignment (a pointer and three uint32s: 4 bytes on 64 bits, none on 32).
+	_ [slotSize - 32 - 4*unsafe.Sizeof(uintptr(0)) - (unsafe.Sizeof(uintptr(0)) - 4)]byte
 }
 
 const slotSize = 128
@@ -364,7 +365,7 @@ func (c *class) take(s *slot, st uint32, n int, home uint32) *Buf {
 	} else {
 		b = &s.h
 	}
-	b.n = uint32(n)
+	b.n, b.off = uint32(n), 0
 	b.want = st
 	if c.p.cfg.TrackLeaks {
 		s.taken.Store(newGetRecord(n))

@@ -92,6 +92,51 @@ func TestGetBuffer(t *testing.T) {
 	}
 }
 
+// TestSlice checks that a sliced buffer exposes exactly its range, that a range outside
+// the class panics with a *MisuseError, and that the next Get of the slot starts whole.
+func TestSlice(t *testing.T) {
+	p, _ := newTestPool(t, Config{Classes: []int{4096}, Shards: 1})
+	tests := []struct{ off, n int }{{0, 4096}, {512, 100}, {4096, 0}, {4000, 96}, {17, 0}}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d+%d", tt.off, tt.n), func(t *testing.T) {
+			b := mustGet(t, p, 10)
+			defer b.Release()
+			base, mem := b.Addr(), b.Bytes()[:4096]
+			fill(mem, 0)
+			mem[tt.off%4096] = 7
+			b.Slice(tt.off, tt.n)
+			if b.Len() != tt.n || b.Cap() != 4096-tt.off || b.Addr() != base+uint64(tt.off) {
+				t.Fatalf("Len %d Cap %d Addr +%d, want %d, %d, +%d", b.Len(), b.Cap(), b.Addr()-base, tt.n, 4096-tt.off, tt.off)
+			}
+			if bs := b.Bytes(); len(bs) != tt.n || cap(bs) != 4096-tt.off || tt.n > 0 && (bs[0] != 7 || verbs.AddrOf(bs) != b.Addr()) {
+				t.Fatalf("Bytes: len %d cap %d", len(bs), cap(bs))
+			}
+			if sge := b.SGE(); sge.Addr != b.Addr() || sge.Length != uint32(tt.n) {
+				t.Fatalf("SGE %+v", sge)
+			}
+			b.SetLen(b.Cap())
+			if b.Len() != 4096-tt.off {
+				t.Fatalf("SetLen(Cap): Len %d", b.Len())
+			}
+			if me := catch(t, func() { b.SetLen(b.Cap() + 1) }); me == nil {
+				t.Fatal("SetLen past Cap after Slice did not panic")
+			}
+		})
+	}
+	b := mustGet(t, p, 10)
+	for _, bad := range [][2]int{{-1, 1}, {0, 4097}, {4097, 0}, {4000, 97}, {1, -1}} {
+		if me := catch(t, func() { b.Slice(bad[0], bad[1]) }); me == nil || !strings.Contains(me.Error(), "outside 0..4096") {
+			t.Errorf("Slice(%d, %d): panic %v, want a range error", bad[0], bad[1], me)
+		}
+	}
+	b.Slice(100, 5)
+	b.Release()
+	if b = mustGet(t, p, 10); b.Len() != 10 || b.Cap() != 4096 { // the slot's next Get starts whole
+		t.Errorf("after a sliced buffer's release, Get gives Len %d Cap %d", b.Len(), b.Cap())
+	}
+	b.Release()
+}
+
 func TestClassFor(t *testing.T) {
 	pow2, _ := newTestPool(t, Config{Classes: []int{64, 128, 256, 512}})
 	odd, _ := newTestPool(t, Config{Classes: []int{100, 1000, 3000, 5000}, SlabSize: 64 << 10})
@@ -190,6 +235,7 @@ func TestMisuse(t *testing.T) {
 		{"Addr", func(b *Buf) { b.Addr() }},
 		{"MR", func(b *Buf) { b.MR() }},
 		{"SGE", func(b *Buf) { b.SGE() }},
+		{"Slice", func(b *Buf) { b.Slice(0, 1) }},
 	}
 	p, _ := newTestPool(t, Config{Classes: []int{4096}, Shards: 1})
 	for _, op := range ops {

@@ -222,3 +222,79 @@ func BenchmarkRefuseOverLimit(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLargeEcho prices payloads from 64 B to 16 MiB through generated stubs over the
+// soft TCP fabric, one call at a time: "copy" passes a heap []byte and gets the caller's
+// own copy back (the default); "lent" builds each request in Client.Buffer's memory and
+// reads the response where the transport put it (WithLentResponses), giving it back with
+// Client.Release. Client and server run in one process, so allocs/op counts both sides:
+// the client's alone is at most that.
+//
+//	go test -run '^$' -bench LargeEcho -benchmem -count 3 ./rpc/
+func BenchmarkLargeEcho(b *testing.B) {
+	for _, mode := range []string{"copy", "lent"} {
+		var copts []rpc.DialOption
+		if mode == "lent" {
+			copts = append(copts, rpc.WithLentResponses())
+		}
+		srv := rpc.NewServer()
+		benchsvc.RegisterBench(srv, benchsvc.Echo{})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		go srv.Serve(ln)
+		client, err := rpc.Dial(context.Background(), ln.Addr().String(), copts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		svc := benchsvc.NewBenchClient(client)
+		for _, n := range []int{64, 4 << 10, 64 << 10, 1 << 20, 16 << 20} {
+			b.Run(fmt.Sprintf("%s/%s", mode, sizeName(n)), func(b *testing.B) {
+				payload := bytes.Repeat([]byte{1}, n)
+				call := func(ctx context.Context) error {
+					req := payload
+					if mode == "lent" {
+						if req, err = client.Buffer(ctx, n); err != nil {
+							return err
+						}
+					}
+					out, err := svc.Bytes(ctx, req)
+					if err == nil && len(out) != n {
+						err = fmt.Errorf("%d bytes back", len(out))
+					}
+					if err == nil && mode == "lent" {
+						err = client.Release(out)
+					}
+					return err
+				}
+				ctx := context.Background()
+				for i := 0; i < 10; i++ {
+					if err := call(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.SetBytes(int64(2 * n))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := call(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+		client.Close()
+		srv.Stop()
+	}
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}

@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,18 +12,21 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/mwrpc/mwrpc/codec"
 	"github.com/mwrpc/mwrpc/internal/probe"
+	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/credentials"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
-// Client calls services on one or more servers. It keeps one connection per endpoint,
-// reconnects with backoff when one fails, pings idle ones, and spreads calls over the
-// endpoints that are up. With a resolver (a dns:/// target, WithResolver) the endpoints
+// Client calls services on one or more servers. It keeps one connection per endpoint and
+// more as the load asks (lanes, up to GOMAXPROCS; WithLanes pins the count), reconnects
+// with backoff when one fails, pings idle ones, and spreads calls over the endpoints that
+// are up and over each endpoint's lanes. With a resolver (a dns:/// target, WithResolver) the endpoints
 // follow the resolver's answers. It is safe for concurrent use.
 type Client struct {
 	opts    dialOptions
@@ -49,15 +51,17 @@ type Client struct {
 	resolveNow chan struct{} // asks resolveLoop to resolve again (reresolve)
 	resolveMu  sync.Mutex
 	resolveErr error // of the last resolution; nil if it succeeded
+
+	lend lender // memory lent to callers: Buffer's, and responses (WithLentResponses)
 }
 
 type endpoint struct {
 	addr        string
 	conn        atomic.Pointer[transport.Conn]
 	outstanding atomic.Int64
-	lastHeard   atomic.Int64 // unix nanos of the last response: keepalive pings a connection silent since
-	lastErr     atomic.Value // error: why the last dial failed
-	tried       atomic.Bool  // the first dial has ended, either way
+	lastHeard   atomic.Int64          // unix nanos of the last response: keepalive pings a connection silent since
+	lastErr     atomic.Pointer[error] // why the last dial or connection failed (an atomic.Value panics on errors of different types)
+	tried       atomic.Bool           // the first dial has ended, either way
 	// health is what the health check (WithHealthCheck) last saw, for the connection it
 	// names: the endpoint is healthy while that is its connection and err is nil.
 	health   atomic.Pointer[healthState]
@@ -66,6 +70,8 @@ type endpoint struct {
 	ctx     context.Context // ends when the endpoint is removed (update) or the client closes
 	cancel  context.CancelFunc
 	leaving atomic.Bool // removed, but kept until another endpoint is up (update)
+
+	lanes lanes // its connections beyond conn (lanes.go)
 }
 
 // Dial connects to target, one address ("host:port") or several separated by commas (or
@@ -92,7 +98,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		// refused: by every endpoint, for a reason no retry changes
 		tried, refused := true, len(eps) > 0
 		for _, ep := range eps {
-			e, _ := ep.lastErr.Load().(error)
+			e := ep.lastError()
 			refused = refused && e != nil && permanent(e)
 			tried = tried && ep.tried.Load()
 		}
@@ -120,7 +126,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 			for _, ep := range eps {
 				if e := ep.healthErr(); e != nil && c.opts.healthCheck {
 					errs = append(errs, e) // connected, but not healthy
-				} else if e, ok := ep.lastErr.Load().(error); ok {
+				} else if e := ep.lastError(); e != nil {
 					errs = append(errs, e)
 				}
 			}
@@ -129,7 +135,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 			if cause == nil {
 				cause = ctx.Err()
 			}
-			why := "gave up"
+			why := "not retried: retrying cannot change that"
 			if err := ctx.Err(); err != nil {
 				why = err.Error()
 			}
@@ -164,8 +170,8 @@ func NewClient(target string, opts ...DialOption) (*Client, error) {
 	if o.codec == nil {
 		o.codec = codec.Msgpack{}
 	}
-	if !o.keepaliveSet {
-		o.keepaliveTime, o.keepaliveTimeout = 30*time.Second, 10*time.Second
+	if !o.keepaliveSet { // off, as in gRPC: TCP keepalive (transport.Config.PeerTimeout) notices a dead peer
+		o.keepaliveTime, o.keepaliveTimeout = 0, 0
 	}
 	if o.backoffBase <= 0 {
 		o.backoffBase = 50 * time.Millisecond
@@ -239,7 +245,7 @@ func permanent(err error) bool {
 	var invalid x509.CertificateInvalidError
 	var host x509.HostnameError
 	var verify *tls.CertificateVerificationError
-	return errors.Is(err, credentials.ErrPlaintextPeer) || errors.As(err, &unknown) || errors.As(err, &invalid) ||
+	return errors.Is(err, credentials.ErrPlaintextPeer) || errors.Is(err, transport.ErrNotMwrpcPeer) || errors.As(err, &unknown) || errors.As(err, &invalid) ||
 		errors.As(err, &host) || errors.As(err, &verify) ||
 		errors.As(err, &op) && op.Op == "remote error" // a TLS alert from the peer: it refused our certificate
 }
@@ -267,6 +273,7 @@ func (c *Client) Close() error {
 	close(c.closed)
 	c.cancel() // after closed: an endpoint's maintainer sees the client closing, not a removal
 	c.wg.Wait()
+	c.lend.closeAll() // before the transport, whose memory it is
 	if c.tel != nil {
 		c.tel.stopObserving()
 	}
@@ -283,10 +290,14 @@ func (c *Client) Close() error {
 // lets the endpoint's calls finish, closes the connection and returns.
 func (c *Client) maintain(ep *endpoint) {
 	defer c.wg.Done()
+	c.wg.Add(1)
+	go c.maintainLanes(ep)
 	backoff := c.opts.backoffBase
 	var tick <-chan time.Time // nil when keepalive is off: never fires
-	if c.opts.keepaliveTime > 0 {
-		ticker := time.NewTicker(c.opts.keepaliveTime)
+	var ticker *time.Ticker
+	interval := c.opts.keepaliveTime // doubled when a server says we ping too often
+	if interval > 0 {
+		ticker = time.NewTicker(interval)
 		defer ticker.Stop()
 		tick = ticker.C
 	}
@@ -303,7 +314,7 @@ func (c *Client) maintain(ep *endpoint) {
 				return
 			}
 			if err != nil {
-				ep.lastErr.Store(err)
+				ep.setLastErr(err)
 				ep.tried.Store(true)
 				c.signalUp() // Dial may be waiting to see that every endpoint refuses us
 				c.reresolve()
@@ -336,10 +347,14 @@ func (c *Client) maintain(ep *endpoint) {
 			c.retire(ep)
 			return
 		case <-conn.Done():
+			if err := conn.Err(); err != nil {
+				ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, err))
+			}
 			ep.conn.CompareAndSwap(conn, nil)
 			c.reresolve()
 		case <-conn.GoingAway():
 			// New calls go elsewhere (or to a new connection); this one finishes its own.
+			interval = c.wentAway(ep, conn, interval, ticker)
 			ep.conn.CompareAndSwap(conn, nil)
 			c.reresolve()
 			go func() { // this connection's own calls finish, then it closes
@@ -351,19 +366,44 @@ func (c *Client) maintain(ep *endpoint) {
 		case <-tick:
 			// Only a response proves the connection works: calls that all time out (a
 			// wedged path) must not keep the ping away.
-			if time.Since(time.Unix(0, ep.lastHeard.Load())) < c.opts.keepaliveTime {
+			if time.Since(time.Unix(0, ep.lastHeard.Load())) < interval {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), c.opts.keepaliveTimeout)
 			err := conn.Ping(ctx)
 			cancel()
 			if err != nil {
+				interval = c.wentAway(ep, conn, interval, ticker) // the server may have said why
 				ep.conn.CompareAndSwap(conn, nil)
 				_ = conn.Close()
 				c.reresolve()
 			}
 		}
 	}
+}
+
+// wentAway records why conn's server sent GOAWAY, if it said, and returns the keepalive
+// interval from now on: doubled when the server said we ping too often.
+func (c *Client) wentAway(ep *endpoint, conn *transport.Conn, interval time.Duration, ticker *time.Ticker) time.Duration {
+	why := conn.GoAwayErr()
+	if why == nil {
+		return interval
+	}
+	ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, why))
+	if errors.Is(why, transport.ErrTooManyPings) && ticker != nil {
+		interval = c.slowerPings(ep, interval, why)
+		ticker.Reset(interval)
+	}
+	return interval
+}
+
+// slowerPings answers a server's GOAWAY for too many pings as gRPC's client does: it
+// doubles the endpoint's keepalive interval and says so in the log.
+func (c *Client) slowerPings(ep *endpoint, interval time.Duration, why error) time.Duration {
+	next := 2 * interval
+	c.logger().Warn("mwrpc: the server sent GOAWAY because this client pinged too often; pinging less often (rpc.WithKeepalive sets the interval)",
+		"addr", ep.addr, "interval", next, "err", why)
+	return next
 }
 
 func (c *Client) signalUp() {
@@ -435,25 +475,32 @@ func (c *Client) invoke(ctx context.Context, method string, req, reply any, opts
 	var ci callInfo
 	applyOptions(&ci, opts)
 	cod := c.opts.codec
+	var raw []byte
 	if isBytes(req) && isBytesPtr(reply) {
 		cod = codec.Raw{}
+		if b, ok := req.([]byte); ok { // as it is: Buffer's memory leaves without a copy
+			req, raw = nil, b
+		}
 	}
-	resp, body, err := c.roundTrip(ctx, method, cod, req, nil, &ci)
+	resp, body, err := c.roundTrip(ctx, method, cod, req, raw, &ci)
 	if err != nil {
 		return err
+	}
+	if p, ok := reply.(*[]byte); ok && cod == (codec.Raw{}) {
+		*p = c.ownResponse(resp, body) // lent (WithLentResponses) or the caller's copy
+		return nil
 	}
 	defer resp.Release()
 	if err := cod.Unmarshal(body, reply); err != nil {
 		return &Status{Code: Internal, Message: fmt.Sprintf("rpc: decoding the response of %s: %v", method, err), cause: err}
 	}
-	if p, ok := reply.(*[]byte); ok && cod == (codec.Raw{}) {
-		*p = bytes.Clone(*p) // the response memory goes back to the connection on return
-	}
 	return nil
 }
 
-// InvokeBytes calls a method on []byte both ways (BytesInvoker): nothing is encoded, and
-// the response is the caller's own copy.
+// InvokeBytes calls a method on []byte both ways (BytesInvoker): nothing is encoded. A
+// request in Buffer's memory leaves without a copy (and the call takes it); the response
+// is the caller's own copy, or with WithLentResponses the transport's memory, lent until
+// Release.
 func (c *Client) InvokeBytes(ctx context.Context, method string, req []byte) ([]byte, error) {
 	if len(c.opts.interceptors) > 0 { // interceptors see the usual Invoke
 		var out []byte
@@ -478,29 +525,44 @@ func (c *Client) invokeBytes(ctx context.Context, method string, req []byte) ([]
 	if err != nil {
 		return nil, err
 	}
-	probe.Mark(probe.Clone)
-	out := bytes.Clone(body)
-	probe.Mark(probe.CloneDone)
-	resp.Release()
-	return out, nil
+	return c.ownResponse(resp, body), nil
 }
 
 // roundTrip sends one request, req encoded with cod (or, when req is nil, the bytes raw
-// as they are: no boxing), and returns the response and its body (valid until the
-// response is released), or the call's status as an error.
+// as they are: no boxing; taken when they are Buffer's), and returns the response and its
+// body (valid until the response is released), or the call's status as an error.
 func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, req any, raw []byte, ci *callInfo) (*transport.Response, []byte, error) {
+	var lent *pool.Buf // Buffer's memory: the call's from here on, whatever its outcome
+	if req == nil {
+		lent = c.lend.takeRequest(raw)
+	}
 	ep, conn, err := c.connFor(ctx, ci.waitForReady)
 	if err != nil {
+		releaseBuf(lent)
 		return nil, nil, err
 	}
+	resp, err := c.sendRequest(ctx, conn, method, cod, req, raw, lent)
+	ep.outstanding.Add(-1)
+	if err != nil {
+		return nil, nil, StatusOf(err)
+	}
+	ep.lastHeard.Store(time.Now().UnixNano())
+	return c.readResponse(ctx, resp, ci)
+}
+
+// sendRequest encodes the request (req with cod, or raw as it is) and calls conn with it:
+// raw in lent (Buffer's memory, which sendRequest takes) is sent from there, a body that
+// will go through a window (over the connection's eager limit) is built in registered
+// memory, the rest in a pooled scratch buffer copied into the send slot.
+func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method string, cod codec.Codec, req any, raw []byte, lent *pool.Buf) (*transport.Response, error) {
 	var deadline int64
 	if dl, ok := ctx.Deadline(); ok {
 		deadline = dl.UnixNano()
 	}
 	md := outgoing(ctx)
 	if err := checkRequest(method, md); err != nil {
-		ep.outstanding.Add(-1)
-		return nil, nil, &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
+		releaseBuf(lent)
+		return nil, &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
 	}
 	// Refuse what cannot travel before encoding it: a body of known size over the largest
 	// message this connection may send (the smaller of both sides' MaxMessage).
@@ -509,52 +571,54 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 		size, known = sz.Size(req)
 	}
 	if limit := conn.MaxSend(); known && size > limit {
-		ep.outstanding.Add(-1)
-		return nil, nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is %d bytes, over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides')", method, size, limit),
+		releaseBuf(lent)
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is %d bytes, over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides')", method, size, limit),
 			cause: transport.ErrTooLarge}
 	}
-	var resp *transport.Response
-	if req == nil && len(raw) > 16<<10 {
-		resp, err = c.callRegistered(ctx, conn, method, deadline, md, nil, nil, raw, len(raw))
-		goto done
+	if lent != nil {
+		return c.callLent(ctx, conn, method, deadline, md, lent, len(raw))
 	}
-	if known && req != nil && size > 16<<10 { // a large body of known size is built in registered memory
-		resp, err = c.callRegistered(ctx, conn, method, deadline, md, cod, req, nil, size)
+	if known && size > conn.EagerLimit() {
+		resp, err := c.callRegistered(ctx, conn, method, deadline, md, cod, req, raw, size)
 		if !errors.Is(err, errSizeEstimate) {
-			goto done
+			return resp, err
 		}
 	}
-	{
-		sp := scratchPool.Get().(*[]byte)
-		b := appendRequest((*sp)[:0], method, deadline, md)
-		if c.tel != nil {
-			b = c.tel.inject(ctx, b, md)
-		}
-		if req == nil {
-			b = append(b, raw...)
-		} else if b, err = appendBody(cod, b, req, conn.MaxSend()); err != nil {
-			scratchPool.Put(sp)
-			ep.outstanding.Add(-1)
-			if errors.Is(err, codec.ErrTooLarge) {
-				return nil, nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
-			}
-			return nil, nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
-		}
-		if c.tel != nil {
-			recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
-		}
-		resp, err = conn.Call(ctx, b)
-		if cap(b) <= 64<<10 {
-			*sp = b[:0]
-			scratchPool.Put(sp)
-		}
+	return c.callScratch(ctx, conn, method, deadline, md, cod, req, raw)
+}
+
+// callScratch encodes the request into a pooled scratch buffer and calls conn with it,
+// which copies it into a send slot (or, over the eager limit, into registered memory).
+func (c *Client) callScratch(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte) (*transport.Response, error) {
+	sp := scratchPool.Get().(*[]byte)
+	b := appendRequest((*sp)[:0], method, deadline, md)
+	if c.tel != nil {
+		b = c.tel.inject(ctx, b, md)
 	}
-done:
-	ep.outstanding.Add(-1)
-	if err != nil {
-		return nil, nil, StatusOf(err)
+	var err error
+	if req == nil {
+		b = append(b, raw...)
+	} else if b, err = appendBody(cod, b, req, conn.MaxSend()); err != nil {
+		scratchPool.Put(sp)
+		if errors.Is(err, codec.ErrTooLarge) {
+			return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
+		}
+		return nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
 	}
-	ep.lastHeard.Store(time.Now().UnixNano())
+	if c.tel != nil {
+		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
+	}
+	resp, err := conn.Call(ctx, b)
+	if cap(b) <= 64<<10 {
+		*sp = b[:0]
+		scratchPool.Put(sp)
+	}
+	return resp, err
+}
+
+// readResponse parses a response's envelope: it returns the response and its body (valid
+// until the response is released) on OK, else the status, the response released.
+func (c *Client) readResponse(ctx context.Context, resp *transport.Response, ci *callInfo) (*transport.Response, []byte, error) {
 	var r response
 	perr := parseResponse(resp.Bytes(), &r)
 	code := Code(resp.Status())
@@ -597,20 +661,20 @@ func appendBody(cod codec.Codec, b []byte, req any, limit int) ([]byte, error) {
 }
 
 // callRegistered encodes the request (req with cod, or raw as it is) straight into a
-// registered buffer and sends it from there: no copy between the codec and the NIC.
+// registered buffer and sends it from there: no copy between the codec and the NIC. The
+// envelope is written there too (no scratch buffer, whose sync.Pool a garbage collection
+// empties: an allocation per call when large payloads make one run every call).
 func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte, n int) (*transport.Response, error) {
-	sp := scratchPool.Get().(*[]byte)
-	env := appendRequest((*sp)[:0], method, deadline, md)
-	if c.tel != nil {
-		env = c.tel.inject(ctx, env, md)
-	}
-	defer func() { *sp = env[:0]; scratchPool.Put(sp) }()
-	buf, err := c.tr.Pool().Get(ctx, len(env)+n)
+	room := envelopeRoom(method, md)
+	buf, err := c.tr.Pool().Get(ctx, room+n)
 	if err != nil {
 		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request buffer for %s: %v", method, err), cause: err}
 	}
+	if buf, err = c.envelopeInto(ctx, buf, room, method, deadline, md, n); err != nil {
+		return nil, err
+	}
 	probe.Mark(probe.CopyIn)
-	b := append(buf.Bytes()[:0], env...)
+	b := buf.Bytes()
 	if req == nil {
 		b = append(b, raw...)
 	} else {
@@ -621,7 +685,7 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 		buf.Release()
 		return nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
 	}
-	if len(b) > buf.Cap() { // the codec's size was short: the caller encodes the usual way
+	if len(b) > buf.Cap() || unsafe.SliceData(b) != unsafe.SliceData(buf.Bytes()) { // the codec's size was short: the caller encodes the usual way
 		buf.Release()
 		return nil, errSizeEstimate
 	}
@@ -630,6 +694,41 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
 	}
 	return conn.CallBuf(ctx, buf)
+}
+
+// envelopeRoom is the room a request's envelope takes: its fixed part, the method, the
+// metadata, and up to 128 bytes of trace context the telemetry may add.
+func envelopeRoom(method string, md MD) int {
+	n := reqFixed + len(method) + 128
+	for k, vs := range md {
+		for _, v := range vs {
+			n += 6 + len(k) + len(v)
+		}
+	}
+	return n
+}
+
+// envelopeInto writes the request's envelope at the start of buf, whose Len it sets to
+// the envelope's, leaving room for n bytes of body behind it. An envelope over room (the
+// telemetry's trace context larger than envelopeRoom allows) goes into a larger buffer,
+// which replaces buf.
+func (c *Client) envelopeInto(ctx context.Context, buf *pool.Buf, room int, method string, deadline int64, md MD, n int) (*pool.Buf, error) {
+	mem := buf.Bytes()[:0:room] // an envelope that outgrows it moves to the heap
+	env := appendRequest(mem, method, deadline, md)
+	if c.tel != nil {
+		env = c.tel.inject(ctx, env, md)
+	}
+	if unsafe.SliceData(env) == unsafe.SliceData(mem) {
+		buf.SetLen(len(env))
+		return buf, nil
+	}
+	buf.Release()
+	buf, err := c.tr.Pool().Get(ctx, len(env)+n)
+	if err != nil {
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request buffer for %s: %v", method, err), cause: err}
+	}
+	buf.SetLen(copy(buf.Bytes()[:len(env)], env))
+	return buf, nil
 }
 
 // connFor returns an endpoint and its working connection. With none up it fails with
@@ -647,7 +746,7 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 			if conn != nil && conn.Err() == nil {
 				ep.outstanding.Add(1) // from the pick on, so concurrent picks see it
 				if ep.conn.Load() == conn {
-					return ep, conn, nil
+					return ep, c.lane(ep, conn), nil
 				}
 				// Swapped out meanwhile (a removed endpoint draining, a GOAWAY): the
 				// drain may not have counted this call, so it takes another.
@@ -666,16 +765,66 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 			if err := c.lastResolveErr(); err != nil {
 				return nil, nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: no connection to %s is up (%v)", c.target(), err), cause: err}
 			}
-			return nil, nil, Errorf(Unavailable, "rpc: no connection to %s is up", c.target())
+			return nil, nil, c.noConnection()
 		}
 		select {
 		case <-up:
 		case <-ctx.Done():
-			return nil, nil, StatusOf(ctx.Err())
+			return nil, nil, c.waitedInVain(ctx)
 		case <-c.closed:
 			return nil, nil, Errorf(Unavailable, "rpc: client closed")
 		}
 	}
+}
+
+// noConnection is a fail-fast call's error when no endpoint is up: Unavailable with the
+// endpoints' last connection errors as its cause (connection refused, a TLS certificate
+// refused, ...), or saying that the first connection is still being set up.
+func (c *Client) noConnection() error {
+	last, tried := c.lastErrs()
+	switch {
+	case last != nil:
+		return &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: no connection to %s is up: %v", c.target(), last), cause: last}
+	case !tried:
+		return Errorf(Unavailable, "rpc: no connection to %s is up yet (the first is being set up; WaitForReady waits for it)", c.target())
+	}
+	return Errorf(Unavailable, "rpc: no connection to %s is up", c.target())
+}
+
+// waitedInVain is the error of a WaitForReady call whose context ended before a
+// connection came up: the context's, with the endpoints' last connection errors.
+func (c *Client) waitedInVain(ctx context.Context) error {
+	st := StatusOf(ctx.Err())
+	last, _ := c.lastErrs()
+	if last == nil {
+		return st
+	}
+	return &Status{Code: st.Code, Message: fmt.Sprintf("%v while waiting for a connection to %s: %v", ctx.Err(), c.target(), last),
+		cause: errors.Join(ctx.Err(), last)}
+}
+
+func (ep *endpoint) setLastErr(err error) { ep.lastErr.Store(&err) }
+
+// lastError is why ep's last dial or connection failed, or nil.
+func (ep *endpoint) lastError() error {
+	if p := ep.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// lastErrs joins the last connection error of each endpoint (nil if none has one), and
+// says whether every endpoint has had its first dial.
+func (c *Client) lastErrs() (last error, tried bool) {
+	var errs []error
+	tried = true
+	for _, ep := range *c.eps.Load() {
+		if e := ep.lastError(); e != nil {
+			errs = append(errs, e)
+		}
+		tried = tried && ep.tried.Load()
+	}
+	return errors.Join(errs...), tried
 }
 
 // target names what the client connects to: its addresses, and the target they were

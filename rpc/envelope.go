@@ -34,6 +34,7 @@ const (
 var errEnvelope = errors.New("rpc: malformed envelope")
 
 type request struct {
+	whole    []byte // the message: envelope and body
 	method   []byte
 	deadline int64
 	nmd      int
@@ -187,7 +188,7 @@ func parseRequest(b []byte, r *request) error {
 	if err != nil {
 		return err
 	}
-	r.md, r.body = rest[:n], rest[n:]
+	r.whole, r.md, r.body = b, rest[:n], rest[n:]
 	return nil
 }
 

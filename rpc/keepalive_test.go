@@ -3,6 +3,8 @@ package rpc_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 
 	"net"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mwrpc/mwrpc/rpc"
+	"github.com/mwrpc/mwrpc/transport"
 )
 
 // proxy forwards TCP connections to target until freeze: then it stops moving bytes on
@@ -150,4 +153,40 @@ func frozenClient(t *testing.T, backoff time.Duration) *rpc.Client {
 	}
 	px.freeze()
 	return c
+}
+
+// TestKeepaliveTooManyPings: a client that pings an idle connection more often than the
+// server's policy allows (by default, every two hours without a call in flight) is sent
+// GOAWAY saying "too many pings": it logs that, pings half as often, and its calls go on
+// over a new connection. A server that permits the pings keeps the connection.
+func TestKeepaliveTooManyPings(t *testing.T) {
+	logs := new(syncBuffer)
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	e := start(t, nil, rpc.WithKeepalive(20*time.Millisecond, time.Second), rpc.WithClientLogger(logger))
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "pinged too often"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no GOAWAY for pinging every 20ms; the client's log:\n%s", logs.String())
+		}
+	}
+	for _, want := range []string{"too many pings", "this server allows a ping every 5m0s", "interval=40ms"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the client's log lacks %q:\n%s", want, logs.String())
+		}
+	}
+	if n := e.srv.Stats().TooManyPings; n == 0 {
+		t.Error("the server counted no client pinging too often")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out := new(Msg)
+	if err := e.client.Invoke(ctx, "/test.Svc/Echo", &Msg{Text: "after"}, out, rpc.WaitForReady()); err != nil || out.Text != "after" {
+		t.Fatalf("a call after the GOAWAY: %+v, %v", out, err)
+	}
+
+	permissive := start(t, []rpc.ServerOption{rpc.WithKeepalivePolicy(transport.ServerKeepalive{MinPingInterval: 10 * time.Millisecond, PermitWithoutCalls: true})},
+		rpc.WithKeepalive(20*time.Millisecond, time.Second))
+	time.Sleep(300 * time.Millisecond) // about 15 pings
+	if n := permissive.srv.Stats().TooManyPings; n != 0 {
+		t.Errorf("a server that permits a ping every 10ms sent GOAWAY for pings every 20ms %d times", n)
+	}
 }

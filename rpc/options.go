@@ -93,6 +93,7 @@ type serverOptions struct {
 	common
 	interceptors      []UnaryServerInterceptor
 	streamInterceptor StreamServerInterceptor
+	keepalive         *transport.ServerKeepalive // WithKeepalivePolicy
 }
 
 type dialOptions struct {
@@ -111,6 +112,8 @@ type dialOptions struct {
 	resolveMin         time.Duration
 	healthCheck        bool   // WithHealthCheck
 	healthService      string // the service it watches
+	lanes              int    // WithLanes; 0: adaptive
+	lendResponses      bool   // WithLentResponses
 }
 
 // Balancer chooses which endpoint a client call goes to.
@@ -188,8 +191,13 @@ func WithLogger(l *slog.Logger) ServerOption {
 // WithBalancer chooses how calls spread over a client's endpoints.
 func WithBalancer(b Balancer) DialOption { return dialOption(func(o *dialOptions) { o.balancer = b }) }
 
-// WithKeepalive pings an idle connection every interval and drops it (to reconnect) when a
-// ping gets no answer within timeout. Zero disables; the default is 30s and 10s.
+// WithKeepalive pings a connection that has answered nothing for interval, and drops it
+// (to reconnect) when a ping gets no answer within timeout: a peer that hangs without
+// closing anything is noticed. It is off by default, as in gRPC (a dead or vanished peer
+// host is noticed by TCP keepalive: transport.Config.PeerTimeout). A server allows a
+// ping every 5 minutes while calls are in flight and every 2 hours without, unless its
+// policy (WithKeepalivePolicy) allows more; a client that pings more often is sent
+// GOAWAY saying "too many pings", and then pings half as often, with a log line.
 func WithKeepalive(interval, timeout time.Duration) DialOption {
 	return dialOption(func(o *dialOptions) { o.keepaliveTime, o.keepaliveTimeout, o.keepaliveSet = interval, timeout, true })
 }
@@ -239,4 +247,36 @@ func WithHealthCheck(service string) DialOption {
 // name resolution (the client keeps its addresses) and a change of addresses.
 func WithClientLogger(l *slog.Logger) DialOption {
 	return dialOption(func(o *dialOptions) { o.logger = l })
+}
+
+// WithLanes pins the number of connections (lanes) a client keeps to each endpoint; calls
+// and streams are spread over them round robin. Without it a client starts with one and
+// opens another while its calls in flight pass two per lane, up to GOMAXPROCS lanes: on
+// many cores one connection's reader and socket are the queue every call waits in. Each
+// lane is a connection to the server's limits (MaxConnsPerHost) and counters; balancing,
+// health checks, keepalive and GOAWAY stay per endpoint. n below 1 means adaptive.
+func WithLanes(n int) DialOption {
+	return dialOption(func(o *dialOptions) { o.lanes = max(n, 0) })
+}
+
+// WithLentResponses makes the []byte response of a method on []byte both ways the
+// client's registered memory itself, lent to the caller, instead of a copy: no allocation
+// and no copy per call, whatever the size. Each lent response must be given back with
+// Client.Release once the caller is done with it, and neither it nor a slice of it used
+// afterwards. Until then it holds memory of the client's connection: the buffer a large
+// response was read into, or a receive slot (copied out by the transport while its
+// receive queue is crowded), so keep it briefly. An empty response lends nothing.
+// Without this option (the default) every response is the caller's own copy.
+func WithLentResponses() DialOption {
+	return dialOption(func(o *dialOptions) { o.lendResponses = true })
+}
+
+// WithKeepalivePolicy sets a server's keepalive policy, with gRPC's semantics and
+// defaults (keepalive.ServerParameters' MaxConnectionAge and MaxConnectionAgeGrace,
+// keepalive.EnforcementPolicy's MinTime and PermitWithoutStream): see
+// transport.ServerKeepalive. A client that pings more often than it allows is sent
+// GOAWAY saying "too many pings" and its connection is closed. It overrides the Keepalive
+// of WithTransport.
+func WithKeepalivePolicy(p transport.ServerKeepalive) ServerOption {
+	return serverOption(func(o *serverOptions) { o.keepalive = &p })
 }

@@ -144,6 +144,11 @@ func parseTarget(target string, o *dialOptions) (r Resolver, static []string, pe
 		return nil, nil, "", fmt.Errorf("target %q names no host: want %s:///host:port", target, scheme)
 	}
 	switch scheme {
+	case "shm": // the same host's shm fabric: shm:///path/to.sock
+		if authority != "" || name == "" {
+			return nil, nil, "", fmt.Errorf("target %q: want shm:///path/to.sock (an absolute socket path, no host)", target)
+		}
+		return nil, []string{target}, target, nil
 	case "static":
 		if authority != "" {
 			return nil, nil, "", fmt.Errorf("target %q: a static target has no authority (want static:///host:port,...)", target)
@@ -169,7 +174,7 @@ func parseTarget(target string, o *dialOptions) (r Resolver, static []string, pe
 		}
 		return r, nil, name, nil
 	}
-	return nil, nil, "", fmt.Errorf("target %q: unknown scheme %q (want dns, static, or host:port,...)", target, scheme)
+	return nil, nil, "", fmt.Errorf("target %q: unknown scheme %q (want dns, static, shm, or host:port,...)", target, scheme)
 }
 
 // parseList reads list, a comma-separated list of host:port, of target.
@@ -403,6 +408,7 @@ func (c *Client) dropLeaving(ep *endpoint) bool {
 func (c *Client) newEndpoint(addr string) *endpoint {
 	ep := &endpoint{addr: addr}
 	ep.ctx, ep.cancel = context.WithCancel(c.ctx)
+	ep.lanes.init(c.opts.lanes)
 	return ep
 }
 

@@ -132,6 +132,18 @@ type env struct {
 // test's cleanup); nil leaves them on the default soft TCP devices.
 var withDevices func(t testing.TB) ([]rpc.ServerOption, []rpc.DialOption)
 
+// listen, by default TCP on loopback, makes the listener start's server serves (at addr
+// again, if not "": a restarted server). TestSHM replaces it and target.
+var listen = func(addr string) (net.Listener, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	return net.Listen("tcp", addr)
+}
+
+// target is the target a client dials to reach ln.
+var target = func(ln net.Listener) string { return ln.Addr().String() }
+
 // deviceServerOpts returns sopts after the server-side device option, if any.
 func deviceServerOpts(t testing.TB, sopts ...rpc.ServerOption) []rpc.ServerOption {
 	if withDevices == nil {
@@ -152,11 +164,11 @@ func start(t testing.TB, sopts []rpc.ServerOption, copts ...rpc.DialOption) *env
 	e.srv = rpc.NewServer(sopts...)
 	e.srv.RegisterService(&svcDesc, e.impl)
 	e.srv.RegisterService(&streamsDesc, e.streams)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listen("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.addr = ln.Addr().String()
+	e.addr = target(ln)
 	served := make(chan error, 1)
 	go func() { served <- e.srv.Serve(ln) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -327,7 +339,7 @@ func TestServerRestart(t *testing.T) {
 	// A new server on the same address.
 	srv2 := rpc.NewServer(deviceServerOpts(t)...)
 	srv2.RegisterService(&svcDesc, e.impl)
-	ln, err := net.Listen("tcp", e.addr)
+	ln, err := listen(e.addr)
 	if err != nil {
 		t.Fatal(err)
 	}

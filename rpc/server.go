@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs"
+	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
@@ -31,6 +33,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	methods   map[string]*method
+	services  []*ServiceDesc // as registered (ServiceInfo)
 	tr        *transport.Transport
 	ownDev    verbs.Device // opened by the server, closed by Stop
 	listeners map[net.Listener]struct{}
@@ -127,6 +130,7 @@ func (s *Server) RegisterService(sd *ServiceDesc, impl any) {
 				sd.ServiceName, m.impl))
 		}
 	}
+	s.services = append(s.services, sd)
 	for i := range sd.Methods {
 		md := &sd.Methods[i]
 		full := "/" + sd.ServiceName + "/" + md.MethodName
@@ -187,9 +191,17 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// ListenAndServe listens on the TCP address and serves it.
+// ListenAndServe listens on address and serves it: a TCP "host:port", or
+// "shm:///path/to.sock" for clients on the same host (the shm fabric: a Unix socket at
+// that path, which must not exist, and shared-memory rings; removed when the server stops).
 func (s *Server) ListenAndServe(address string) error {
-	ln, err := net.Listen("tcp", address)
+	var ln net.Listener
+	var err error
+	if path, ok := shm.ParseTarget(address); ok {
+		ln, err = shm.Listen(path, shm.Config{})
+	} else {
+		ln, err = net.Listen("tcp", address)
+	}
 	if err != nil {
 		return err
 	}
@@ -220,6 +232,9 @@ func (s *Server) transport() (*transport.Transport, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = s.opts.logger
 	}
+	if s.opts.keepalive != nil {
+		cfg.Keepalive = *s.opts.keepalive
+	}
 	tr, err := transport.New(dev, transportHandler{s}, cfg)
 	if err != nil {
 		if s.ownDev != nil {
@@ -242,14 +257,21 @@ func (s *Server) Stop() {
 }
 
 // GracefulStop stops accepting connections, tells every client to send no new calls
-// (GOAWAY), waits for the calls in flight to complete, then stops.
+// (GOAWAY), waits for the calls in flight to complete and for the clients to close their
+// connections once they have their responses (5 s at most), then stops.
 func (s *Server) GracefulStop() {
 	s.stop(func(tr *transport.Transport) {
 		// A live peer that returns no credits must not hold GOAWAY up forever.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		tr.GoAway(ctx)
-		cancel()
 		_ = tr.WaitIdle(context.Background())
+		// A handler that returned has queued its response, which may still be on its way:
+		// closing now would flush it. A client closes a connection that was sent GOAWAY
+		// once its calls on it have their answers.
+		for tr.Stats().Conns > 0 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
 	})
 }
 
@@ -292,6 +314,7 @@ type serverStream struct {
 	values  context.Context // inner with the telemetry's span, or nil
 	w       *transport.ResponseWriter
 	method  *method
+	req     []byte // the request message, envelope and body (whose memory writeBytes may reuse)
 	body    []byte
 	md      []byte
 	nmd     int
@@ -430,7 +453,7 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 	if st.derived.Load() {
 		return // a derived context may still call into it: not reused
 	}
-	st.inner, st.values, st.method, st.body, st.md, st.inMD, st.trailer, st.w = nil, nil, nil, nil, nil, nil, nil, nil
+	st.inner, st.values, st.method, st.req, st.body, st.md, st.inMD, st.trailer, st.w = nil, nil, nil, nil, nil, nil, nil, nil, nil
 	st.tel, st.carrier, st.errMsg = callSpan{}, mdExtractor{}, ""
 	streamPool.Put(st)
 }
@@ -438,7 +461,7 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 // begin readies st for the call r makes to m: its context (bounded by the caller's
 // deadline; the returned cancel, if not nil, ends that bound) and the telemetry's span.
 func (s *Server) begin(st *serverStream, ctx context.Context, r *request, m *method, w *transport.ResponseWriter) (cancel context.CancelFunc) {
-	st.inner, st.method, st.body, st.md, st.nmd, st.w = ctx, m, r.body, r.md, r.nmd, w
+	st.inner, st.method, st.req, st.body, st.md, st.nmd, st.w = ctx, m, r.whole, r.body, r.md, r.nmd, w
 	if r.deadline != 0 {
 		st.inner, cancel = context.WithDeadline(ctx, time.Unix(0, r.deadline))
 	}
@@ -499,7 +522,7 @@ func (s *Server) invokeBytes(st *serverStream, m *method, bh func(any, context.C
 // send slot or, when large, into registered memory.
 func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body []byte) {
 	env := appendResponse(st.scratch[:0], st.trailer, "")
-	if len(body) <= 16<<10 {
+	if len(env)+len(body) <= w.EagerLimit() { // goes inside the SEND: a send slot copy anyway
 		probe.Mark(probe.CopyResp)
 		out := append(env, body...)
 		probe.Mark(probe.CopyRespDone)
@@ -509,6 +532,16 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 		return
 	}
 	st.scratch = env[:0]
+	if off, ok := inRequest(w, st.req, body); ok && off >= len(env) {
+		// A body in the request's own memory (an echo, a transform in place) leaves from
+		// there: the envelope is written in front of it, over the request's own, which
+		// nothing reads any more.
+		out := st.req[off-len(env) : off+len(body)]
+		copy(out, env)
+		st.code, st.respLen = OK, len(out)
+		_ = w.Write(uint16(OK), out)
+		return
+	}
 	buf, err := w.Buffer(len(env) + len(body))
 	if err != nil {
 		s.writeError(w, st, ResourceExhausted, err.Error())
@@ -522,12 +555,25 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 	_ = w.Write(uint16(OK), buf)
 }
 
+// inRequest reports where body lies in req, the request message, when req is memory of
+// its own that the transport can send a response from (a windowed request).
+func inRequest(w *transport.ResponseWriter, req, body []byte) (int, bool) {
+	if !w.RequestWindowed() || len(body) == 0 || len(req) == 0 {
+		return 0, false
+	}
+	start, at := uintptr(unsafe.Pointer(unsafe.SliceData(req))), uintptr(unsafe.Pointer(unsafe.SliceData(body)))
+	if at < start || at-start > uintptr(len(req)) || uintptr(len(body)) > uintptr(len(req))-(at-start) {
+		return 0, false
+	}
+	return int(at - start), true
+}
+
 // writeResponse encodes resp behind the envelope. A response expected to be large is
 // encoded straight into registered memory, so it leaves without a copy.
 func (s *Server) writeResponse(w *transport.ResponseWriter, st *serverStream, m *method, resp any) {
 	hint := int(m.respHint.Load())
 	var buf []byte
-	if hint > 16<<10 {
+	if hint > w.EagerLimit() { // it will go through a window: no copy if built in place
 		if b, err := w.Buffer(hint); err == nil {
 			buf = b[:0]
 		}

@@ -376,7 +376,15 @@ func (cs *ClientStream) recv() ([]byte, error) {
 		cs.trailer = decodeMD(r.md, r.nmd)
 		cs.mu.Unlock()
 		if code != OK {
-			err = &Status{Code: code, Message: string(r.msg)}
+			st := &Status{Code: code, Message: string(r.msg)}
+			// As for a unary call: the server can see our deadline (or cancel) before our
+			// own context says so, the same event, so the status matches the context too.
+			if dl, ok := cs.ctx.Deadline(); code == DeadlineExceeded && ok && !time.Now().Before(dl) {
+				st.cause = context.DeadlineExceeded
+			} else if code == Canceled && cs.ctx.Err() != nil {
+				st.cause = cs.ctx.Err()
+			}
+			err = st
 		} else if len(r.body) > 0 {
 			cs.reply = bytes.Clone(r.body) // the stream's memory goes back now
 		}
@@ -446,6 +454,7 @@ type ServerStream struct {
 	nsent   int
 	nrecv   int
 	lent    []*pool.Buf // Buffer's, not sent yet: released when the handler returns
+	sendErr error       // the first failed send's status (Cause); the handler's goroutine's
 }
 
 // Buffer returns n bytes of registered memory to build a []byte message in: sent from
@@ -506,7 +515,7 @@ func (ss *ServerStream) SendMsg(v any) error {
 	if p, ok := v.([]byte); ok && len(ss.lent) > 0 {
 		if b := ss.takeLent(p); b != nil {
 			if err := ss.ts.SendBuf(ss.ctx, b); err != nil {
-				return streamErr(ss.ctx, err)
+				return ss.failed(streamErr(ss.ctx, err))
 			}
 			ss.nsent++
 			msgEvent(ss.st.tel.span, true, ss.nsent, len(p))
@@ -515,11 +524,19 @@ func (ss *ServerStream) SendMsg(v any) error {
 	}
 	n, err := sendMsg(ss.ctx, ss.ts, ss.tr, ss.cod, &ss.scratch, v)
 	if err != nil {
-		return streamErr(ss.ctx, err)
+		return ss.failed(streamErr(ss.ctx, err))
 	}
 	ss.nsent++
 	msgEvent(ss.st.tel.span, true, ss.nsent, n)
 	return nil
+}
+
+// failed records the first failed send, for Cause, and returns err.
+func (ss *ServerStream) failed(err error) error {
+	if ss.sendErr == nil {
+		ss.sendErr = err
+	}
+	return err
 }
 
 // SendBytes sends p as it is (a []byte message).

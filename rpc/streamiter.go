@@ -17,9 +17,35 @@ import (
 // A stream's receiver ranges over it; its sender returns (or passes) an iterator that
 // yields what to send. Flow control is the range loop's pace: a sender's yield blocks
 // while the receiver's window is full, and returns false once the stream is over (the
-// caller canceled or went away), when the producer must return. An error ends the stream:
+// caller canceled or went away), when the producer must return (Cause says why). An error ends the stream:
 // a producer yields (zero, err) to end it with err's status; a receiver sees (zero, err)
 // when the stream failed, and then no more.
+
+// Slice returns an iterator that yields the elements of s in order, with no error: a
+// stream to send made from what is already at hand.
+func Slice[T any](s []T) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		for _, v := range s {
+			if !yield(v, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Cause says why a streaming handler's stream ended, for a producer whose yield returned
+// false: given the handler's context (or one derived from it), it returns the status of
+// the send that failed (Canceled when the caller canceled or broke out of its loop,
+// DeadlineExceeded, Unavailable when the connection failed, ResourceExhausted for a
+// message over the size limit, ...), which ctx.Err() alone does not always tell. Before
+// any send failed, and for other contexts, it returns context.Cause(ctx): nil while ctx
+// lives. Call it from the goroutine that sends (the handler's or the producer's).
+func Cause(ctx context.Context) error {
+	if st, ok := ctx.Value(streamKey{}).(*serverStream); ok && st.ss != nil && st.ss.sendErr != nil {
+		return st.ss.sendErr
+	}
+	return context.Cause(ctx)
+}
 
 // MessageReceiver is what RecvAll and the Recv functions read from: a ClientStream or a
 // ServerStream.
@@ -103,8 +129,9 @@ func streamInvoker(cc Invoker) (StreamInvoker, error) {
 
 // ServerStreamCall calls a server-streaming method: req goes with the open, and the
 // iterator yields the server's messages, each received by recv. The call starts when the
-// iteration does; breaking out of the loop cancels it.
-func ServerStreamCall[T any](ctx context.Context, cc Invoker, method string, req any, recv func(MessageReceiver) (T, error)) iter.Seq2[T, error] {
+// iteration does; breaking out of the loop cancels it. opts apply to the stream's open
+// (WaitForReady) and its end (Header, Trailer).
+func ServerStreamCall[T any](ctx context.Context, cc Invoker, method string, req any, recv func(MessageReceiver) (T, error), opts ...CallOption) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		var zero T
 		si, err := streamInvoker(cc)
@@ -112,7 +139,7 @@ func ServerStreamCall[T any](ctx context.Context, cc Invoker, method string, req
 			yield(zero, err)
 			return
 		}
-		cs, err := si.NewStream(ctx, method, req)
+		cs, err := si.NewStream(ctx, method, req, opts...)
 		if err != nil {
 			yield(zero, err)
 			return
@@ -129,13 +156,13 @@ func ServerStreamCall[T any](ctx context.Context, cc Invoker, method string, req
 // ClientStreamCall calls a client-streaming method: it sends what in yields, then
 // decodes the server's reply into reply. An error in yields cancels the call, and
 // ClientStreamCall returns it; a server that answers before in is exhausted ends the
-// sending, and its answer is returned.
-func ClientStreamCall[T any](ctx context.Context, cc Invoker, method string, in iter.Seq2[T, error], reply any) error {
+// sending, and its answer is returned. opts apply as in ServerStreamCall.
+func ClientStreamCall[T any](ctx context.Context, cc Invoker, method string, in iter.Seq2[T, error], reply any, opts ...CallOption) error {
 	si, err := streamInvoker(cc)
 	if err != nil {
 		return err
 	}
-	cs, err := si.NewStream(ctx, method, nil)
+	cs, err := si.NewStream(ctx, method, nil, opts...)
 	if err != nil {
 		return err
 	}
@@ -166,8 +193,9 @@ func ClientStreamCall[T any](ctx context.Context, cc Invoker, method string, in 
 // goroutine of its own while the returned iterator yields the server's messages, each
 // received by recv. The call starts when the iteration does, and breaking out of the loop
 // cancels it; in is then asked for no more values after the one it is producing. An error
-// in yields cancels the call and is what the iterator yields last.
-func BidiStreamCall[T, R any](ctx context.Context, cc Invoker, method string, in iter.Seq2[T, error], recv func(MessageReceiver) (R, error)) iter.Seq2[R, error] {
+// in yields cancels the call and is what the iterator yields last. opts apply as in
+// ServerStreamCall.
+func BidiStreamCall[T, R any](ctx context.Context, cc Invoker, method string, in iter.Seq2[T, error], recv func(MessageReceiver) (R, error), opts ...CallOption) iter.Seq2[R, error] {
 	return func(yield func(R, error) bool) {
 		var zero R
 		si, err := streamInvoker(cc)
@@ -175,7 +203,7 @@ func BidiStreamCall[T, R any](ctx context.Context, cc Invoker, method string, in
 			yield(zero, err)
 			return
 		}
-		cs, err := si.NewStream(ctx, method, nil)
+		cs, err := si.NewStream(ctx, method, nil, opts...)
 		if err != nil {
 			yield(zero, err)
 			return

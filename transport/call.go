@@ -3,15 +3,14 @@ package transport
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 )
 
-// call is a client call in flight. It is pooled: its Response is returned to the caller
-// and the call goes back to the pool on Response.Release.
+// call is a client call in flight. It is recycled: its Response is returned to the
+// caller and the call goes back to its connection's spares (callTable) on Release.
 type call struct {
 	id   uint64
 	done chan struct{}
@@ -19,8 +18,6 @@ type call struct {
 	resp Response
 	st   *Stream // a stream's call: its response and failure go to the stream
 }
-
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func (cl *call) finish(err error) {
 	if cl.st != nil {
@@ -68,7 +65,7 @@ func (r *Response) Release() {
 	}
 	*r = Response{}
 	cl.err = nil
-	callPool.Put(cl)
+	c.recycle(cl)
 }
 
 // Call sends req and waits for the response. A payload above the eager threshold is copied
@@ -121,24 +118,15 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 		probe.MarkN(probe.Call, b2u(large != nil))
 	}
 	c.t.counters.calls.Add(1)
-	cl := callPool.Get().(*call)
-	c.mu.Lock()
-	if c.err != nil {
-		err := c.err
-		c.mu.Unlock()
-		callPool.Put(cl)
+	cl, err := c.register()
+	if err != nil {
 		if large != nil {
 			large.Release()
 		}
 		return nil, err
 	}
-	c.nextID++
-	cl.id = c.nextID
-	c.calls[cl.id] = cl
-	c.mu.Unlock()
 
 	h := wire.Header{Kind: wire.KindRequest, CallID: cl.id}
-	var err error
 	if large != nil {
 		err = c.sendLarge(ctx, &h, large, revoke{}, sendWait)
 	} else {
@@ -146,11 +134,11 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 	}
 	if err != nil {
 		if c.forgetCall(cl) {
-			callPool.Put(cl)
+			c.recycle(cl)
 		} else { // the connection failed and finished the call
 			<-cl.done
 			cl.err = nil
-			callPool.Put(cl)
+			c.recycle(cl)
 		}
 		return nil, err
 	}
@@ -160,7 +148,7 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 		if cl.err != nil {
 			err := cl.err
 			cl.err = nil
-			callPool.Put(cl)
+			c.recycle(cl)
 			return nil, err
 		}
 		return &cl.resp, nil
@@ -172,73 +160,42 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 			cl.resp.Release()
 		} else {
 			cl.err = nil
-			callPool.Put(cl)
+			c.recycle(cl)
 		}
 		return nil, ctx.Err()
 	}
-	callPool.Put(cl)
+	c.recycle(cl)
 	c.queueCtrl(wire.Header{Kind: wire.KindCancel, CallID: cl.id}, revoke{})
 	return nil, ctx.Err()
 }
 
-// forgetCall removes cl from the calls in flight; false means it was already gone (a
-// response or a failure took it and will signal done).
-func (c *Conn) forgetCall(cl *call) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.calls[cl.id] != cl {
-		return false
-	}
-	delete(c.calls, cl.id)
-	return true
-}
-
-// takeCall removes and returns the call a response answers, or nil for a late one.
-func (c *Conn) takeCall(id uint64) *call {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	cl := c.calls[id]
-	if cl != nil {
-		delete(c.calls, id)
-	}
-	return cl
-}
-
 // Ping sends a ping and waits for the pong: a round trip through both sides' pollers.
 func (c *Conn) Ping(ctx context.Context) error {
-	cl := callPool.Get().(*call)
-	c.mu.Lock()
-	if c.err != nil {
-		err := c.err
-		c.mu.Unlock()
-		callPool.Put(cl)
+	cl, err := c.register()
+	if err != nil {
 		return err
 	}
-	c.nextID++
-	cl.id = c.nextID
-	c.calls[cl.id] = cl
-	c.mu.Unlock()
 	h := wire.Header{Kind: wire.KindPing, CallID: cl.id}
 	if _, err := c.send(ctx, &h, nil, nil, revoke{}, sendWait); err != nil {
 		if !c.forgetCall(cl) {
 			<-cl.done
 		}
 		cl.err = nil
-		callPool.Put(cl)
+		c.recycle(cl)
 		return err
 	}
 	select {
 	case <-cl.done:
 	case <-ctx.Done():
 		if c.forgetCall(cl) {
-			callPool.Put(cl)
+			c.recycle(cl)
 			return ctx.Err()
 		}
 		<-cl.done
 	}
-	err := cl.err
+	err = cl.err
 	cl.err = nil
-	callPool.Put(cl)
+	c.recycle(cl)
 	return err
 }
 
@@ -265,7 +222,7 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 	}
 	if slot >= 0 && !c.shared() {
 		c.mu.Lock()
-		c.recv[slot].held = true
+		c.in.slots[slot].held = true
 		c.mu.Unlock()
 	}
 	cl.resp = Response{c: c, cl: cl, status: h.Status, data: payload, slot: slot, buf: buf}

@@ -128,11 +128,13 @@ type Config struct {
 	Lease time.Duration
 	// Pollers is the number of poller goroutines; zero means 1.
 	Pollers int
-	// CQDepth is the size of each poller's completion queue; zero means 65536, or the
-	// device's maximum when that is smaller (Soft-RoCE: 32767). A connection commits as
-	// many entries as it has work requests outstanding at most (about 420 with the
-	// defaults); a dial or accept that would over-commit every poller fails with
-	// ErrCapacity, since an overrun queue loses completions.
+	// CQDepth is the initial size of each poller's completion queue; zero means 65536, or
+	// the device's maximum when that is smaller (Soft-RoCE: 32767). A connection commits
+	// as many entries as it has work requests outstanding at most (324 with the defaults
+	// and shared receives, 420 without); when every queue is committed, the least
+	// committed one grows (ibv_resize_cq: doubling, up to the device's MaxCQE; 4 Mi
+	// entries of 40 bytes on a soft device), and only where none can does a dial or
+	// accept fail with ErrCapacity, since an overrun queue loses completions.
 	CQDepth int
 	// PollMode is how pollers wait; the zero value is PollAdaptive.
 	PollMode PollMode
@@ -186,12 +188,18 @@ type Config struct {
 	// MaxConns bounds the connections the transport holds at once, set up or being set
 	// up, made by Dial or accepted by Serve. Serve turns a connection beyond it away at
 	// once, before any handshake, with a refusal the client reports as ErrRefused; Dial
-	// fails with ErrCapacity. Zero means as many as the pollers' completion queues hold
-	// (Pollers × CQDepth over a connection's share: about 156 per poller at the defaults).
+	// fails with ErrCapacity. Zero means DefaultMaxConns where connections share the
+	// pollers' receive queues (SharedReceives: an idle connection registers no memory)
+	// and the completion queues can grow to hold them (the soft provider's can); else as
+	// many as the pollers' completion queues hold (Pollers × CQDepth over a connection's
+	// share: about 156 per poller at the defaults), since each connection then posts
+	// receives of its own. docs/security.md says how to size it for untrusted networks.
 	MaxConns int
 	// MaxConnsPerHost bounds the connections Serve holds from one peer IP address, so that
 	// no single host takes the whole connection table; beyond it a connection is turned
-	// away like one beyond MaxConns. Zero means a quarter of MaxConns (at least 1).
+	// away like one beyond MaxConns. Zero means a quarter of MaxConns (at least 1): 2,500
+	// at the default MaxConns, so that a sidecar proxy or a NAT that brings many clients
+	// from one address is served.
 	MaxConnsPerHost int
 	// ConnRatePerHost bounds how fast one peer IP address may open connections Serve
 	// takes: a bucket of MaxConnsPerHost connections that refills at this many a second.
@@ -205,6 +213,10 @@ type Config struct {
 	// full forever. Keepalive pings do not count as requests. Zero means
 	// DefaultIdleTimeout; negative means never.
 	IdleTimeout time.Duration
+	// Keepalive is a server's keepalive policy: the most age a connection may reach and
+	// how often a client may ping (see ServerKeepalive). The zero value is gRPC's
+	// defaults. Serve applies it to the connections it accepts.
+	Keepalive ServerKeepalive
 	// PeerTimeout is how long a silent peer host has before its connections fail with
 	// ErrUnavailable: TCP keepalive on the bootstrap connection, which each side keeps
 	// open (unless it is the QP's wire) and watches, so that a peer process that exits or
@@ -241,6 +253,11 @@ const (
 	DefaultPeerTimeout    = 15 * time.Second
 	DefaultCreditTimeout  = 10 * time.Second
 	DefaultIdleTimeout    = 5 * time.Minute
+	// DefaultMaxConns: what a server holds by default where connections share receive
+	// queues, as gRPC-Go and Kitex servers hold tens of thousands. An idle connection
+	// costs about 43 KiB of Go heap a side and 13 KiB of completion queue on the server
+	// (TestTenThousandConns).
+	DefaultMaxConns = 10000
 	// DefaultConnRatePerHost: a reconnecting client needs a few a second; a setup and
 	// teardown take about 0.45 ms of both sides together (BenchmarkConnSetup, 2 cores),
 	// so one host's churn at this rate takes under 5% of a core.
@@ -314,6 +331,9 @@ func (c Config) withDefaults(dev verbs.DeviceAttr) (Config, error) {
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.Keepalive.MinPingInterval == 0 {
+		c.Keepalive.MinPingInterval = DefaultMinPingInterval
 	}
 	if c.CreditTimeout == 0 {
 		c.CreditTimeout = DefaultCreditTimeout

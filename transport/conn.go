@@ -30,58 +30,52 @@ func wrid(kind uint64, conn uint32, idx int) uint64 {
 	return kind<<56 | uint64(conn&0xffffff)<<32 | uint64(uint32(idx))
 }
 
-// Conn is one connection: a queue pair and its receive slots, send slots and windows. Its
-// methods are safe for concurrent use. Its parts live in files of their own, each saying
-// who owns what and for how long: the credit gate and the control queue (credits.go),
-// receive slots (receive.go), the window ring and READs (windows.go), the call table
-// (call.go), serving requests (server.go), and the poller that reaps completions and
-// dispatches them (poller.go). This file has its setup, failure and teardown.
+// Conn is one connection: a queue pair and the roles that share it. Its methods are safe
+// for concurrent use. Each role is a type in a file of its own whose doc comment says what
+// it owns, for how long, and under which lock:
+//
+//   - out, the send queue and its credits (sendqueue.go, credits.go): send slots, the
+//     peer's receive slots we may use, and what waits for either;
+//   - in, the receive side (receive.go): receive slots and the message parser's scratch;
+//   - win, the window ring (windows.go): our windows exposing large messages;
+//   - rd, the READ slots (reads.go): fetching the peer's large messages;
+//   - calls, the call table (calltable.go): this side's calls in flight;
+//   - serving, the server-call table (servercalls.go): the peer's calls being served;
+//   - changed, the change signal (signal.go) that wakes who waits on any of them.
+//
+// The poller (poller.go) reaps completions and hands them to the roles; this file has the
+// connection's setup, failure and teardown. One mutex, mu, guards the roles' shared state:
+// a call takes it a few times, briefly, and never across a post or a wait.
 type Conn struct {
 	t       *Transport
 	p       *poller
 	id      uint32
 	qp      verbs.QP
-	ws      *pool.Windows
 	eager   int    // largest payload sent inside a SEND
 	maxSend int    // largest payload sent at all
 	maxRecv uint32 // largest payload accepted
-	credits int    // the peer's receive slots for counted messages
 	peer    Peer   // set before the connection is published
 
-	recv  []recvSlot  // nil with shared receives (poller.shared)
-	sends []*sendSlot // nil until first used
-	reads []*readOp   // owned by the poller, but for freeReads; nil until first used
-	rxHdr wire.Header // the poller's scratch
+	mu      sync.Mutex
+	out     sendQueue
+	in      receiveSide
+	win     windowRing
+	rd      readSlots
+	calls   callTable
+	serving serverCalls
+	changed changeSignal
+	err     error                 // mu; set once: the connection failed or was closed
+	failed  atomic.Pointer[error] // err once set, for failure without mu (every call asks)
+	torn    bool                  // mu; resources released; holders release their own
 
-	mu         sync.Mutex
-	err        error // set once: the connection failed or was closed
-	torn       bool  // resources released; holders release their own
-	avail      int   // credits we may still use
-	ctrlAvail  int   // control credits: releases we may still send
-	freeSends  []int
-	freeReads  []int
-	unposted   []int // READs that came before RTS (startRead)
-	waiters    int
-	wake       chan struct{} // closed to wake waiters (credits, slots, windows, failure)
-	pendingInv []pendingInv  // peer windows to revoke with our next SEND
-	ctrl       []ctrlMsg     // counted messages the poller could not send yet
-	calls      map[uint64]*call
-	nextID     uint64
-	serving    map[uint64]*serverCall
-	instreams  map[uint64]*Stream   // streams the peer opened, from their request's header until their handler is done
-	reclaims   map[int]*pool.Window // LOCAL_INVs in flight, by window index
-	dirty      bool                 // queued with the poller for flushing
-	stalled    bool                 // a release found no control credit or send slot
-
-	owed     atomic.Int32 // receive slots reposted and not yet announced
-	owedCtrl atomic.Int32 // control slots reposted and not yet announced
-	ready    atomic.Bool  // the QP reached RTS: sends may be posted
-	readyCh  chan struct{}
-	tornCh   chan struct{}
-	boot     net.Conn // the bootstrap stream, watched (nil where it is the QP's wire)
-	cqe      int      // completions committed of the poller's CQ (Transport.mu)
-	goAway   sync.Once
-	awayCh   chan struct{} // closed when the peer sent GOAWAY
+	ready   atomic.Bool // the QP reached RTS: sends may be posted
+	readyCh chan struct{}
+	tornCh  chan struct{}
+	boot    net.Conn // the bootstrap stream, watched (nil where it is the QP's wire)
+	cqe     int      // completions committed of the poller's CQ (Transport.mu)
+	goAway  sync.Once
+	awayCh  chan struct{} // closed when the peer sent GOAWAY
+	awayErr error         // why, set before awayCh closes (GoAwayErr)
 
 	// Admission: from when it is published (admitted, Transport.mu) until teardown the
 	// connection counts against MaxConns, and against its host's limits when Serve
@@ -91,6 +85,7 @@ type Conn struct {
 	accepted bool
 	requests atomic.Uint64 // requests dispatched: what IdleTimeout watches
 	idle     idleWatch     // the poller's
+	pings    pingWatch     // the keepalive policy's (Config.Keepalive)
 }
 
 // idleWatch is the poller's view of a connection's idleness (IdleTimeout).
@@ -111,15 +106,16 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		eager:   min(cfg.EagerThreshold, int(peer.SlotSize)-wire.HeaderLen),
 		maxSend: min(cfg.MaxMessage, int(peer.MaxMessage)),
 		maxRecv: uint32(cfg.MaxMessage),
-		credits: grantedCredits(cfg, peer),
-		avail:   grantedCredits(cfg, peer),
-
-		ctrlAvail: recvCtrlSlots,
-		calls:     make(map[uint64]*call),
-		serving:   make(map[uint64]*serverCall),
-		readyCh:   make(chan struct{}),
-		tornCh:    make(chan struct{}),
-		awayCh:    make(chan struct{}),
+		out: sendQueue{
+			credits:   grantedCredits(cfg, peer),
+			avail:     grantedCredits(cfg, peer),
+			ctrlAvail: recvCtrlSlots,
+		},
+		calls:   callTable{byID: make(map[uint64]*call)},
+		serving: serverCalls{calls: make(map[uint64]*serverCall)},
+		readyCh: make(chan struct{}),
+		tornCh:  make(chan struct{}),
+		awayCh:  make(chan struct{}),
 	}
 	nsend, nread, sendWR, recvWR := queueSizes(cfg, peer)
 	var err error
@@ -128,12 +124,12 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: create QP: %w", err)
 	}
-	if c.ws, err = pool.NewWindows(t.pd, c.qp, cfg.Windows); err != nil {
+	if c.win.ws, err = pool.NewWindows(t.pd, c.qp, cfg.Windows); err != nil {
 		c.abort()
 		return nil, fmt.Errorf("transport: %w", err)
 	}
 	if !c.shared() {
-		c.recv = make([]recvSlot, cfg.Credits+recvCtrlSlots)
+		c.in.slots = make([]recvSlot, cfg.Credits+recvCtrlSlots)
 	} else if n, ok := c.qp.(verbs.ErrorNotifier); ok {
 		// No receives of its own flush when the QP fails: the provider says so instead (a
 		// peer gone while nothing was in flight; poller.reap's check is the fallback).
@@ -146,19 +142,19 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	// Send slots and READ slots are made (and a send slot's registered buffer taken) on
 	// their first use: an idle connection holds none, a busy one as many as it has had in
 	// flight at once.
-	c.sends = make([]*sendSlot, nsend)
-	c.reads = make([]*readOp, nread)
-	for i := range c.recv {
-		if c.recv[i].buf, err = t.pool.TryGet(cfg.SlotSize); err != nil {
+	c.out.slots = make([]*sendSlot, nsend)
+	c.rd.ops = make([]*readOp, nread)
+	for i := range c.in.slots {
+		if c.in.slots[i].buf, err = t.pool.TryGet(cfg.SlotSize); err != nil {
 			c.abort()
 			return nil, fmt.Errorf("transport: receive slots: %w", err)
 		}
 	}
-	for i := range c.sends {
-		c.freeSends = append(c.freeSends, i)
+	for i := range c.out.slots {
+		c.out.free = append(c.out.free, i)
 	}
-	for i := range c.reads {
-		c.freeReads = append(c.freeReads, i)
+	for i := range c.rd.ops {
+		c.rd.free = append(c.rd.free, i)
 	}
 	return c, nil
 }
@@ -184,7 +180,7 @@ func (c *Conn) connect(ctx context.Context, nc net.Conn) error {
 	if err := c.qp.Modify(verbs.QPAttr{State: verbs.QPStateInit, Access: params.Access}); err != nil {
 		return fmt.Errorf("transport: %w", err)
 	}
-	for i := range c.recv {
+	for i := range c.in.slots {
 		if err := c.postRecv(i); err != nil {
 			return err
 		}
@@ -223,10 +219,13 @@ func (c *Conn) waitReady(ctx context.Context) error {
 	}
 }
 
+// failure returns why the connection failed, or nil. It takes no lock: every call and
+// every pick of a lane asks, and c.mu is the connection's busiest.
 func (c *Conn) failure() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+	if p := c.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // fail marks the connection failed: calls in flight fail with ErrUnavailable, handlers'
@@ -248,22 +247,11 @@ func (c *Conn) fail(cause error) {
 	} else {
 		c.err = fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	}
-	calls := c.calls
-	c.calls = make(map[uint64]*call)
-	type use struct {
-		ctx *callCtx
-		gen uint64
-	}
-	serving := make([]use, 0, len(c.serving))
-	for _, sc := range c.serving {
-		serving = append(serving, use{sc.ctx, sc.ctx.generation()})
-	}
-	instreams := make([]*Stream, 0, len(c.instreams))
-	for _, st := range c.instreams {
-		instreams = append(instreams, st)
-	}
-	c.wakeLocked()
 	err := c.err
+	c.failed.Store(&err)
+	calls := c.calls.drainLocked()
+	serving, instreams := c.serving.snapshotLocked()
+	c.wakeLocked()
 	c.mu.Unlock()
 	switch {
 	case errors.Is(cause, ErrProtocol):
@@ -314,7 +302,7 @@ var errIdle = errors.New("idle past Config.IdleTimeout (GOAWAY sent, and the pee
 func (c *Conn) checkIdle(now time.Time, limit time.Duration) {
 	n := c.requests.Load()
 	c.mu.Lock()
-	busy, dead := len(c.serving) > 0, c.err != nil
+	busy, dead := len(c.serving.calls) > 0, c.err != nil
 	c.mu.Unlock()
 	w := &c.idle
 	if dead {
@@ -357,7 +345,7 @@ func (c *Conn) GoAway(ctx context.Context) error {
 func (c *Conn) InFlight() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.calls)
+	return len(c.calls.byID)
 }
 
 // GoingAway is closed when the peer sent GOAWAY.
@@ -397,33 +385,33 @@ func (c *Conn) teardown() {
 // releaseAll releases what the connection owns. The QP is destroyed (or never connected).
 func (c *Conn) releaseAll() {
 	c.mu.Lock() // with torn set under the same hold, a failed sendLarge leaves buffers to us
-	if c.ws != nil {
-		for _, w := range c.ws.Expired(time.Now(), 0, nil) {
+	if c.win.ws != nil {
+		for _, w := range c.win.ws.Expired(time.Now(), 0, nil) {
 			if b := w.Binding().Buf; b != nil {
 				b.Release()
 			}
 		}
-		for _, w := range c.reclaims {
+		for _, w := range c.win.reclaims {
 			if b := w.Binding().Buf; b != nil && w.State() == pool.WindowInvalidating {
 				b.Release()
 			}
 		}
-		_ = c.ws.Close() // reports the windows just released as bound; they are gone now
+		_ = c.win.ws.Close() // reports the windows just released as bound; they are gone now
 	}
 	c.torn = true
-	for i := range c.recv {
-		if s := &c.recv[i]; s.buf != nil && !s.held && !s.posting {
+	for i := range c.in.slots {
+		if s := &c.in.slots[i]; s.buf != nil && !s.held && !s.posting {
 			s.buf.Release()
 			s.buf = nil
 		}
 	}
-	for _, s := range c.sends {
+	for _, s := range c.out.slots {
 		if s != nil && s.buf != nil && !s.filling {
 			s.buf.Release()
 			s.buf = nil
 		}
 	}
-	for _, r := range c.reads {
+	for _, r := range c.rd.ops {
 		if r != nil && r.live {
 			r.buf.Release()
 			r.buf, r.live = nil, false

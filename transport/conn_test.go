@@ -111,25 +111,28 @@ func TestLeaseReclaim(t *testing.T) {
 	for _, fb := range fabrics {
 		t.Run(fb.name, func(t *testing.T) {
 			const lease = 400 * time.Millisecond
-			e := newEnv(t, fb, echo, Config{Lease: lease})
+			// A small request, so that the response comes through the server's window
+			// (a large one's would be written into the request's window on TCP).
+			big := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) { _ = w.Write(StatusOK, payload(256<<10, 5)) })
+			e := newEnv(t, fb, big, Config{Lease: lease})
 			// The caller sits on its revocation past half the lease.
 			hold := func(c *Conn) { time.Sleep(lease) }
 			e.client.testHookBeforeRelease.Store(&hold)
-			r, err := e.conn.Call(context.Background(), payload(256<<10, 5))
+			r, err := e.conn.Call(context.Background(), []byte("get"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			r.Release()
 			sc := e.serverConn(t)
 			deadline := time.Now().Add(5 * time.Second)
-			for sc.ws.Stats().LocalInvalidations == 0 {
+			for sc.win.ws.Stats().LocalInvalidations == 0 {
 				if time.Now().After(deadline) {
-					t.Fatalf("window not reclaimed: %+v", sc.ws.Stats())
+					t.Fatalf("window not reclaimed: %+v", sc.win.ws.Stats())
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
 			e.client.testHookBeforeRelease.Store(nil)
-			st := sc.ws.Stats()
+			st := sc.win.ws.Stats()
 			if st.Reclaims != 1 || st.RemoteInvalidations != 0 {
 				t.Fatalf("window stats %+v: want one reclaim and no remote invalidation", st)
 			}
@@ -291,7 +294,7 @@ func TestReleasesWaitForReposts(t *testing.T) {
 // teardown then closes its own, failing the server's side).
 func TestBootstrapLiveness(t *testing.T) {
 	for _, fb := range fabrics {
-		if fb.name == "tcp" {
+		if fb.name == "tcp" || fb.name == "shm" {
 			continue // the stream is the QP's wire: its end errors the QP (TestDeadPeer)
 		}
 		t.Run(fb.name, func(t *testing.T) {
@@ -331,10 +334,58 @@ func TestBootstrapLiveness(t *testing.T) {
 	}
 }
 
+// TestCQGrows: when every poller's completion queue is committed, the least committed one
+// grows (verbs.CQResizer) rather than turning the connection away, and calls on every
+// connection work; a default transport with shared receives holds DefaultMaxConns.
+func TestCQGrows(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			_, _, sendWR, recvWR := queueSizes(&Config{Credits: DefaultCredits, Windows: DefaultWindows}, wire.Hello{Credits: DefaultCredits})
+			depth := 2*(sendWR+recvWR) + 10 // two connections, then the queue must grow
+			e := newEnv(t, fb, echo, Config{CQDepth: depth, SharedReceives: -1, MaxConns: 16, MaxConnsPerHost: 16})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			conns := []*Conn{e.conn}
+			for len(conns) < 5 {
+				c, err := e.client.Dial(ctx, e.addr)
+				if err != nil {
+					t.Fatalf("connection %d: %v", len(conns), err)
+				}
+				conns = append(conns, c)
+			}
+			if got := e.client.pollers[0].cq.Cap(); got < 5*(sendWR+recvWR) {
+				t.Errorf("the client's CQ holds %d entries for 5 connections of %d each", got, sendWR+recvWR)
+			}
+			for i, c := range conns {
+				resp, err := c.Call(ctx, []byte("grown"))
+				if err != nil || string(resp.Bytes()) != "grown" {
+					t.Fatalf("connection %d: %q, %v", i, resp.Bytes(), err)
+				}
+				resp.Release()
+				if i > 0 {
+					c.Close()
+				}
+			}
+		})
+	}
+	dev, _ := soft.OpenTCP("defaults")
+	defer dev.Close()
+	tr, err := New(dev, nil, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if tr.cfg.MaxConns != DefaultMaxConns || tr.cfg.MaxConnsPerHost < 1000 {
+		t.Errorf("a default transport on the soft TCP fabric holds %d connections, %d from one host; want %d and at least 1,000",
+			tr.cfg.MaxConns, tr.cfg.MaxConnsPerHost, DefaultMaxConns)
+	}
+}
+
 // TestCQCapacity: connections commit their most outstanding work requests against the
-// poller's completion queue, which must never overrun; a dial beyond that fails with
-// ErrCapacity (and ErrUnavailable) naming the knobs, and a closed connection gives its
-// share back.
+// poller's completion queue, which must never overrun; where the queue cannot grow (its
+// limit set to its size here, as a device that cannot resize CQs has it) a dial beyond
+// that fails with ErrCapacity (and ErrUnavailable) naming the knobs, and a closed
+// connection gives its share back.
 func TestCQCapacity(t *testing.T) {
 	for _, fb := range fabrics {
 		t.Run(fb.name, func(t *testing.T) {
@@ -342,6 +393,11 @@ func TestCQCapacity(t *testing.T) {
 			// Two connections per poller, on each side; each with receives of its own.
 			cfg := Config{CQDepth: 2*(sendWR+recvWR) + 10, MaxConnsPerHost: 10, SharedReceives: -1}
 			e := newEnv(t, fb, echo, cfg)
+			for _, tr := range []*Transport{e.client, e.server} {
+				tr.mu.Lock()
+				tr.cqLimit = 0
+				tr.mu.Unlock()
+			}
 			addr := e.addr
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

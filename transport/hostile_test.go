@@ -96,7 +96,7 @@ func (h *hostile) snapshot() baseline {
 	h.server.mu.Lock()
 	for c := range h.server.conns {
 		c.mu.Lock()
-		for _, s := range c.sends {
+		for _, s := range c.out.slots {
 			if s != nil && s.buf != nil {
 				pooled--
 			}
@@ -492,8 +492,18 @@ func postRaw(tr *Transport, c *Conn, wr verbs.SendWR) error {
 	}
 }
 
-// TestMain runs the churn attacker when the hostile suite starts this binary as one.
+// childRoles are the roles other tests start this binary in, by the environment variable
+// that names the role (its value is the role's argument); a role returns the exit code.
+var childRoles = map[string]func(arg string) int{}
+
+// TestMain runs the churn attacker when the hostile suite starts this binary as one, or
+// another test's child role.
 func TestMain(m *testing.M) {
+	for env, role := range childRoles {
+		if arg := os.Getenv(env); arg != "" {
+			os.Exit(role(arg))
+		}
+	}
 	if addr := os.Getenv("MWRPC_HOSTILE_CHURN"); addr != "" {
 		n, err := churn(addr)
 		if err != nil {
@@ -681,9 +691,9 @@ func TestHostilePeers(t *testing.T) {
 			}
 		}
 		cfg := &h.server.cfg
-		if c.credits != cfg.Credits || c.maxSend != cfg.MaxMessage || c.eager != cfg.EagerThreshold || len(c.sends) != cfg.Credits+recvCtrlSlots+4 {
+		if c.out.credits != cfg.Credits || c.maxSend != cfg.MaxMessage || c.eager != cfg.EagerThreshold || len(c.out.slots) != cfg.Credits+recvCtrlSlots+4 {
 			h.t.Errorf("the server granted credits %d, max send %d, eager %d, %d send slots: want its own %d, %d, %d, %d",
-				c.credits, c.maxSend, c.eager, len(c.sends), cfg.Credits, cfg.MaxMessage, cfg.EagerThreshold, cfg.Credits+recvCtrlSlots+4)
+				c.out.credits, c.maxSend, c.eager, len(c.out.slots), cfg.Credits, cfg.MaxMessage, cfg.EagerThreshold, cfg.Credits+recvCtrlSlots+4)
 		}
 	})
 
@@ -769,6 +779,7 @@ func TestHostilePeers(t *testing.T) {
 	h.attack("READ with a stale rkey", "", 2, func() {
 		before := h.server.Stats().Access
 		atk := h.attacker(Config{})
+		atk.writable = false // the response through a window of the server's, not written into the request's
 		var seen wire.Header
 		hook := func(hd *wire.Header) { seen = *hd }
 		atk.testHookLarge.Store(&hook)
@@ -783,6 +794,9 @@ func TestHostilePeers(t *testing.T) {
 			h.t.Fatal(err)
 		}
 		resp.Release()
+		if seen.RKey == 0 {
+			h.t.Fatal("the response did not come through a window")
+		}
 		h.waitStat("the window's revocation", func(s Stats) bool { return s.WindowsExposed == 0 })
 		h.begin()
 		if err := postRaw(atk, c, verbs.SendWR{Opcode: verbs.WRRDMARead, RKey: seen.RKey, RemoteAddr: seen.Addr}); err != nil {
@@ -807,6 +821,7 @@ func TestHostilePeers(t *testing.T) {
 				h.t.Fatal(err)
 			}
 			defer func() { vtr.Close(); vdev.Close() }()
+			vtr.writable = false // the response through a window of the server's, not written into the request's
 			var once sync.Once
 			var postErr error
 			hook := func(hd *wire.Header) {

@@ -20,6 +20,7 @@ const (
 	evStalled                 // the peer stopped returning credits (CreditTimeout)
 	evCrowded                 // a request beyond MaxCallsPerConn
 	evOverloaded              // a request found every handler busy
+	evPings                   // a client pinged more often than the keepalive policy allows
 	numEvents
 )
 

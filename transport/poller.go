@@ -233,7 +233,6 @@ func (p *poller) run() {
 			runtime.UnlockOSThread()
 		}
 	}()
-	cfg := &p.t.cfg
 	timer := time.NewTimer(p.t.tick)
 	defer timer.Stop()
 	lastReap := time.Now()
@@ -275,43 +274,58 @@ func (p *poller) run() {
 			return
 		default:
 		}
-		switch cfg.PollMode {
-		case PollBusy:
+		if p.keepSpinning(&idleSince) {
 			continue
-		case PollAdaptive:
-			if !p.spin {
-				break
-			}
-			if idleSince.IsZero() {
-				idleSince = time.Now()
-				continue
-			}
-			if time.Since(idleSince) < cfg.SpinTime {
-				continue
-			}
 		}
 		// Park until a completion, a kick, the lease timer or quit.
 		if empty, err := p.arm(); err != nil || !empty {
 			continue
 		}
-		timer.Reset(p.t.tick)
-		if locked {
-			runtime.UnlockOSThread()
-			locked = false
-		}
-		p.active.Unlock()
-		select {
-		case <-p.cq.Notify():
-			probe.MarkN(probe.PollerWake, 1)
-		case <-p.wake:
-			probe.MarkN(probe.PollerWake, 2)
-		case <-timer.C:
-			probe.MarkN(probe.PollerWake, 3)
-		case <-p.quit:
-		}
-		p.active.Lock()
+		p.park(timer, &locked)
 		idleSince = time.Time{}
 	}
+}
+
+// keepSpinning reports whether an idle poller polls again rather than parking: always with
+// PollBusy, and with PollAdaptive (where spinning pays, p.spin) for SpinTime after it went
+// idle, which it records in idleSince.
+func (p *poller) keepSpinning(idleSince *time.Time) bool {
+	cfg := &p.t.cfg
+	switch cfg.PollMode {
+	case PollBusy:
+		return true
+	case PollAdaptive:
+		if !p.spin {
+			return false
+		}
+		if idleSince.IsZero() {
+			*idleSince = time.Now()
+			return true
+		}
+		return time.Since(*idleSince) < cfg.SpinTime
+	}
+	return false
+}
+
+// park sleeps, its OS thread and p.active let go of, until a completion, a kick, the
+// lease timer or quit; p.active is held again when it returns.
+func (p *poller) park(timer *time.Timer, locked *bool) {
+	timer.Reset(p.t.tick)
+	if *locked {
+		runtime.UnlockOSThread()
+		*locked = false
+	}
+	p.active.Unlock()
+	select {
+	case <-p.cq.Notify():
+		probe.MarkN(probe.PollerWake, 1)
+	case <-p.wake:
+		probe.MarkN(probe.PollerWake, 2)
+	case <-timer.C:
+		probe.MarkN(probe.PollerWake, 3)
+	case <-p.quit:
+	}
+	p.active.Lock()
 }
 
 // housekeeping flushes control messages and tears down failed connections.
@@ -344,11 +358,14 @@ func (p *poller) reap(now time.Time) {
 	var buf [16]*pool.Window
 	idle := p.t.cfg.IdleTimeout
 	for _, c := range *p.conns.Load() {
-		for _, w := range c.ws.Expired(now, p.t.cfg.Lease, buf[:0]) {
+		for _, w := range c.win.ws.Expired(now, p.t.cfg.Lease, buf[:0]) {
 			c.reclaim(w)
 		}
 		if idle > 0 && c.accepted && c.ready.Load() {
 			c.checkIdle(now, idle)
+		}
+		if c.accepted && c.ready.Load() && c.keepaliveDue() {
+			c.checkKeepalive(now)
 		}
 		if c.shared() && c.boot == nil && c.ready.Load() && c.qp.State() == verbs.QPStateError {
 			// A QP on the SRQ has no receives of its own to flush when it goes to error,
@@ -402,6 +419,8 @@ func (p *poller) dispatch(wc *verbs.WorkCompletion) {
 		c.onRead(idx)
 	case wrInv:
 		c.onLocalInv(idx)
+	case wrWrite:
+		c.onWriteDone(idx)
 	}
 }
 
@@ -417,6 +436,8 @@ func wrKindName(k uint64) string {
 		return "BIND_MW"
 	case wrInv:
 		return "LOCAL_INV"
+	case wrWrite:
+		return "RDMA_WRITE"
 	}
 	return fmt.Sprintf("wr kind %d", k)
 }

@@ -18,6 +18,19 @@ import (
 // reposts it and owes the peer the credit; once the connection is torn down its own slots
 // go back to the pool instead (a shared one once the poller has closed).
 
+// receiveSide is where the peer's messages land: the connection's own receive slots, or
+// with shared receives its poller's (poller.shared), and the header the poller parses
+// each message into.
+//
+// Lock rules: the slots' held and posting flags are guarded by Conn.mu (a shared slot's by
+// poller.sharedMu); a slot's buffer is the NIC's while posted, then its message's holder's
+// (see above), and teardown releases only the buffers of slots nobody holds or posts. hdr
+// is the poller's alone: only it parses messages, so nothing escapes per message.
+type receiveSide struct {
+	slots []recvSlot  // nil with shared receives (poller.shared)
+	hdr   wire.Header // the poller's scratch
+}
+
 type recvSlot struct {
 	buf     *pool.Buf
 	wr      [1]verbs.RecvWR
@@ -35,11 +48,11 @@ func (c *Conn) slot(i int) *recvSlot {
 	if c.shared() {
 		return &c.p.shared[i]
 	}
-	return &c.recv[i]
+	return &c.in.slots[i]
 }
 
 func (c *Conn) postRecv(i int) error {
-	s := &c.recv[i]
+	s := &c.in.slots[i]
 	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(s.buf.Cap()), LKey: s.buf.LKey()}
 	s.wr[0] = verbs.RecvWR{WRID: wrid(wrRecv, c.id, i), SGL: s.sge[:]}
 	if err := c.qp.PostRecv(s.wr[:]); err != nil {
@@ -60,7 +73,7 @@ func (c *Conn) releaseSlot(i int, counted bool) {
 		return
 	}
 	c.mu.Lock()
-	s := &c.recv[i]
+	s := &c.in.slots[i]
 	s.held = false
 	if c.torn {
 		s.buf.Release()
@@ -216,7 +229,7 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 	if c.shared() {
 		c.p.takeShared(i) // ours until releaseSlot
 	}
-	h := &c.rxHdr // only the poller receives: a scratch header, so nothing escapes per message
+	h := &c.in.hdr
 	payload, err := wire.ParseHeader(s.buf.Bytes()[:wc.ByteLen], h, c.maxRecv)
 	if err != nil {
 		c.fail(fmt.Errorf("%w: it sent a bad message: %w", ErrProtocol, err))
@@ -226,33 +239,14 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 	if probe.Enabled {
 		probe.MarkN(probe.Recv, uint32(h.Kind)|uint32(h.Flags&wire.FlagLarge)<<8)
 	}
-	if wc.Flags&verbs.WCWithInv != 0 {
+	if wc.Flags&verbs.WCWithInv != 0 && h.Flags&wire.FlagWritten == 0 { // (a written response's window holds it: onWritten)
 		c.t.counters.revoked.Add(1)
 		c.invalidated(wc.InvalidatedRKey)
 	}
 	counted := h.Kind != wire.KindRelease
-	if h.Credits > 0 || h.CtrlCredits > 0 {
-		c.mu.Lock()
-		c.avail += int(h.Credits)
-		c.ctrlAvail += int(h.CtrlCredits)
-		if c.avail > c.credits || c.ctrlAvail > recvCtrlSlots {
-			c.mu.Unlock()
-			c.fail(fmt.Errorf("%w: it sent a bad message: %w: it returned more credits than it was given (%d of %d counted, %d of %d control)",
-				ErrProtocol, wire.ErrMalformed, c.avail, c.credits, c.ctrlAvail, recvCtrlSlots))
-			c.dropShared(i)
-			return
-		}
-		if c.waiters > 0 {
-			c.wakeLocked()
-		}
-		flush := len(c.ctrl) > 0 || h.CtrlCredits > 0 && (c.stalled || len(c.pendingInv) > 0 || c.owesCredits())
-		if h.CtrlCredits > 0 {
-			c.stalled = false
-		}
-		c.mu.Unlock()
-		if flush {
-			c.flushCtrl()
-		}
+	if (h.Credits > 0 || h.CtrlCredits > 0) && !c.takeCredits(h) {
+		c.dropShared(i)
+		return
 	}
 	if h.Kind == wire.KindRequest && h.Flags&wire.FlagStream != 0 && !c.openInStream(h) {
 		c.dropShared(i)
@@ -260,6 +254,11 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 	}
 	if h.Flags&wire.FlagLarge != 0 {
 		c.startRead(h)
+		c.releaseSlot(i, counted)
+		return
+	}
+	if h.Flags&wire.FlagWritten != 0 {
+		c.onWritten(h, wc)
 		c.releaseSlot(i, counted)
 		return
 	}
@@ -278,14 +277,46 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 		}
 		c.deliver(h, payload, i, nil)
 		return
+	default:
+		c.onControl(h, payload)
+	}
+	c.releaseSlot(i, counted)
+}
+
+// takeCredits adds the credits a message returns to the send queue and sends what waited
+// for them; false means the peer returned more than it was given, and the connection
+// failed.
+func (c *Conn) takeCredits(h *wire.Header) bool {
+	c.mu.Lock()
+	c.out.avail += int(h.Credits)
+	c.out.ctrlAvail += int(h.CtrlCredits)
+	if c.out.avail > c.out.credits || c.out.ctrlAvail > recvCtrlSlots {
+		c.mu.Unlock()
+		c.fail(fmt.Errorf("%w: it sent a bad message: %w: it returned more credits than it was given (%d of %d counted, %d of %d control)",
+			ErrProtocol, wire.ErrMalformed, c.out.avail, c.out.credits, c.out.ctrlAvail, recvCtrlSlots))
+		return false
+	}
+	if c.changed.waiters > 0 {
+		c.wakeLocked()
+	}
+	flush := len(c.out.ctrl) > 0 || h.CtrlCredits > 0 && (c.out.stalled || len(c.out.pendingInv) > 0 || c.owesCredits())
+	if h.CtrlCredits > 0 {
+		c.out.stalled = false
+	}
+	c.mu.Unlock()
+	if flush {
+		c.flushCtrl()
+	}
+	return true
+}
+
+// onControl handles a message that carries no request or response: a cancel, a stream's
+// message or ack, a ping or pong, GOAWAY (a Release carried only its header's credits).
+func (c *Conn) onControl(h *wire.Header, payload []byte) {
+	switch h.Kind {
 	case wire.KindCancel:
 		c.mu.Lock()
-		var ctx *callCtx
-		var gen uint64
-		if sc := c.serving[h.CallID]; sc != nil {
-			ctx, gen = sc.ctx, sc.ctx.generation()
-		}
-		st := c.instreams[h.CallID]
+		ctx, gen, st := c.serving.cancelTargetLocked(h.CallID)
 		c.mu.Unlock()
 		if ctx != nil {
 			ctx.cancelGen(gen, context.Canceled) // ctx.Err must be exactly Canceled
@@ -296,14 +327,15 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 	case wire.KindStreamMsg, wire.KindStreamAck:
 		c.onStreamMsg(h, payload)
 	case wire.KindPing:
-		c.queueCtrl(wire.Header{Kind: wire.KindPong, CallID: h.CallID}, revoke{})
+		if c.onPing() {
+			c.queueCtrl(wire.Header{Kind: wire.KindPong, CallID: h.CallID}, revoke{})
+		}
 	case wire.KindPong:
 		if cl := c.takeCall(h.CallID); cl != nil {
 			cl.finish(nil)
 		}
 	case wire.KindGoAway:
 		// Calls already sent complete; the caller's layer stops sending new ones.
-		c.goAway.Do(func() { close(c.awayCh) })
+		c.onGoAway(h, payload)
 	}
-	c.releaseSlot(i, counted)
 }

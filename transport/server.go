@@ -23,6 +23,7 @@ type serverCall struct {
 	slot int        // receive slot holding req, or -1
 	buf  *pool.Buf  // buffer holding a large req, or nil
 	inv  revoke     // the caller's request window, revoked by the response
+	dst  writeDst   // that window, when the caller lets the response be written into it
 	st   *Stream    // the stream the request opened, or nil
 	host *hostState // counted in its calls (MaxCallsPerHost) until finish, or nil
 	// inline: the handler runs on the reaping goroutine (Config.InlineHandlers), and its
@@ -73,7 +74,7 @@ func (sc *serverCall) serve(h Handler) {
 func (sc *serverCall) finish() {
 	c := sc.c
 	c.mu.Lock()
-	delete(c.serving, sc.id)
+	delete(c.serving.calls, sc.id)
 	c.mu.Unlock()
 	if sc.st != nil {
 		c.dropInStream(sc.id)
@@ -140,8 +141,12 @@ func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
 }
 
 // Write sends the response: status, and payload (which may be a prefix of Buffer's memory,
-// sent without a copy, or any other bytes, copied once). It may be called once; a handler
-// that returns without calling it answers StatusOK with no payload.
+// sent without a copy, or any other bytes, copied once). A large payload that lies in a
+// windowed request's memory (RequestWindowed: a handler that answers with its request, or
+// a part of it, or builds the answer in its place) leaves from there without a copy too;
+// the request's memory is then the response's, and must not be used after Write. Write
+// may be called once; a handler that returns without calling it answers StatusOK with no
+// payload.
 func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 	probe.Mark(probe.RespWrite)
 	if w.sent {
@@ -172,6 +177,9 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 	if buf != nil && len(payload) > 0 && unsafe.SliceData(payload) == unsafe.SliceData(buf.Bytes()) && len(payload) <= buf.Cap() {
 		w.buf = nil // the binding owns it now
 		buf.SetLen(len(payload))
+	} else if off, ok := offsetIn(sc.buf, payload); ok {
+		buf, sc.buf = sc.buf, nil // the request's memory: the binding owns it now
+		buf.Slice(off, len(payload))
 	} else {
 		var err error
 		if buf, err = sc.getBuf(ctx, len(payload)); err != nil {
@@ -183,7 +191,23 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 		}
 		copy(buf.Bytes(), payload)
 	}
+	if sc.dst.rkey != 0 && buf.Len() <= int(sc.dst.n) {
+		return c.sendWritten(ctx, &h, buf, sc.inv, sc.dst, mode)
+	}
 	return c.sendLarge(ctx, &h, buf, sc.inv, mode)
+}
+
+// offsetIn reports where p lies in buf's memory, if all of it does (buf may be nil).
+func offsetIn(buf *pool.Buf, p []byte) (int, bool) {
+	if buf == nil || len(p) == 0 {
+		return 0, false
+	}
+	mem := buf.Bytes()
+	start, at := uintptr(unsafe.Pointer(unsafe.SliceData(mem))), uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	if at < start || at-start > uintptr(len(mem)) || uintptr(len(p)) > uintptr(len(mem))-(at-start) {
+		return 0, false
+	}
+	return int(at - start), true
 }
 
 // getBuf takes a registered buffer for the response: waiting for one, or for an inline
@@ -338,17 +362,20 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	if h.Flags&wire.FlagLarge != 0 {
 		sc.inv = revoke{h.RKey, at}
 	}
+	if h.Flags&wire.FlagWritable != 0 {
+		sc.dst = writeDst{addr: h.Addr, rkey: h.RKey, n: h.Len}
+	}
 	c.mu.Lock()
 	if slot >= 0 && !c.shared() {
-		c.recv[slot].held = true
+		c.in.slots[slot].held = true
 	}
-	c.serving[h.CallID] = sc
+	c.serving.calls[h.CallID] = sc
 	if h.Flags&wire.FlagStream != 0 {
-		sc.st = c.instreams[h.CallID] // recorded when the header arrived (openInStream)
+		sc.st = c.serving.streams[h.CallID] // recorded when the header arrived (openInStream)
 	}
 	dead := c.err != nil
 	// No single connection, nor host, may take more than its share of the handlers.
-	crowded := len(c.serving) > c.t.cfg.MaxCallsPerConn
+	crowded := len(c.serving.calls) > c.t.cfg.MaxCallsPerConn
 	c.mu.Unlock()
 	limit, what := c.t.cfg.MaxCallsPerConn, "on this connection (Config.MaxCallsPerConn"
 	// (A limit of the whole pool or more is the pool's to enforce: "overloaded".)

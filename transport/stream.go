@@ -132,11 +132,9 @@ func (c *Conn) openStream(ctx context.Context, eager []byte, large *pool.Buf) (*
 		}
 		return nil, err
 	}
-	c.nextID++
-	cl.id = c.nextID
+	c.calls.addLocked(cl) // with its stream, before a failure can find it
 	st := newStream(c, cl.id, true, minStreamWindow)
 	st.cl, cl.st = cl, st
-	c.calls[cl.id] = cl
 	c.mu.Unlock()
 
 	h := wire.Header{Kind: wire.KindRequest, Flags: wire.FlagStream, Status: uint16(min(st.window>>10, 0xffff)), CallID: cl.id}
@@ -537,9 +535,9 @@ func (c *Conn) streamFor(h *wire.Header) *Stream {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if h.Flags&wire.FlagCaller != 0 {
-		return c.instreams[h.CallID]
+		return c.serving.streams[h.CallID]
 	}
-	if cl := c.calls[h.CallID]; cl != nil {
+	if cl := c.calls.byID[h.CallID]; cl != nil {
 		return cl.st
 	}
 	return nil
@@ -552,15 +550,15 @@ func (c *Conn) openInStream(h *wire.Header) bool {
 	c.t.counters.streams.Add(1)
 	st := newStream(c, h.CallID, false, min(max(int(h.Status)<<10, minStreamWindow), maxStreamWindow))
 	c.mu.Lock()
-	if c.instreams == nil {
-		c.instreams = make(map[uint64]*Stream)
+	if c.serving.streams == nil {
+		c.serving.streams = make(map[uint64]*Stream)
 	}
-	if c.instreams[h.CallID] != nil || c.serving[h.CallID] != nil {
+	if c.serving.streams[h.CallID] != nil || c.serving.calls[h.CallID] != nil {
 		c.mu.Unlock()
 		c.fail(fmt.Errorf("%w: it sent a bad message: it opened stream %d, which is open", ErrProtocol, h.CallID))
 		return false
 	}
-	c.instreams[h.CallID] = st
+	c.serving.streams[h.CallID] = st
 	c.mu.Unlock()
 	var p [wire.StreamAckLen]byte
 	binary.LittleEndian.PutUint32(p[4:], uint32(c.t.cfg.StreamWindow))
@@ -572,8 +570,8 @@ func (c *Conn) openInStream(h *wire.Header) bool {
 // refused, and releases what it holds.
 func (c *Conn) dropInStream(id uint64) {
 	c.mu.Lock()
-	st := c.instreams[id]
-	delete(c.instreams, id)
+	st := c.serving.streams[id]
+	delete(c.serving.streams, id)
 	c.mu.Unlock()
 	if st != nil {
 		st.mu.Lock()
@@ -654,7 +652,7 @@ func (c *Conn) refuseStreamMsg(st *Stream, m *streamMsg, h *wire.Header, why err
 		return
 	}
 	c.mu.Lock()
-	sc := c.serving[st.id]
+	sc := c.serving.calls[st.id]
 	c.mu.Unlock()
 	if sc != nil {
 		sc.ctx.cancel(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
+	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 )
 
 // Transport is one side's view of a device: its protection domain, registered buffer pool,
@@ -33,6 +34,11 @@ type Transport struct {
 	workers *ants.PoolWithFunc
 	handler Handler
 	advisor InlineAdvisor // the handler's, if it is one and Config.InlineBudget allows
+	// writable: large requests grant the server REMOTE_WRITE on their window
+	// (wire.FlagWritable), so that the response can be written there: on a device where a
+	// READ costs a round trip through the peer's CPU (a verbs.DeviceAttr.ReadCrossover).
+	writable bool
+	cqLimit  int // the most entries a poller's CQ grows to: the device's MaxCQE, or 0 where CQs cannot grow
 
 	// Test hooks: every large message header received, and every completion polled.
 	testHookLarge atomic.Pointer[func(*wire.Header)]
@@ -58,17 +64,22 @@ type Transport struct {
 }
 
 // counter counts running handlers and lets Close and WaitIdle wait for none (a WaitGroup
-// may not be waited on while others Add from zero).
+// may not be waited on while others Add from zero). Every call of every connection counts
+// itself in and out, so that is one atomic add; the lock is taken only once someone has
+// waited and the count reaches zero.
 type counter struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{}
+	n       atomic.Int64
+	waiting atomic.Bool // a wait has begun: Add to zero closes idle
+	mu      sync.Mutex
+	idle    chan struct{} // mu
 }
 
 func (c *counter) Add(d int) {
+	if c.n.Add(int64(d)) != 0 || !c.waiting.Load() {
+		return
+	}
 	c.mu.Lock()
-	c.n += d
-	if c.n == 0 && c.idle != nil {
+	if c.n.Load() == 0 && c.idle != nil {
 		close(c.idle)
 		c.idle = nil
 	}
@@ -78,23 +89,16 @@ func (c *counter) Add(d int) {
 func (c *counter) Done() { c.Add(-1) }
 
 // count returns how many handlers run.
-func (c *counter) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
+func (c *counter) count() int { return int(c.n.Load()) }
 
 // none reports whether no handler runs.
-func (c *counter) none() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n == 0
-}
+func (c *counter) none() bool { return c.n.Load() == 0 }
 
 // wait returns when no handler runs, or ctx ends.
 func (c *counter) wait(ctx context.Context) error {
 	c.mu.Lock()
-	if c.n == 0 {
+	c.waiting.Store(true) // before the load: an Add to zero after it sees waiting
+	if c.n.Load() == 0 {
 		c.mu.Unlock()
 		return nil
 	}
@@ -127,7 +131,8 @@ func (f HandlerFunc) Serve(ctx context.Context, req []byte, w *ResponseWriter) {
 // which may be nil for a transport that only calls (requests are then answered with
 // StatusUnimplemented). The device stays the caller's: close the transport first.
 func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
-	cfg, err := cfg.withDefaults(dev.Attr())
+	attr := dev.Attr()
+	cfg, err := cfg.withDefaults(attr)
 	if err != nil {
 		return nil, err
 	}
@@ -165,12 +170,17 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	if cfg.InlineBudget < 0 {
 		advisor = nil
 	}
-	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, advisor: advisor, conns: make(map[*Conn]struct{}), setup: make(map[net.Conn]struct{}),
+	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, advisor: advisor, writable: attr.ReadCrossover > 0, conns: make(map[*Conn]struct{}), setup: make(map[net.Conn]struct{}),
 		hosts: make(map[string]*hostState), sweepAt: 1024, seeing: make(chan struct{}, 64)}
 	t.events.logger = cfg.Logger
 	t.tick = cfg.Lease / 4
 	if cfg.IdleTimeout > 0 {
 		t.tick = max(min(t.tick, cfg.IdleTimeout/4), time.Millisecond)
+	}
+	for _, d := range []time.Duration{cfg.Keepalive.MaxConnectionAge, cfg.Keepalive.MaxConnectionAgeGrace} {
+		if d > 0 { // the age is told within a quarter of it
+			t.tick = max(min(t.tick, d/4), time.Millisecond)
+		}
 	}
 	t.workers, err = ants.NewPoolWithFunc(cfg.Handlers, runServerCall, ants.WithNonblocking(true))
 	if err != nil {
@@ -188,17 +198,64 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 		t.wg.Add(1)
 		go p.run()
 	}
-	if t.cfg.MaxConns == 0 { // what the completion queues hold at the most a connection commits
-		_, _, sendWR, recvWR := queueSizes(&t.cfg, wire.Hello{Credits: uint32(t.cfg.Credits)})
-		for _, p := range t.pollers {
-			t.cfg.MaxConns += (p.cq.Cap() - p.committed) / (sendWR + recvWR)
-		}
-		t.cfg.MaxConns = max(t.cfg.MaxConns, 1)
+	if _, ok := t.pollers[0].cq.(verbs.CQResizer); ok {
+		t.cqLimit = dev.Attr().MaxCQE
 	}
+	t.cfg.MaxConns = t.defaultMaxConns()
 	if t.cfg.MaxConnsPerHost == 0 {
 		t.cfg.MaxConnsPerHost = max(t.cfg.MaxConns/4, 1)
 	}
 	return t, nil
+}
+
+// defaultMaxConns is Config.MaxConns, or when that is zero DefaultMaxConns where the
+// pollers' completion queues can grow to hold that many connections and every connection
+// takes its receives from a shared queue (an idle one is cheap); otherwise what the
+// queues hold now, at the most a connection commits.
+func (t *Transport) defaultMaxConns() int {
+	if t.cfg.MaxConns > 0 {
+		return t.cfg.MaxConns
+	}
+	_, _, sendWR, recvWR := queueSizes(&t.cfg, wire.Hello{Credits: uint32(t.cfg.Credits)})
+	need := sendWR + recvWR
+	held, grown := 0, 0
+	for _, p := range t.pollers {
+		held += (p.cq.Cap() - p.committed) / need
+		grown += max(t.cqLimit-p.committed, 0) / need
+	}
+	if t.cfg.SharedReceives > 0 && grown > held {
+		return max(min(DefaultMaxConns, grown), held, 1)
+	}
+	return max(held, 1)
+}
+
+// commitPoller picks the poller whose completion queue has the most room for need more
+// entries and commits them, growing the least committed queue (verbs.CQResizer, doubling
+// up to the device's MaxCQE) when none has room: a queue that overran would lose
+// completions, and every connection on it, so it is never over-committed. It returns nil
+// when no queue can take them. t.mu is held.
+func (t *Transport) commitPoller(need int) *poller {
+	var p, least *poller
+	for _, q := range t.pollers {
+		if q.committed+need <= q.cq.Cap() && (p == nil || q.committed < p.committed) {
+			p = q
+		}
+		if least == nil || q.committed < least.committed {
+			least = q
+		}
+	}
+	if p == nil && least != nil {
+		want, capacity := least.committed+need, least.cq.Cap()
+		if want <= t.cqLimit {
+			if err := verbs.ResizeCQ(least.cq, min(max(2*capacity, want), t.cqLimit)); err == nil {
+				p = least
+			}
+		}
+	}
+	if p != nil {
+		p.committed += need
+	}
+	return p
 }
 
 // hostState is what one peer host holds of the server: connections and the rate at which
@@ -318,10 +375,10 @@ func (t *Transport) refuse(nc net.Conn, r wire.Refusal) {
 // payloads in registered memory (see Conn.CallBuf and ResponseWriter.Buffer).
 func (t *Transport) Pool() *pool.Pool { return t.pool }
 
-// Dial connects to a transport serving at address (TCP) and returns the connection.
+// Dial connects to a transport serving at address, "host:port" (TCP) or
+// "shm:///path/to.sock" (the shm fabric, same host), and returns the connection.
 func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", address)
+	nc, err := dialStream(ctx, address)
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w: %w", ErrUnavailable, err) // the net error names the address
 	}
@@ -335,6 +392,15 @@ func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 		return nil, fmt.Errorf("%s: %w", address, err)
 	}
 	return c, nil
+}
+
+// dialStream opens the stream a connection is set up over.
+func dialStream(ctx context.Context, address string) (net.Conn, error) {
+	if path, ok := shm.ParseTarget(address); ok {
+		return shm.Dial(ctx, path, shm.Config{})
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", address)
 }
 
 // Serve accepts connections on ln until ln is closed or the transport is, setting each up
@@ -467,19 +533,13 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 	// would lose completions (and every connection on it), so it is never over-committed.
 	_, _, sendWR, recvWR := queueSizes(cfg, peer)
 	need := sendWR + recvWR
-	var p *poller
-	for _, q := range t.pollers {
-		if q.committed+need <= q.cq.Cap() && (p == nil || q.committed < p.committed) {
-			p = q
-		}
-	}
+	p := t.commitPoller(need)
 	if p == nil {
 		n := len(t.conns)
 		t.mu.Unlock()
 		return nil, fmt.Errorf("transport: %w: %w: the completion queues of all %d pollers are committed to %d connections (%d completions each, %d per queue): raise Config.Pollers or lower Credits and Windows",
 			ErrUnavailable, ErrCapacity, len(t.pollers), n, need, t.pollers[0].cq.Cap())
 	}
-	p.committed += need
 	t.mu.Unlock()
 	c, err := newConn(t, p, peer)
 	if err == nil {
@@ -520,7 +580,11 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 // exchangeHello sends ours and reads the peer's hello, bounded by ctx.
 func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) error {
 	in := make([]byte, wire.HelloLen)
-	if err := cm.Exchange(ctx, nc, "hello", wire.AppendHello(nil, ours), in); err != nil {
+	n, err := cm.ExchangeN(ctx, nc, "hello", wire.AppendHello(nil, ours), in)
+	if err != nil {
+		if notOurs := notMwrpc(in[:n]); notOurs != nil { // it answered, and not as mwrpc
+			return fmt.Errorf("transport: %w: %w (then: %w)", ErrHandshake, notOurs, err)
+		}
 		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
 	}
 	if _, err := wire.ParseHello(in, peer); err != nil {
@@ -531,6 +595,10 @@ func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) err
 			err = fmt.Errorf("%w: the server requires TLS: configure transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
 		case in[0] == 0x16 && in[1] == 0x03: // a TLS record: handshake
 			err = fmt.Errorf("%w: the peer speaks TLS and this side has no transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
+		default:
+			if notOurs := notMwrpc(in); notOurs != nil {
+				err = notOurs
+			}
 		}
 		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
 	}
@@ -627,6 +695,8 @@ type Stats struct {
 	Access       uint64 // of those, the ones whose peer named a key or range it may not use
 	IdleClosed   uint64 // connections closed after IdleTimeout without a request
 	ReadBytes    uint64 // payload bytes fetched with RDMA READ
+	Written      uint64 // responses written into the caller's request window (RDMA WRITE) instead of exposed for a READ
+	TooManyPings uint64 // connections sent GOAWAY because the client pinged too often (Config.Keepalive)
 	Unshared     uint64 // messages copied out of their shared receive slot rather than hold it: a stream's opening request, or any while the slots are crowded (SharedReceives)
 	Conns        int    // connections set up and not yet closed
 	// WindowsExposed are the windows of live connections bound now (or being revoked):
@@ -638,8 +708,8 @@ type Stats struct {
 }
 
 type counters struct {
-	calls, served, streams, inline, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed, unshared atomic.Uint64
-	events                                                                                                                [numEvents]atomic.Uint64
+	calls, served, streams, inline, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed, unshared, written atomic.Uint64
+	events                                                                                                                         [numEvents]atomic.Uint64
 }
 
 // Stats returns a snapshot of the transport's counters. It costs about a nanosecond per
@@ -650,7 +720,7 @@ func (t *Transport) Stats() Stats {
 	t.mu.Lock()
 	conns, exposed := len(t.conns), 0
 	for c := range t.conns {
-		ws := c.ws.Stats()
+		ws := c.win.ws.Stats()
 		exposed += ws.Bound + ws.Invalidating
 	}
 	t.mu.Unlock()
@@ -659,6 +729,7 @@ func (t *Transport) Stats() Stats {
 		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
 		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),
 		Refused: c.events[evRefused].Load(), SetupFailed: c.events[evSetup].Load(), Protocol: c.events[evProtocol].Load(),
-		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(), Unshared: c.unshared.Load(),
-		Handlers: t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
+		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(), Unshared: c.unshared.Load(), Written: c.written.Load(),
+		TooManyPings: c.events[evPings].Load(),
+		Handlers:     t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }

@@ -104,8 +104,12 @@ var localNames = map[string]bool{
 	"c": true, "cc": true, "ctx": true, "req": true, "out": true, "err": true, "zero": true,
 	"srv": true, "dec": true, "interceptor": true, "in": true, "info": true, "handler": true,
 	"s": true, "impl": true, "any": true, "error": true, "new": true, "nil": true,
-	"stream": true,
+	"stream": true, "opts": true, "yield": true, "cp": true,
 }
+
+// clientOptionsMethod is the generated client's method that returns a client whose calls
+// pass call options; a service method cannot have its name.
+const clientOptionsMethod = "WithCallOptions"
 
 // pkgResult is what generation makes of one package.
 type pkgResult struct {
@@ -441,6 +445,10 @@ func (a *analyzer) checkMethod(s *service, m *types.Func) *method {
 	}
 	if !m.Exported() {
 		a.errorf(pos, "%s: unexported methods cannot be called remotely; export it or remove it from the interface", name)
+		return nil
+	}
+	if m.Name() == clientOptionsMethod {
+		a.errorf(pos, "%s: the generated client has a method of that name (it sets call options); rename the method", name)
 		return nil
 	}
 	shape := m.Name() + "(ctx context.Context, req T) (R, error)"

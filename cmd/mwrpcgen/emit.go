@@ -171,9 +171,13 @@ func (e *emitter) service(s *service) {
 	e.printf("const %sServiceName = %q\n", S, full)
 
 	e.printf("\n// %sClient calls service %s; it implements %s.\n", S, S, S)
-	e.printf("type %sClient struct{ cc %s.Invoker }\n", S, e.rpc)
+	e.printf("type %sClient struct {\ncc %s.Invoker\nopts []%s.CallOption\n}\n", S, e.rpc, e.rpc)
 	e.printf("\n// New%sClient returns a client of service %s over cc (an *%s.Client).\n", S, S, e.rpc)
 	e.printf("func New%sClient(cc %s.Invoker) *%sClient { return &%sClient{cc: cc} }\n", S, e.rpc, S, S)
+	e.printf("\n// %s returns a client whose calls pass opts (%s.WaitForReady, %s.Header,\n", clientOptionsMethod, e.rpc, e.rpc)
+	e.printf("// %s.Trailer...) after those of c: c.%s(%s.WaitForReady()).Method(ctx, req).\n", e.rpc, clientOptionsMethod, e.rpc)
+	e.printf("func (c *%sClient) %s(opts ...%s.CallOption) *%sClient {\n", S, clientOptionsMethod, e.rpc, S)
+	e.printf("cp := *c\ncp.opts = append(c.opts[:len(c.opts):len(c.opts)], opts...)\nreturn &cp\n}\n")
 	// A stub older than its interface fails to build here, and the compiler's message
 	// names the remedy.
 	e.printf("\n// The line below fails to build when %s has methods these stubs lack; the\n// compiler's message then names the remedy.\ntype %s = *%sClient\n", S, staleName(S), S)
@@ -181,6 +185,8 @@ func (e *emitter) service(s *service) {
 	for _, m := range s.methods {
 		e.clientMethod(s, m, full)
 	}
+
+	e.unimplemented(s)
 
 	e.printf("\n// Register%s registers impl as service %s on s.\n", S, S)
 	e.printf("func Register%s(s *%s.Server, impl %s) { s.RegisterService(&%sServiceDesc, impl) }\n", S, e.rpc, S, S)
@@ -262,22 +268,22 @@ func (e *emitter) streamClientMethod(s *service, m *method, full string) {
 	switch {
 	case m.clientStream && m.serverStream:
 		e.printf("func (c *%sClient) %s(ctx %s.Context, in %s) %s {\n", s.name, m.name, e.context, in, out)
-		e.printf("return %s.BidiStreamCall(ctx, c.cc, %s, in, %s)\n}\n", e.rpc, fullMethod, e.recvFunc(m.resp))
+		e.printf("return %s.BidiStreamCall(ctx, c.cc, %s, in, %s, c.opts...)\n}\n", e.rpc, fullMethod, e.recvFunc(m.resp))
 	case m.serverStream:
 		e.printf("func (c *%sClient) %s(ctx %s.Context, req %s) %s {\n", s.name, m.name, e.context, in, out)
-		e.printf("return %s.ServerStreamCall(ctx, c.cc, %s, req, %s)\n}\n", e.rpc, fullMethod, e.recvFunc(m.resp))
+		e.printf("return %s.ServerStreamCall(ctx, c.cc, %s, req, %s, c.opts...)\n}\n", e.rpc, fullMethod, e.recvFunc(m.resp))
 	default:
 		e.printf("func (c *%sClient) %s(ctx %s.Context, in %s) (%s, error) {\n", s.name, m.name, e.context, in, out)
 		switch m.resp.kind {
 		case kindPointer:
 			e.printf("out := new(%s)\n", e.im.typ(m.resp.elem))
-			e.printf("if err := %s.ClientStreamCall(ctx, c.cc, %s, in, out); err != nil {\nreturn nil, err\n}\n", e.rpc, fullMethod)
+			e.printf("if err := %s.ClientStreamCall(ctx, c.cc, %s, in, out, c.opts...); err != nil {\nreturn nil, err\n}\n", e.rpc, fullMethod)
 		case kindValue:
 			e.printf("var out %s\n", out)
-			e.printf("if err := %s.ClientStreamCall(ctx, c.cc, %s, in, &out); err != nil {\nvar zero %s\nreturn zero, err\n}\n", e.rpc, fullMethod, out)
+			e.printf("if err := %s.ClientStreamCall(ctx, c.cc, %s, in, &out, c.opts...); err != nil {\nvar zero %s\nreturn zero, err\n}\n", e.rpc, fullMethod, out)
 		case kindBytes:
 			e.printf("var out %s\n", out)
-			e.printf("if err := %s.ClientStreamCall(ctx, c.cc, %s, in, &out); err != nil {\nreturn nil, err\n}\n", e.rpc, fullMethod)
+			e.printf("if err := %s.ClientStreamCall(ctx, c.cc, %s, in, &out, c.opts...); err != nil {\nreturn nil, err\n}\n", e.rpc, fullMethod)
 		}
 		e.printf("return out, nil\n}\n")
 	}
@@ -322,18 +328,18 @@ func (e *emitter) clientMethod(s *service, m *method, full string) {
 	switch m.resp.kind {
 	case kindPointer:
 		e.printf("out := new(%s)\n", e.im.typ(m.resp.elem))
-		e.printf("if err := c.cc.Invoke(ctx, %s, req, out); err != nil {\n", fullMethod)
+		e.printf("if err := c.cc.Invoke(ctx, %s, req, out, c.opts...); err != nil {\n", fullMethod)
 		e.printf("return nil, err\n}\n")
 	case kindValue:
 		e.printf("var out %s\n", R)
-		e.printf("if err := c.cc.Invoke(ctx, %s, req, &out); err != nil {\n", fullMethod)
+		e.printf("if err := c.cc.Invoke(ctx, %s, req, &out, c.opts...); err != nil {\n", fullMethod)
 		e.printf("var zero %s\nreturn zero, err\n}\n", R)
 	case kindBytes:
 		if m.raw() { // bytes both ways: the allocation-free path when the invoker has it
-			e.printf("if bi, ok := c.cc.(%s.BytesInvoker); ok {\nreturn bi.InvokeBytes(ctx, %s, req)\n}\n", e.rpc, fullMethod)
+			e.printf("if bi, ok := c.cc.(%s.BytesInvoker); ok && len(c.opts) == 0 {\nreturn bi.InvokeBytes(ctx, %s, req)\n}\n", e.rpc, fullMethod)
 		}
 		e.printf("var out %s\n", R)
-		e.printf("if err := c.cc.Invoke(ctx, %s, req, &out); err != nil {\n", fullMethod)
+		e.printf("if err := c.cc.Invoke(ctx, %s, req, &out, c.opts...); err != nil {\n", fullMethod)
 		e.printf("return nil, err\n}\n")
 	}
 	e.printf("return out, nil\n}\n")
@@ -361,4 +367,27 @@ func (e *emitter) handler(s *service, m *method, full string) {
 	e.printf("handler := func(ctx %s.Context, req any) (any, error) {\n", e.context)
 	e.printf("return srv.(%s).%s(ctx, %s)\n}\n", s.name, m.name, adapted)
 	e.printf("return interceptor(ctx, in, info, handler)\n}\n")
+}
+
+// unimplemented writes Unimplemented<Service>: every method answering Unimplemented, for
+// servers to embed so that they keep building when the interface gains methods.
+func (e *emitter) unimplemented(s *service) {
+	S := s.name
+	e.printf("\n// Unimplemented%s answers Unimplemented for every method of %s. Embed it in a\n", S, S)
+	e.printf("// server type so that the type still implements %s when methods are added to the\n", S)
+	e.printf("// interface: the new methods answer Unimplemented until the type implements them.\n")
+	e.printf("type Unimplemented%s struct{}\n", S)
+	for _, m := range s.methods {
+		in, out := e.im.typ(m.in), e.im.typ(m.out)
+		errExpr := fmt.Sprintf("%s.Errorf(%s.Unimplemented, \"method %s of %s is not implemented\")", e.rpc, e.rpc, m.name, s.wire)
+		e.printf("\n// %s answers Unimplemented.\n", m.name)
+		if m.serverStream {
+			elem := e.im.typ(m.resp.typ)
+			e.printf("func (Unimplemented%s) %s(%s.Context, %s) %s {\n", S, m.name, e.context, in, out)
+			e.printf("return func(yield func(%s, error) bool) {\nvar zero %s\nyield(zero, %s)\n}\n}\n", elem, elem, errExpr)
+			continue
+		}
+		e.printf("func (Unimplemented%s) %s(%s.Context, %s) (%s, error) {\n", S, m.name, e.context, in, out)
+		e.printf("var zero %s\nreturn zero, %s\n}\n", out, errExpr)
+	}
 }

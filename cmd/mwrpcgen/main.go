@@ -1,13 +1,23 @@
 // Command mwrpcgen writes the client stubs and server dispatch of mwrpc services.
 //
-// A service is a Go interface whose methods all have the form
+// A service is a Go interface whose methods each have one of four forms, the RPC kinds
+// of gRPC:
 //
-//	M(ctx context.Context, req T) (R, error)
+//	Get(ctx context.Context, req T) (R, error)                            // unary
+//	Watch(ctx context.Context, req T) iter.Seq2[R, error]                 // server streaming
+//	Upload(ctx context.Context, in iter.Seq2[T, error]) (R, error)        // client streaming
+//	Chat(ctx context.Context, in iter.Seq2[T, error]) iter.Seq2[R, error] // bidirectional
 //
 // where T and R are each a pointer to a struct, a struct, []byte or a basic type (a
 // boolean, an integer, a float or a string, or a named type with one of those underneath).
 // Methods whose request and response are both []byte use the raw codec, so bulk data is
-// never re-encoded (see package codec).
+// never re-encoded (see package codec); a []byte stream message is never encoded either.
+// The side that receives a stream ranges over it; the side that sends returns (or
+// passes) an iterator whose yield blocks while the receiver's window is full and returns
+// false once the stream is over, when the producer must return (rpc.Cause says why). An
+// error ends a stream: a producer yields (zero, err); a receiver sees (zero, err) last.
+// rpc.Slice turns a slice into a stream to send. See package rpc's streamiter.go and the
+// README's Streams section.
 //
 // Usage:
 //
@@ -34,10 +44,22 @@
 //	const KVServiceName = "<package name>.KV"   // or the marker's name
 //	type KVClient struct{ ... }              // implements KV over an rpc.Invoker
 //	func NewKVClient(cc rpc.Invoker) *KVClient
+//	func (c *KVClient) WithCallOptions(opts ...rpc.CallOption) *KVClient
+//	type UnimplementedKV struct{}            // every method answers Unimplemented
 //	func RegisterKV(s *rpc.Server, impl KV)
 //	var KVServiceDesc = rpc.ServiceDesc{...}
 //
-// and an unexported handler per method. The output is gofmt'ed, deterministic, and
+// and an unexported handler per method. The client's methods keep the interface's
+// signatures, so it implements the interface; per-call options (rpc.WaitForReady,
+// rpc.Header, rpc.Trailer) go through WithCallOptions, which returns a client whose
+// every call passes them:
+//
+//	var trailer rpc.MD
+//	reply, err := kv.WithCallOptions(rpc.WaitForReady(), rpc.Trailer(&trailer)).Get(ctx, req)
+//
+// A server type that embeds UnimplementedKV keeps building when methods are added to
+// KV, and answers Unimplemented for those it does not implement, as gRPC's
+// Unimplemented<Service>Server does. The output is gofmt'ed, deterministic, and
 // stamped with the generator's version, so that `go generate ./... && git diff
 // --exit-code` checks that the generated code is current. Files are rewritten only when
 // their contents change.
@@ -71,7 +93,7 @@ import (
 
 // version is written into every generated file. Bump it whenever the generated code
 // changes, so that stale files show up as a diff.
-const version = "v0.2.0"
+const version = "v0.3.0"
 
 func main() {
 	dir, err := os.Getwd()

@@ -30,6 +30,7 @@ import (
 
 	"github.com/mwrpc/mwrpc/examples/files/filesservice"
 	"github.com/mwrpc/mwrpc/rpc"
+	"github.com/mwrpc/mwrpc/rpc/reflection"
 )
 
 func main() {
@@ -86,6 +87,7 @@ func parseSize(s string) (int64, error) {
 func runBoth(out io.Writer, cfg config) error {
 	srv := rpc.NewServer()
 	filesservice.RegisterFiles(srv, filesservice.Server{})
+	reflection.Register(srv) // mwrpc list/describe/call (cmd/mwrpc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -100,6 +102,7 @@ func runBoth(out io.Writer, cfg config) error {
 func runServer(addr string) error {
 	srv := rpc.NewServer()
 	filesservice.RegisterFiles(srv, filesservice.Server{})
+	reflection.Register(srv) // mwrpc list/describe/call (cmd/mwrpc)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@
 //	go run ./examples/kv                        # server and client in one process
 //	go run ./examples/kv -serve 127.0.0.1:7000  # a server
 //	go run ./examples/kv -connect 127.0.0.1:7000  # a client of it
+//	go run ./examples/kv -on shm:///tmp/kv.sock # both, over the same-host shm fabric
 //	go run ./examples/kv -serve 127.0.0.1:7000 -tls-cert server.pem -tls-key server.key -tls-ca ca.pem
 //	go run ./examples/kv -connect 127.0.0.1:7000 -tls-cert client.pem -tls-key client.key -tls-ca ca.pem
 //	                                            # mutual TLS (README: "TLS and mutual TLS")
@@ -31,11 +32,14 @@ import (
 
 	"github.com/mwrpc/mwrpc/examples/kv/kvservice"
 	"github.com/mwrpc/mwrpc/rpc"
+	"github.com/mwrpc/mwrpc/rpc/reflection"
+	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 )
 
 func main() {
 	serve := flag.String("serve", "", "only serve on this address")
 	connect := flag.String("connect", "", "only run the client against this address")
+	on := flag.String("on", "127.0.0.1:0", "where server and client meet when both run: host:port, or shm:///path/to.sock for the same-host shared-memory fabric")
 	calls := flag.Int("calls", 2000, "Gets in the latency measurement")
 	telemetry := flag.String("telemetry", "off", "stdout: install the OpenTelemetry SDK and print spans and metrics as JSON")
 	flag.Parse()
@@ -51,7 +55,7 @@ func main() {
 	case *connect != "":
 		err = runClient(context.Background(), os.Stdout, *connect, *calls)
 	default:
-		err = runBoth(os.Stdout, *calls)
+		err = runBoth(os.Stdout, *on, *calls)
 	}
 	err = errors.Join(err, shutdown(context.Background())) // flushes the metrics
 	if err != nil {
@@ -59,8 +63,8 @@ func main() {
 	}
 }
 
-// runBoth serves on a loopback port and runs the client against it.
-func runBoth(out io.Writer, calls int) error {
+// runBoth serves on addr (a loopback port, or an shm target) and runs the client against it.
+func runBoth(out io.Writer, addr string, calls int) error {
 	sopts, done, err := serverOptions()
 	if err != nil {
 		return err
@@ -68,13 +72,13 @@ func runBoth(out io.Writer, calls int) error {
 	defer done()
 	srv := rpc.NewServer(sopts...)
 	kvservice.RegisterKV(srv, kvservice.NewStore())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listen(addr)
 	if err != nil {
 		return err
 	}
 	go srv.Serve(ln)
 	defer srv.GracefulStop()
-	fmt.Fprintf(out, "server: serving kvservice.KV on %s (%s)\n", ln.Addr(), fabric())
+	fmt.Fprintf(out, "server: serving kvservice.KV on %s (%s)\n", ln.Addr(), fabric(addr))
 	if err := runClient(context.Background(), out, ln.Addr().String(), calls); err != nil {
 		return err
 	}
@@ -94,11 +98,23 @@ var (
 	deviceName   func() string
 )
 
-func fabric() string {
+func fabric(addr string) string {
 	if deviceName != nil && deviceName() != "" {
 		return "RDMA device " + deviceName() + " (ibv)"
 	}
+	if _, ok := shm.ParseTarget(addr); ok {
+		return "soft NIC over the shm fabric"
+	}
 	return "soft TCP fabric"
+}
+
+// listen listens on addr: host:port (TCP), or shm:///path/to.sock (a Unix socket that
+// sets up shared-memory rings, for clients on this host).
+func listen(addr string) (net.Listener, error) {
+	if path, ok := shm.ParseTarget(addr); ok {
+		return shm.Listen(path, shm.Config{})
+	}
+	return net.Listen("tcp", addr)
 }
 
 func serverOptions() ([]rpc.ServerOption, func(), error) { return deviceOption(serverDevice) }
@@ -129,14 +145,15 @@ func runServer(addr string) error {
 	}
 	srv := rpc.NewServer(sopts...)
 	kvservice.RegisterKV(srv, kvservice.NewStore())
+	reflection.Register(srv) // mwrpc list/describe/call (cmd/mwrpc)
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt)
 	go func() { <-stop; flushMetrics(); srv.GracefulStop() }()
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen(addr)
 	if err != nil {
 		return err
 	}
-	log.Printf("serving kvservice.KV on %s (%s); ^C stops", ln.Addr(), fabric())
+	log.Printf("serving kvservice.KV on %s (%s); ^C stops", ln.Addr(), fabric(addr))
 	return srv.Serve(ln)
 }
 

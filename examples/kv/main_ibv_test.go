@@ -28,7 +28,7 @@ func TestRunBothIBV(t *testing.T) {
 	*device = name
 	defer func() { *device = "" }()
 	var out strings.Builder
-	if err := runBoth(&out, 200); err != nil {
+	if err := runBoth(&out, "127.0.0.1:0", 200); err != nil {
 		t.Fatal(err)
 	}
 	t.Log("\n" + out.String())

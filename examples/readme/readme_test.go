@@ -53,6 +53,19 @@ func files(t *testing.T, readme []byte) map[string]string {
 	return out
 }
 
+// localRecipe returns the README's go mod edit line for a checkout, with root as the
+// checkout's path.
+func localRecipe(t *testing.T, readme []byte, root string) []string {
+	t.Helper()
+	for _, line := range strings.Split(string(readme), "\n") {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, "go mod edit -require=github.com/mwrpc/mwrpc@") {
+			return strings.Fields(strings.ReplaceAll(line, "=../mwrpc", "="+root))
+		}
+	}
+	t.Fatal("the README has no go mod edit line for a checkout")
+	return nil
+}
+
 func TestNewModule(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -81,22 +94,10 @@ func TestNewModule(t *testing.T) {
 			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	// The README's commands. This checkout stands in for the published module: a replace
-	// points at it, its go.sum gives the checksums the checksum database would, and
-	// GOPROXY=off makes go get find the tool through the replace instead of asking the
-	// proxy for a version that was never published.
+	// The README's commands, with its recipe for a checkout in place of go get -tool
+	// (the module is not published): this checkout stands in for ../mwrpc.
 	run("go", "mod", "init", "example.com/hello")
-	run("go", "mod", "edit", "-require=github.com/mwrpc/mwrpc@v0.0.0", "-replace=github.com/mwrpc/mwrpc="+root)
-	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env = append(env, "GOPROXY=off")
-	run("go", "get", "-tool", "github.com/mwrpc/mwrpc/cmd/mwrpcgen")
-	env = env[:len(env)-1]
+	run(localRecipe(t, readme, root)...)
 	for path, body := range files(t, readme) {
 		body = strings.ReplaceAll(body, "127.0.0.1:7000", addr)
 		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/rpc"
 	"github.com/mwrpc/mwrpc/rpc/health"
+	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 )
 
 // who is a one-method service that says which server answered, so that tests can see
@@ -59,7 +60,13 @@ func startServer(t *testing.T, name, addr string, withHealth bool) *server {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	ln, err := net.Listen("tcp", addr)
+	var ln net.Listener
+	var err error
+	if path, ok := shm.ParseTarget(addr); ok {
+		ln, err = shm.Listen(path, shm.Config{})
+	} else {
+		ln, err = net.Listen("tcp", addr)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -256,6 +256,28 @@ type CQ interface {
 	Destroy() error
 }
 
+// CQResizer is implemented by completion queues that can grow while in use
+// (ibv_resize_cq(3)): a consumer that sizes the queue for every work request its QPs may
+// have outstanding grows it as QPs join, instead of reserving the most it might need up
+// front. Use ResizeCQ.
+type CQResizer interface {
+	CQ
+	// Resize makes the queue hold at least cqe completions; completions already queued
+	// stay, in order. It fails with ErrInvalid when cqe exceeds the device's MaxCQE or
+	// is less than the completions queued. Cap reports the new size.
+	Resize(cqe int) error
+}
+
+// ResizeCQ resizes cq (ibv_resize_cq), or fails with ErrUnsupported when its provider
+// cannot.
+func ResizeCQ(cq CQ, cqe int) error {
+	r, ok := cq.(CQResizer)
+	if !ok {
+		return fmt.Errorf("verbs: resize CQ: %T cannot be resized: %w", cq, ErrUnsupported)
+	}
+	return r.Resize(cqe)
+}
+
 // DirectCQ is implemented by completion queues whose provider can hand an armed queue's
 // next completion straight to its consumer: instead of sending a token on Notify, the
 // goroutine that added the completion calls the handler once it holds none of the

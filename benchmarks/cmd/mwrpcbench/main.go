@@ -39,7 +39,7 @@
 // rounds. In two-process mode allocations, CPU time and the soft provider's copy counters
 // are the client's side only; in inproc mode both sides together. Cells with more than
 // -max-inflight bytes in flight per direction (payload × concurrency) are skipped: by
-// default 16 MiB runs at concurrency 1 only (1 MiB c64 and 64 KiB c64 run).
+// default 16 MiB runs at concurrency 1 and 4 only (1 MiB c64 and 64 KiB c64 run).
 //
 // The streaming cell (-cells stream; both cells run by default) moves -stream-size (1 GiB;
 // -quick: 256 MiB) each way in messages of -stream-chunk (1 MiB), one stream at a time
@@ -116,6 +116,16 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		defer stop()
 	}
+	if list := os.Getenv(bench.ServeCPUsEnv); list != "" { // the harness's -cpus split
+		cpus, err := bench.ParseCPUList(list)
+		if err == nil {
+			err = bench.PinCPUs(cpus)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "mwrpcbench server:", err)
+			return 1
+		}
+	}
 	// The harness closes stdin, then sends SIGTERM: a server that stops on stdin's end
 	// returns from ServeMain, which lets go of the signals, and the SIGTERM arriving then
 	// would kill the exiting process ("signal: terminated"). Held here until exit.
@@ -130,7 +140,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // The matrices.
 const (
 	fullPayloads     = "64,4KiB,64KiB,1MiB,16MiB"
-	fullConcurrency  = "1,16,64"
+	fullConcurrency  = "1,4,16,64"
 	quickPayloads    = "64,64KiB,1MiB"
 	quickConcurrency = "1,16"
 	fullStream       = "1GiB"
@@ -160,6 +170,9 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		cellsFlag   = fs.String("cells", "echo,stream", "what to run, comma-separated: echo (the matrix of -payloads × -concurrency) and stream (the streaming cell)")
 		streamSize  = fs.String("stream-size", fullStream, "bytes per transfer of the streaming cell, each way (-quick: "+quickStream+")")
 		streamChunk = fs.String("stream-chunk", "1MiB", "bytes per message of the streaming cell")
+		listCells   = fs.Bool("list-cells", false, "print how many echo cells -payloads, -concurrency and -max-inflight make, and exit")
+		listSystems = fs.Bool("list-systems", false, "print the systems of the two-process echo matrix that \"all\" runs, one a line, and exit")
+		cpusFlag    = fs.String("cpus", "", "SERVER/CLIENT CPU lists, as 0-7/8-15 (Linux): server processes run on the first, this process (the clients) on the second, GOMAXPROCS the count of each, so that one many-core machine behaves like two hosts")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -167,6 +180,15 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "mwrpcbench: unexpected arguments %q\n", fs.Args())
 		return 2
+	}
+	if *listSystems {
+		all, _ := bench.LookupSystems("all")
+		for _, s := range all {
+			if s.TwoProcess() {
+				fmt.Fprintln(stdout, s.Name)
+			}
+		}
+		return 0
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -181,6 +203,17 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 
 	cfg := bench.Config{Duration: *duration, Warmup: *warmup, Rounds: *rounds}
 	var err error
+	var split bench.CPUSplit
+	if *cpusFlag != "" {
+		if split, err = bench.ParseCPUSplit(*cpusFlag); err != nil {
+			return usage(stderr, fmt.Errorf("-cpus: %w", err))
+		}
+		if err := bench.PinCPUs(split.Client); err != nil {
+			fmt.Fprintln(stderr, "mwrpcbench:", err)
+			return 1
+		}
+		_ = os.Setenv(bench.ServeCPUsEnv, bench.FormatCPUList(split.Server))
+	}
 	if cfg.Mode, err = bench.ParseMode(*mode); err != nil {
 		return usage(stderr, fmt.Errorf("-mode: %w", err))
 	}
@@ -235,6 +268,10 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		return usage(stderr, errors.New("-rounds and -duration must be positive, -warmup not negative"))
 	}
 	cells, skipped := cfg.Cells()
+	if *listCells {
+		fmt.Fprintln(stdout, len(cells))
+		return 0
+	}
 	if runEcho && len(cells) == 0 {
 		return usage(stderr, errors.New("every cell is above -max-inflight"))
 	}
@@ -260,6 +297,10 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		MaxInflightBytes: cfg.MaxInflight,
 		SkippedCells:     []string{},
 		Notes:            notes,
+	}
+	if split.Server != nil {
+		rep.Setup.Notes = append(rep.Setup.Notes, fmt.Sprintf("-cpus %s: server processes pinned to CPUs %s (GOMAXPROCS %d), the clients to CPUs %s (GOMAXPROCS %d)",
+			split, bench.FormatCPUList(split.Server), len(split.Server), bench.FormatCPUList(split.Client), len(split.Client)))
 	}
 	if runEcho {
 		rep.Setup.Cells = append(rep.Setup.Cells, bench.CellEcho)

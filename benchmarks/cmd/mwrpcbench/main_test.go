@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,7 +103,7 @@ func TestTinyMatrix(t *testing.T) {
 	tok := markProcesses(t)
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	args := []string{"-cells", "echo", "-systems", "mwrpc-tcp,mwrpc-tls,grpc,drpc,mwrpc-inproc", "-payloads", "64", "-concurrency", "1",
+	args := []string{"-cells", "echo", "-systems", "mwrpc-tcp,mwrpc-tls,grpc,drpc,kitex,mwrpc-inproc", "-payloads", "64", "-concurrency", "1",
 		"-duration", "200ms", "-warmup", "50ms", "-rounds", "1", "-out", dir}
 	if code := run(args, &stdout, &stderr, false); code != 0 {
 		t.Fatalf("exit status %d:\n%s", code, stderr.String())
@@ -137,8 +138,8 @@ func TestTinyMatrix(t *testing.T) {
 			t.Errorf("machine has no %q", k)
 		}
 	}
-	if len(rep.Results) != 4 {
-		t.Fatalf("%d results, want 4 (one per system but mwrpc-inproc)", len(rep.Results))
+	if len(rep.Results) != 5 {
+		t.Fatalf("%d results, want 5 (one per system but mwrpc-inproc)", len(rep.Results))
 	}
 	for _, r := range rep.Results {
 		for _, k := range []string{"p50_ns", "p99_ns", "p999_ns", "ops_per_sec", "mb_per_sec", "cpu_ns_per_op", "allocs_per_op"} {
@@ -155,7 +156,7 @@ func TestTinyMatrix(t *testing.T) {
 			if v, _ := copied.(float64); v < 2*64 {
 				t.Errorf("%v: copied_bytes_per_op = %v, want at least 128", r["system"], copied)
 			}
-		case "grpc", "drpc":
+		case "grpc", "drpc", "kitex":
 			if !present || copied != nil {
 				t.Errorf("grpc: copied_bytes_per_op = %v (present %v), want null", copied, present)
 			}
@@ -174,7 +175,7 @@ func TestTinyMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| mwrpc-tcp | 64 B | 1 |", "| mwrpc-tls | 64 B | 1 |", "| grpc | 64 B | 1 |", "| drpc | 64 B | 1 |", "Mode: **two-process**", "client's side only",
+	for _, want := range []string{"| mwrpc-tcp | 64 B | 1 |", "| mwrpc-tls | 64 B | 1 |", "| grpc | 64 B | 1 |", "| drpc | 64 B | 1 |", "| kitex | 64 B | 1 |", "Mode: **two-process**", "client's side only",
 		"in-process only): mwrpc-inproc", "latency_p50.png"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("latest.md lacks %q", want)
@@ -191,7 +192,7 @@ func TestTinyMatrix(t *testing.T) {
 			t.Errorf("%s is not a PNG", name)
 		}
 	}
-	if !strings.Contains(stderr.String(), "[1/4]") || !strings.Contains(stderr.String(), "[4/4]") {
+	if !strings.Contains(stderr.String(), "[1/5]") || !strings.Contains(stderr.String(), "[5/5]") {
 		t.Errorf("no progress lines on stderr:\n%s", stderr.String())
 	}
 }
@@ -431,4 +432,46 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("load.ParseSize(%q): no error", in)
 		}
 	}
+}
+
+// TestCPUSplit: -cpus pins the server processes and the harness to disjoint CPUs and says
+// so in the report; -list-systems names what "all" runs in two processes.
+func TestCPUSplit(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.NumCPU() < 2 {
+		t.Skip("-cpus needs Linux and two CPUs")
+	}
+	var list bytes.Buffer
+	if code := run([]string{"-list-systems"}, &list, io.Discard, false); code != 0 || !strings.Contains(list.String(), "kitex\n") || strings.Contains(list.String(), "mwrpc-inproc") {
+		t.Fatalf("-list-systems: exit %d, %q; want kitex and not mwrpc-inproc", code, list.String())
+	}
+	dir := t.TempDir()
+	last := runtime.NumCPU() - 1
+	var stdout, stderr bytes.Buffer
+	args := []string{"-cells", "echo", "-systems", "rawtcp,kitex", "-payloads", "64", "-concurrency", "1", "-cpus", fmt.Sprintf("0/%d", last),
+		"-duration", "100ms", "-warmup", "20ms", "-rounds", "1", "-out", dir}
+	code := run(args, &stdout, &stderr, false)
+	os.Unsetenv(bench.ServeCPUsEnv)      // -cpus set it for its server processes
+	runtime.GOMAXPROCS(runtime.NumCPU()) // and pinned this process: give the other tests the machine back
+	if err := unpin(); err != nil {
+		t.Log(err)
+	}
+	if code != 0 {
+		t.Fatalf("exit status %d:\n%s", code, stderr.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "latest.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("server processes pinned to CPUs 0 (GOMAXPROCS 1), the clients to CPUs %d (GOMAXPROCS 1)", last); !strings.Contains(string(b), want) {
+		t.Errorf("the report does not say %q:\n%s", want, b)
+	}
+}
+
+// unpin gives this process every CPU back after a -cpus run.
+func unpin() error {
+	all := make([]int, runtime.NumCPU())
+	for i := range all {
+		all[i] = i
+	}
+	return bench.PinCPUs(all)
 }

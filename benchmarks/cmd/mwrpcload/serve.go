@@ -13,6 +13,7 @@ import (
 
 	"github.com/mwrpc/mwrpc/benchmarks/internal/load"
 	"github.com/mwrpc/mwrpc/rpc"
+	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
@@ -55,7 +56,9 @@ func serve(args []string) error {
 		return err
 	}
 	defer done()
-	var sopts []rpc.ServerOption
+	// The load's callers ping every second without a response (-keepalive-timeout): the
+	// fault runs rely on it to drop wedged connections, so the server permits it.
+	sopts := []rpc.ServerOption{rpc.WithKeepalivePolicy(transport.ServerKeepalive{MinPingInterval: 500 * time.Millisecond, PermitWithoutCalls: true})}
 	if d != nil {
 		sopts = append(sopts, rpc.WithDevice(d))
 	}

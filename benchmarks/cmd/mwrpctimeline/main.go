@@ -16,8 +16,9 @@
 //
 // Systems (-systems): mwrpc (the harness's mwrpc-tcp: rpc.Dial and rpc.NewServer over
 // the soft TCP fabric, default configuration), mwrpc-tuned (the harness's mwrpc-tuned: 66
-// KiB slots, so 64 KiB travels inside the SEND; shared receives; inline handlers), raw
-// (a length-prefixed echo over TCP). For each system and size the server is this binary
+// KiB slots, so 64 KiB travels inside the SEND; shared receives; inline handlers),
+// mwrpc-lent (the harness's mwrpc-lent: each request built in rpc.Client.Buffer, each
+// response lent with rpc.WithLentResponses), raw (a length-prefixed echo over TCP). For each system and size the server is this binary
 // again (`-serve SYSTEM`), which prints its address, serves until its stdin ends, then
 // writes its marks to a file the client named. Outputs, in -out (results/timeline):
 // timeline.md (the tables, also printed), timeline.json and timeline.png (a stacked bar
@@ -64,7 +65,7 @@ func main() {
 func run() error {
 	calls := flag.Int("calls", 20000, "measured calls per system and size")
 	warm := flag.Int("warmup", 2000, "unmeasured calls before them")
-	systems := flag.String("systems", "mwrpc,raw,mwrpc-tuned", "systems: mwrpc, mwrpc-tuned, raw")
+	systems := flag.String("systems", "mwrpc,raw,mwrpc-tuned", "systems: mwrpc, mwrpc-tuned, mwrpc-lent, raw")
 	sizes := flag.String("sizes", "64,65536", "payload sizes in bytes")
 	out := flag.String("out", "results/timeline", "output directory")
 	flag.Parse()
@@ -199,7 +200,7 @@ func serve(args []string) error {
 	switch sys {
 	case "raw":
 		stop = serveRaw(ln)
-	case "mwrpc", "mwrpc-tuned":
+	case "mwrpc", "mwrpc-tuned", "mwrpc-lent":
 		dev, err := soft.OpenTCP("timeline-server")
 		if err != nil {
 			return err
@@ -242,6 +243,7 @@ type mwrpcClient struct {
 	stub *echo.BenchClient
 	dev  *soft.Device
 	req  []byte
+	lent bool // mwrpc-lent: requests in Client.Buffer's memory, responses lent (WithLentResponses)
 }
 
 func dialMwrpc(sys, addr string, size int) (client, error) {
@@ -250,8 +252,11 @@ func dialMwrpc(sys, addr string, size int) (client, error) {
 		return nil, err
 	}
 	opts := []rpc.DialOption{rpc.WithClientDevice(dev)}
-	if sys == "mwrpc-tuned" {
+	switch sys {
+	case "mwrpc-tuned":
 		opts = append(opts, rpc.WithClientTransport(tuned))
+	case "mwrpc-lent":
+		opts = append(opts, rpc.WithLentResponses())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -259,13 +264,23 @@ func dialMwrpc(sys, addr string, size int) (client, error) {
 	if err != nil {
 		return nil, errors.Join(err, dev.Close())
 	}
-	return &mwrpcClient{c: c, stub: echo.NewBenchClient(c), dev: dev, req: make([]byte, size)}, nil
+	return &mwrpcClient{c: c, stub: echo.NewBenchClient(c), dev: dev, req: make([]byte, size), lent: sys == "mwrpc-lent"}, nil
 }
 
 func (m *mwrpcClient) call() error {
-	out, err := m.stub.Echo(context.Background(), m.req)
+	req := m.req
+	if m.lent { // built in registered memory (not filled again: raw TCP's bytes are not either)
+		var err error
+		if req, err = m.c.Buffer(context.Background(), len(m.req)); err != nil {
+			return err
+		}
+	}
+	out, err := m.stub.Echo(context.Background(), req)
 	if err == nil && len(out) != len(m.req) {
 		err = fmt.Errorf("echo of %d bytes returned %d", len(m.req), len(out))
+	}
+	if err == nil && m.lent {
+		err = m.c.Release(out)
 	}
 	return err
 }

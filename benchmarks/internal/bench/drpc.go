@@ -8,9 +8,15 @@ import (
 
 	"storj.io/drpc"
 	"storj.io/drpc/drpcconn"
+	"storj.io/drpc/drpcmanager"
 	"storj.io/drpc/drpcmux"
 	"storj.io/drpc/drpcserver"
+	"storj.io/drpc/drpcwire"
 )
+
+// drpcManager lifts DRPC's 4 MiB default limit on a message (drpcwire.ReaderOptions) above
+// the harness's largest payload, 16 MiB, on both sides, as grpcMaxMessage does for gRPC.
+var drpcManager = drpcmanager.Options{Reader: drpcwire.ReaderOptions{MaximumBufferSize: 64 << 20}}
 
 // drpcRawEncoding is a DRPC encoding for *[]byte messages: no protobuf, the same payload
 // bytes as mwrpc's raw codec.
@@ -75,7 +81,9 @@ func serveDRPC(ln net.Listener) (Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &drpcServer{cancel: cancel, served: make(chan error, 1)}
-	go func() { d.served <- drpcserver.New(mux).Serve(ctx, ln) }()
+	go func() {
+		d.served <- drpcserver.NewWithOptions(mux, drpcserver.Options{Manager: drpcManager}).Serve(ctx, ln)
+	}()
 	return d, nil
 }
 
@@ -106,7 +114,7 @@ func dialDRPC(addr string, size, concurrency int) (Instance, error) {
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("dial: %w", err), d.Close())
 		}
-		d.conns = append(d.conns, drpcconn.New(c))
+		d.conns = append(d.conns, drpcconn.NewWithOptions(c, drpcconn.Options{Manager: drpcManager}))
 	}
 	return d, nil
 }

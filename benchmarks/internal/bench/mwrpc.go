@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"runtime"
 	"time"
 
 	"github.com/mwrpc/mwrpc/benchmarks/internal/echo"
@@ -37,6 +38,7 @@ type mwrpcInstance struct {
 	stub   *echo.BenchClient
 	dev    verbs.Device
 	req    []byte
+	lent   bool // mwrpc-lent: requests in Client.Buffer's memory, responses lent
 }
 
 // serveMwrpcTCP serves over the soft provider's TCP fabric: what rpc.NewServer does on its
@@ -67,6 +69,17 @@ func serveMwrpcPool(ln net.Listener) (Server, error) {
 		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
 	}
 	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{InlineBudget: -1})), nil
+}
+
+// serveMwrpcPollers is serveMwrpcTCP with a poller (and so a completion queue and a
+// shared receive queue) per four of the server's cores: the connections' completions and
+// receives spread over them instead of all passing one.
+func serveMwrpcPollers(ln net.Listener) (Server, error) {
+	dev, err := soft.OpenTCP("bench-server")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{Pollers: max(runtime.GOMAXPROCS(0)/4, 1)})), nil
 }
 
 // tunedSoftTCP is the transport configuration mwrpc-tuned measures (docs/tuning.md): on
@@ -198,11 +211,42 @@ func openMwrpcInproc(size, _ int) (Instance, error) {
 }
 
 func (m *mwrpcInstance) Call(int) error {
-	out, err := m.stub.Echo(context.Background(), m.req)
+	req := m.req
+	if m.lent {
+		// The caller builds its request in registered memory: like rawtcp, which writes
+		// the same bytes every call, it does not write them again each time.
+		var err error
+		if req, err = m.client.Buffer(context.Background(), len(m.req)); err != nil {
+			return err
+		}
+	}
+	out, err := m.stub.Echo(context.Background(), req)
 	if err != nil {
 		return err
 	}
-	return checkLen("mwrpc", len(out), len(m.req))
+	if err := checkLen("mwrpc", len(out), len(m.req)); err != nil {
+		return err
+	}
+	if m.lent {
+		return m.client.Release(out)
+	}
+	return nil
+}
+
+// dialMwrpcLent is dialMwrpcTCP for mwrpc-lent: each request is built in the client's
+// registered memory (rpc.Client.Buffer) and each response read where the transport put it
+// (rpc.WithLentResponses), so the client neither copies nor allocates per call.
+func dialMwrpcLent(addr string, size, _ int) (Instance, error) {
+	dev, err := soft.OpenTCP("bench-client")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	inst, err := dialMwrpc(dev, addr, size, rpc.WithLentResponses())
+	if err != nil {
+		return nil, err
+	}
+	inst.(*mwrpcInstance).lent = true
+	return inst, nil
 }
 
 func (m *mwrpcInstance) Copied() (uint64, bool) { return devCopied(m.dev) }

@@ -15,7 +15,7 @@ import (
 var ErrMalformed = errors.New("mwrpc: malformed message")
 
 // Version is the transport protocol version this package speaks.
-const Version = 3 // 2: control credits in header byte 3; 3: streams
+const Version = 4 // 2: control credits in header byte 3; 3: streams; 4: written responses
 
 // HeaderLen is the size of a message header.
 const HeaderLen = 32
@@ -69,7 +69,16 @@ const (
 	// FlagCaller, on a stream message or ack, says the sender opened the stream: CallID is
 	// in its own id space (the receiver serves the stream) rather than the receiver's.
 	FlagCaller Flags = 1 << 3
-	flagsAll         = FlagLarge | FlagStream | FlagEnd | FlagCaller
+	// FlagWritable, on a large request (not a stream's), says its window also grants
+	// REMOTE_WRITE: the response, if it is no longer than Len, may be written into the
+	// window with an RDMA WRITE once the request is read, and announced with FlagWritten.
+	FlagWritable Flags = 1 << 4
+	// FlagWritten, on a response, says its Len payload bytes were written (RDMA WRITE, just
+	// before this SEND) at the start of the caller's request window, which this message
+	// revokes (SEND_WITH_INV): the caller finds the response there. It carries no payload
+	// and no window of its own.
+	FlagWritten Flags = 1 << 5
+	flagsAll          = FlagLarge | FlagStream | FlagEnd | FlagCaller | FlagWritable | FlagWritten
 )
 
 // StreamAckLen is the payload of a KindStreamAck: consumed u32 | window u32.
@@ -146,8 +155,18 @@ func ParseHeader(b []byte, h *Header, maxLen uint32) (payload []byte, err error)
 		return nil, fmt.Errorf("%w: %v: unknown flags 0x%02x", ErrMalformed, h.Kind, b[2])
 	case h.Flags&FlagStream != 0 && h.Kind != KindRequest,
 		h.Flags&FlagEnd != 0 && (h.Kind != KindStreamMsg || h.Flags&FlagLarge != 0 || h.Len != 0),
-		h.Flags&FlagCaller != 0 && h.Kind != KindStreamMsg && h.Kind != KindStreamAck:
+		h.Flags&FlagCaller != 0 && h.Kind != KindStreamMsg && h.Kind != KindStreamAck,
+		h.Flags&FlagWritable != 0 && (h.Kind != KindRequest || h.Flags&(FlagLarge|FlagStream) != FlagLarge),
+		h.Flags&FlagWritten != 0 && (h.Kind != KindResponse || h.Flags != FlagWritten):
 		return nil, fmt.Errorf("%w: %v with flags 0x%02x", ErrMalformed, h.Kind, b[2])
+	case h.Flags&FlagWritten != 0:
+		switch {
+		case len(rest) != 0 || h.RKey != 0 || h.Addr != 0:
+			return nil, fmt.Errorf("%w: written response with %d eager bytes or a window", ErrMalformed, len(rest))
+		case h.Len == 0 || h.Len > maxLen:
+			return nil, fmt.Errorf("%w: written response of %d bytes (limit %d): %w", ErrMalformed, h.Len, maxLen, ErrTooLarge)
+		}
+		return nil, nil
 	case h.Flags&FlagLarge == 0:
 		if uint64(h.Len) != uint64(len(rest)) {
 			return nil, fmt.Errorf("%w: %v announces %d payload bytes, carries %d", ErrMalformed, h.Kind, h.Len, len(rest))
@@ -188,6 +207,9 @@ type Hello struct {
 	Inline     uint32 // the sender's eager threshold: larger payloads go through a window
 	MaxMessage uint32 // the largest payload the sender accepts
 }
+
+// HelloPrefix returns the bytes every hello begins with.
+func HelloPrefix() []byte { return helloMagic[:] }
 
 // AppendHello appends h to b.
 func AppendHello(b []byte, h *Hello) []byte {
@@ -264,6 +286,9 @@ func (r Refusal) String() string {
 	}
 	return fmt.Sprintf("reason %d", uint8(r))
 }
+
+// RefusalPrefix returns the bytes every refusal record begins with.
+func RefusalPrefix() []byte { return refusalMagic[:] }
 
 // AppendRefusal appends a refusal record of HelloLen bytes to b.
 func AppendRefusal(b []byte, r Refusal) []byte {

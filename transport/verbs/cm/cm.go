@@ -151,20 +151,27 @@ func Connect(ctx context.Context, conn net.Conn, qp verbs.QP, p Params) (verbs.E
 // the context's. what names the message in errors. Connect exchanges its messages so, and
 // so does a protocol that speaks on the same stream before it (the transport's hello).
 func Exchange(ctx context.Context, conn net.Conn, what string, out, in []byte) error {
+	_, err := ExchangeN(ctx, conn, what, out, in)
+	return err
+}
+
+// ExchangeN is Exchange that also returns how many bytes of in it read: what a peer
+// that answered with less than a whole message did say.
+func ExchangeN(ctx context.Context, conn net.Conn, what string, out, in []byte) (int, error) {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	errc := make(chan error, 1)
 	go func() { _, err := conn.Write(out); errc <- err }()
-	_, rerr := io.ReadFull(conn, in)
+	n, rerr := io.ReadFull(conn, in)
 	werr := <-errc
 	stopped := stop()
 	_ = conn.SetDeadline(time.Time{})
 	switch {
 	case !stopped || ctx.Err() != nil:
-		return fmt.Errorf("%s exchange: %w", what, ctx.Err())
+		return n, fmt.Errorf("%s exchange: %w", what, ctx.Err())
 	case werr != nil:
-		return fmt.Errorf("send %s: %w", what, werr)
+		return n, fmt.Errorf("send %s: %w", what, werr)
 	case rerr != nil:
-		return fmt.Errorf("read peer %s: %w", what, rerr)
+		return n, fmt.Errorf("read peer %s: %w", what, rerr)
 	}
-	return nil
+	return n, nil
 }

@@ -11,6 +11,7 @@ import "C"
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -27,7 +28,7 @@ type cq struct {
 	dev    *Device
 	c      *C.struct_ibv_cq
 	ch     *C.struct_ibv_comp_channel
-	n      int
+	n      atomic.Int32 // the queue's size (ibv_cq.cqe), changed by Resize
 	notify chan struct{}
 
 	// Poll's C memory, guarded by mu.
@@ -72,12 +73,35 @@ func (d *Device) CreateCQ(cqe int) (verbs.CQ, error) {
 		d.unuse()
 		return nil, fmt.Errorf("ibv: create CQ: %w", verbs.ErrNoMemory)
 	}
-	return &cq{dev: d, c: c, ch: ch, n: int(c.cqe), notify: make(chan struct{}, 1),
-		scratch: scratch, out: unsafe.Slice(out, np)}, nil
+	q := &cq{dev: d, c: c, ch: ch, notify: make(chan struct{}, 1), scratch: scratch, out: unsafe.Slice(out, np)}
+	q.n.Store(int32(c.cqe))
+	return q, nil
 }
 
 // Cap returns the number of completions the queue holds.
-func (q *cq) Cap() int { return q.n }
+func (q *cq) Cap() int { return int(q.n.Load()) }
+
+// Resize implements verbs.CQResizer with ibv_resize_cq, under the lock Poll holds: a
+// provider may move the queue's buffer (mlx5 copies the queued entries to a new one).
+// Poll's scratch space stays at its size; it bounds one poll, not the queue.
+func (q *cq) Resize(cqe int) error {
+	if cqe <= 0 || cqe > q.dev.attr.MaxCQE {
+		return fmt.Errorf("ibv: resize CQ to %d entries (1..%d): %w", cqe, q.dev.attr.MaxCQE, verbs.ErrInvalid)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return fmt.Errorf("ibv: resize CQ: %w", verbs.ErrClosed)
+	}
+	if cqe <= int(q.c.cqe) {
+		return nil
+	}
+	if rc := C.ibv_resize_cq(q.c, C.int(cqe)); rc != 0 {
+		return errnoErr(fmt.Sprintf("%s: resize CQ to %d entries", q.dev.name, cqe), syscall.Errno(rc))
+	}
+	q.n.Store(int32(q.c.cqe))
+	return nil
+}
 
 // Notify returns the channel ReqNotify arms.
 func (q *cq) Notify() <-chan struct{} { return q.notify }

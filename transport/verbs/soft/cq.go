@@ -14,8 +14,9 @@ type cq struct {
 	dev *Device
 
 	n       atomic.Int32 // completions queued
+	size    atomic.Int32 // len(ring), for Cap without mu
 	mu      sync.Mutex
-	ring    []verbs.WorkCompletion
+	ring    []verbs.WorkCompletion // grows by Resize
 	head    int
 	armed   bool
 	overrun atomic.Bool
@@ -77,10 +78,35 @@ func (c *cq) signal() {
 }
 
 func newCQ(d *Device, n int) *cq {
-	return &cq{dev: d, ring: make([]verbs.WorkCompletion, n), notify: make(chan struct{}, 1)}
+	c := &cq{dev: d, ring: make([]verbs.WorkCompletion, n), notify: make(chan struct{}, 1)}
+	c.size.Store(int32(n))
+	return c
 }
 
-func (c *cq) Cap() int                { return len(c.ring) }
+func (c *cq) Cap() int { return int(c.size.Load()) }
+
+// Resize implements verbs.CQResizer (ibv_resize_cq): the ring is copied, oldest
+// completion first, into one of at least cqe entries. Like mlx5 it never shrinks below
+// what is queued; a smaller cqe than the current size keeps the size.
+func (c *cq) Resize(cqe int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := int(c.n.Load())
+	switch {
+	case c.closed:
+		return fmt.Errorf("soft: resize CQ: %w", verbs.ErrClosed)
+	case cqe <= 0 || cqe > maxCQE || cqe < n:
+		return fmt.Errorf("soft: resize CQ to %d entries (%d queued, at most %d): %w", cqe, n, maxCQE, verbs.ErrInvalid)
+	case cqe <= len(c.ring):
+		return nil
+	}
+	ring := make([]verbs.WorkCompletion, cqe)
+	k := copy(ring, c.ring[c.head:min(c.head+n, len(c.ring))])
+	copy(ring[k:n], c.ring[:n-k])
+	c.ring, c.head = ring, 0
+	c.size.Store(int32(cqe))
+	return nil
+}
 func (c *cq) Notify() <-chan struct{} { return c.notify }
 
 func (c *cq) ReqNotify() error {
@@ -115,7 +141,7 @@ func (c *cq) Poll(wcs []verbs.WorkCompletion) (int, error) {
 }
 
 func (c *cq) overrunErr() error {
-	return fmt.Errorf("soft: CQ of %d entries overran: completions were lost (size the CQ for every outstanding work request): %w", len(c.ring), verbs.ErrQueueFull)
+	return fmt.Errorf("soft: CQ of %d entries overran: completions were lost (size the CQ for every outstanding work request): %w", c.Cap(), verbs.ErrQueueFull)
 }
 
 // push adds a completion. A full queue records an overrun (hardware raises a CQ error

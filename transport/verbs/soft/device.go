@@ -34,7 +34,7 @@ import (
 const (
 	maxQPWR       = 1 << 14
 	maxSGE        = 16
-	maxCQE        = 1 << 20
+	maxCQE        = 1 << 22 // mlx5's largest; a queue is allocated at the size asked, grown by Resize
 	maxInlineData = 1024
 	maxRdAtom     = 128
 	maxKeys       = 1 << 24

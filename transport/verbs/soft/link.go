@@ -95,6 +95,7 @@ type tcpLink struct {
 	// what such a write left (of stage, or of pend's bytes), which the next flush or send
 	// writes first.
 	raw syscall.RawConn
+	try TryWriter // the same, on a stream that has its own (the shm fabric's)
 	out []byte
 	// While trying (a stream reader transmits), frames larger than batchFrameMax are copied
 	// to stage, behind pend's frames sealed in their wire form, for tryFlush's one write.
@@ -246,14 +247,8 @@ func (l *tcpLink) tryFlush() (bool, error) {
 		l.tryFn = l.tryWrite // one closure for the link's life, not one per write
 	}
 	probe.MarkN(probe.Write, uint32(len(b)))
-	l.tryBuf = b
-	err := l.raw.Write(l.tryFn)
-	n, werr := max(l.tryN, 0), l.tryErr
-	l.tryBuf, l.tryErr = nil, nil
+	n, err := l.writeNow(b)
 	probe.Mark(probe.WriteDone)
-	if err == nil && werr != syscall.EAGAIN && werr != syscall.EINTR {
-		err = werr
-	}
 	switch {
 	case err != nil:
 		return false, err
@@ -302,6 +297,30 @@ func (l *tcpLink) sealPend() {
 		l.stage = append(append(append(l.stage, b[:headerLen]...), zeroPad[:]...), b[headerLen:]...)
 	}
 	l.pend, l.pendN = l.pend[:headerLen], 0
+}
+
+// writeNow writes what the stream takes of b without waiting, and returns how much.
+func (l *tcpLink) writeNow(b []byte) (int, error) {
+	if l.try != nil {
+		return l.try.TryWrite(b)
+	}
+	l.tryBuf = b
+	err := l.raw.Write(l.tryFn)
+	n, werr := max(l.tryN, 0), l.tryErr
+	l.tryBuf, l.tryErr = nil, nil
+	if err == nil && werr != syscall.EAGAIN && werr != syscall.EINTR {
+		err = werr
+	}
+	return n, err
+}
+
+// TryWriter is implemented by streams that can write without waiting, as a non-blocking
+// write(2) on a socket does (the shm fabric's connections): TryWrite writes as much of p as
+// the stream takes at once and returns how much, 0 when it takes nothing now. A QP's stream
+// reader that runs a completion handler sends through it (QP.transmitTry) rather than wake
+// the engine.
+type TryWriter interface {
+	TryWrite(p []byte) (int, error)
 }
 
 // flushOut writes what a partial tryFlush left, waiting for the socket as needed.
@@ -374,6 +393,8 @@ func streamFault(err error) error {
 		return fmt.Errorf("soft: the peer stopped sending in the middle of a frame: %w", verbs.ErrPeerProtocol)
 	case errors.Is(err, errFrame):
 		return fmt.Errorf("soft: %w: %w", verbs.ErrPeerProtocol, err)
+	case errors.Is(err, verbs.ErrPeerProtocol): // the stream's own check (the shm fabric's rings)
+		return err
 	}
 	return nil
 }

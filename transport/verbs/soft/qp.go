@@ -382,6 +382,8 @@ func (q *QP) connect(remote verbs.Endpoint) error {
 		tl := &tcpLink{q: q, conn: q.stream}
 		if tc, ok := q.stream.(*net.TCPConn); ok && rawWrites {
 			tl.raw, _ = tc.SyscallConn()
+		} else if tw, ok := q.stream.(TryWriter); ok {
+			tl.try = tw
 		}
 		q.stream = nil
 		q.stallLimit.CompareAndSwap(0, int64(defaultTimeout)*(7+1)) // until RTS sets its own
@@ -610,11 +612,11 @@ const tryTxMax = 68 << 10
 // poster may be that reader, which must never block on a socket. It sends frames of up to
 // tryTxMax bytes, gathered, with one write that does not wait (tcpLink.tryFlush); what the
 // socket does not take at once, larger frames (a 1 MiB READ response), and everything on a
-// link without a raw socket (TLS, the in-process fabric) are the engine's. Saves the
+// link without a raw socket or a TryWriter (TLS, the in-process fabric) are the engine's. Saves the
 // engine's wake-up on every response an inline handler sends.
 func (q *QP) transmitTry(l link) {
 	tl, ok := l.(*tcpLink)
-	if !ok || tl.raw == nil || !q.txMu.TryLock() {
+	if !ok || (tl.raw == nil && tl.try == nil) || !q.txMu.TryLock() {
 		q.kick()
 		return
 	}

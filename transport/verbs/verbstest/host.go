@@ -315,10 +315,22 @@ func needsStream(qp verbs.QP) bool {
 }
 
 // connect connects a (with parameters pa) and b (with pb), both in RESET or INIT, with
-// cm.Connect over a fresh loopback TCP connection, both sides at once, within the
+// cm.Connect over a fresh loopback TCP connection (or Fixture.Pipe's pair), both sides at once, within the
 // fixture's timeout. A QP whose provider takes the stream owns its end of the connection;
 // otherwise the end is closed once the QPs are connected.
 func (e *env) connect(a verbs.QP, pa cm.Params, b verbs.QP, pb cm.Params) {
+	e.t.Helper()
+	var ca, cb net.Conn
+	if e.f.Pipe != nil {
+		ca, cb = e.f.Pipe(e.t)
+	} else {
+		ca, cb = e.tcpPipe()
+	}
+	e.connectOver(ca, a, pa, cb, b, pb)
+}
+
+// tcpPipe returns the two ends of a fresh loopback TCP connection.
+func (e *env) tcpPipe() (net.Conn, net.Conn) {
 	e.t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -358,7 +370,12 @@ func (e *env) connect(a verbs.QP, pa cm.Params, b verbs.QP, pb cm.Params) {
 		_ = ca.Close()
 		e.setupf("accept: %v", err)
 	}
+	return ca, cb
+}
 
+// connectOver runs cm.Connect for a over ca and for b over cb, both at once.
+func (e *env) connectOver(ca net.Conn, a verbs.QP, pa cm.Params, cb net.Conn, b verbs.QP, pb cm.Params) {
+	e.t.Helper()
 	ownA, ownB := needsStream(a), needsStream(b)
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()

@@ -66,6 +66,7 @@ package verbstest
 
 import (
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -97,6 +98,11 @@ type Fixture struct {
 	// Timeout bounds every wait for a completion, a state change or a connection. Zero
 	// means 5 s.
 	Timeout time.Duration
+	// Pipe, when not nil, makes the connected pair of streams cm.Connect runs over for
+	// each queue pair the suite connects, instead of a loopback TCP connection: for a
+	// fabric whose queue pairs take a stream of their own kind (the shm fabric's rings).
+	// It reports its own failures with t.Fatal; the suite closes what it returns.
+	Pipe func(t testing.TB) (a, b net.Conn)
 }
 
 // Observation is what a divergent case saw, for Fixture.DivergentCheck.

@@ -1,0 +1,176 @@
+package rpc_test
+
+import (
+	"context"
+	"net"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mwrpc/mwrpc/rpc"
+)
+
+// peersSeen returns a server option that records the address of every call's caller, and
+// the set it fills.
+func peersSeen() (rpc.ServerOption, func() map[string]int) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	opt := rpc.WithUnaryInterceptor(func(ctx context.Context, req any, info *rpc.UnaryServerInfo, h rpc.UnaryHandler) (any, error) {
+		if p, ok := rpc.PeerFromContext(ctx); ok {
+			mu.Lock()
+			seen[p.Addr.String()]++
+			mu.Unlock()
+		}
+		return h(ctx, req)
+	})
+	return opt, func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps(seen)
+	}
+}
+
+func maps(m map[string]int) map[string]int {
+	out := make(map[string]int, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// waitLanes waits until the client holds want lanes to its one endpoint.
+func waitLanes(t *testing.T, c *rpc.Client, want int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		got := c.Lanes()
+		if len(got) == 1 && got[0] == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the client holds %v lanes, want [%d]", got, want)
+		}
+	}
+}
+
+// callMany makes n calls from each of g goroutines, each sleeping d on the server.
+func callMany(t *testing.T, svc Svc, g, n int, d time.Duration) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := 0; i < g; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < n; j++ {
+				if _, err := svc.Sleep(context.Background(), &Msg{N: int64(d)}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestLanesPinned: WithLanes(4) keeps four connections to the endpoint, and calls from
+// many goroutines are spread over all four, each taking about a quarter.
+func TestLanesPinned(t *testing.T) {
+	opt, seen := peersSeen()
+	e := start(t, []rpc.ServerOption{opt}, rpc.WithLanes(4))
+	waitLanes(t, e.client, 4)
+	callMany(t, e.svc, 8, 50, 0)
+	got := seen()
+	if len(got) != 4 {
+		t.Fatalf("400 calls came from %d connections (%v), want the 4 lanes", len(got), got)
+	}
+	for addr, n := range got {
+		if n < 60 || n > 140 {
+			t.Errorf("lane %s carried %d of 400 calls, want about 100 (%v)", addr, n, got)
+		}
+	}
+}
+
+// TestLanesAdaptive: a client without WithLanes starts with one connection, opens more
+// while its calls in flight pass two a lane, up to GOMAXPROCS, and calls use them all.
+func TestLanesAdaptive(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3)) // the cap: 3 lanes, on any machine
+	opt, seen := peersSeen()
+	e := start(t, []rpc.ServerOption{opt})
+	callMany(t, e.svc, 1, 20, 0)
+	if got := e.client.Lanes(); !slices.Equal(got, []int{1}) {
+		t.Fatalf("one caller at a time: %v lanes, want [1]", got)
+	}
+	callMany(t, e.svc, 24, 20, time.Millisecond) // 24 in flight: 8 a lane at 3
+	waitLanes(t, e.client, 3)
+	before := seen()
+	callMany(t, e.svc, 12, 20, time.Millisecond)
+	after := seen()
+	used := 0
+	for addr, n := range after {
+		if n > before[addr] {
+			used++
+		}
+	}
+	if used != 3 {
+		t.Errorf("the last 240 calls took %d connections, want the 3 lanes (%v then %v)", used, before, after)
+	}
+}
+
+// TestLanesRedial: lanes that fail (the server stops) are redialed once a server is back
+// on the address, and calls use them all again; then a graceful stop sends GOAWAY on
+// every lane without failing the calls in flight on them.
+func TestLanesRedial(t *testing.T) {
+	opt, seen := peersSeen()
+	e := start(t, []rpc.ServerOption{opt}, rpc.WithLanes(3), rpc.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
+	waitLanes(t, e.client, 3)
+	e.srv.Stop()
+	for deadline := time.Now().Add(10 * time.Second); e.client.Stats().Conns > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the client still holds %d connections after the server stopped", e.client.Stats().Conns)
+		}
+	}
+	srv2 := rpc.NewServer(deviceServerOpts(t, opt)...)
+	srv2.RegisterService(&svcDesc, e.impl)
+	ln, err := net.Listen("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv2.Serve(ln) }()
+	waitLanes(t, e.client, 3)
+	before := seen()
+	callMany(t, e.svc, 6, 20, 0)
+	if got := len(seen()) - len(before); got != 3 {
+		t.Errorf("after the restart calls came from %d new connections, want the 3 lanes redialed", got)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ { // in flight on every lane during GracefulStop
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := e.svc.Sleep(context.Background(), &Msg{N: int64(100 * time.Millisecond)}); err != nil {
+				t.Errorf("a call in flight during GracefulStop: %v", err)
+			}
+		}()
+	}
+	// GracefulStop once all six run: a call sent after the GOAWAY is not this test's.
+	for deadline := time.Now().Add(10 * time.Second); total(seen())-total(before) < 120+6; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server took %d of the 6 calls", total(seen())-total(before)-120)
+		}
+	}
+	srv2.GracefulStop()
+	wg.Wait()
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,253 @@
+package rpc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
+	"github.com/mwrpc/mwrpc/rpc"
+	"github.com/mwrpc/mwrpc/transport"
+)
+
+// rawDesc is a service on []byte both ways, as mwrpcgen writes one (a BytesHandler), whose
+// methods answer with their request (Echo: the same memory), a part of it (Tail: all but
+// its first 10 bytes) or a copy (Clone).
+var rawDesc = rpc.ServiceDesc{
+	ServiceName: "test.Raw",
+	HandlerType: (*any)(nil),
+	Methods: []rpc.MethodDesc{
+		rawMethod("Echo", func(b []byte) []byte { return b }),
+		rawMethod("Tail", func(b []byte) []byte { return b[min(10, len(b)):] }),
+		rawMethod("Clone", bytes.Clone),
+	},
+}
+
+func rawMethod(name string, f func([]byte) []byte) rpc.MethodDesc {
+	return rpc.MethodDesc{MethodName: name, Codec: codec.Raw{},
+		Handler: func(_ any, _ context.Context, dec func(any) error, _ rpc.UnaryServerInterceptor) (any, error) {
+			var in []byte
+			if err := dec(&in); err != nil {
+				return nil, err
+			}
+			return f(in), nil
+		},
+		BytesHandler: func(_ any, _ context.Context, req []byte) ([]byte, error) { return f(req), nil },
+	}
+}
+
+// lendEnv is a server of rawDesc and a client of it.
+type lendEnv struct {
+	srv    *rpc.Server
+	client *rpc.Client
+}
+
+func startLend(t *testing.T, sopts []rpc.ServerOption, copts ...rpc.DialOption) *lendEnv {
+	t.Helper()
+	base := runtime.NumGoroutine()
+	e := &lendEnv{srv: rpc.NewServer(deviceServerOpts(t, sopts...)...)}
+	var impl any = struct{}{}
+	e.srv.RegisterService(&rawDesc, impl)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- e.srv.Serve(ln) }()
+	if withDevices != nil {
+		_, c := withDevices(t)
+		copts = append(c, copts...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if e.client, err = rpc.Dial(ctx, ln.Addr().String(), copts...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.client.Close(); err != nil {
+			t.Errorf("client Close: %v", err)
+		}
+		e.srv.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		leakcheck.Wait(t, base)
+	})
+	return e
+}
+
+// inUse is how many pooled buffers of 128 KiB or more are handed out: those of large
+// messages. (Smaller ones include the connections' send slots, made on first use and
+// kept, whose number depends on how many messages were in flight at once; the client's
+// Close, which fails on any buffer still out, checks those.)
+func inUse(st transport.Stats) int {
+	n := 0
+	for _, c := range st.Pool.Classes {
+		if c.Size >= 128<<10 {
+			n += c.InUse
+		}
+	}
+	return n
+}
+
+// settled waits until both sides hold the large buffers they held at base (the windows of
+// the last call are revoked a moment after it returns) and fails the test otherwise.
+func (e *lendEnv) settled(t *testing.T, what string, client, server int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, s := inUse(e.client.Stats()), inUse(e.srv.Stats())
+		if c == client && s == server {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: buffers in use: client %d, server %d; want %d and %d", what, c, s, client, server)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func pattern(n, seed int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + seed)
+	}
+	return b
+}
+
+// TestBufferAndLentResponses calls with requests built in Client.Buffer's memory, with and
+// without WithLentResponses, at sizes that travel inside a SEND and through windows, to
+// methods that answer from the request's memory, a part of it, or a copy: every answer is
+// right, the request's memory is taken by the call, a lent response is given back once,
+// and no buffer is left behind on either side.
+func TestBufferAndLentResponses(t *testing.T) {
+	for _, lent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lent=%v", lent), func(t *testing.T) {
+			var copts []rpc.DialOption
+			if lent {
+				copts = append(copts, rpc.WithLentResponses())
+			}
+			e := startLend(t, nil, copts...)
+			ctx := context.Background()
+			if _, err := e.client.InvokeBytes(ctx, "/test.Raw/Echo", []byte("warm")); err != nil {
+				t.Fatal(err)
+			}
+			e.settled(t, "warm-up", inUse(e.client.Stats()), inUse(e.srv.Stats()))
+			baseC, baseS := inUse(e.client.Stats()), inUse(e.srv.Stats())
+			for _, n := range []int{1, 100, 20 << 10, 70 << 10, 1 << 20} {
+				for _, m := range []string{"Echo", "Tail", "Clone"} {
+					want := pattern(n, n)
+					if m == "Tail" {
+						want = want[min(10, n):]
+					}
+					buf, err := e.client.Buffer(ctx, n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					copy(buf, pattern(n, n))
+					out, err := e.client.InvokeBytes(ctx, "/test.Raw/"+m, buf)
+					if err != nil {
+						t.Fatalf("%s of %d bytes: %v", m, n, err)
+					}
+					if !bytes.Equal(out, want) {
+						t.Fatalf("%s of %d bytes: %d bytes back, not the ones sent", m, n, len(out))
+					}
+					if err := e.client.Release(buf); rpc.CodeOf(err) != rpc.InvalidArgument {
+						t.Fatalf("Release of a Buffer the call took: %v, want InvalidArgument", err)
+					}
+					if lent && len(out) > 0 {
+						if err := e.client.Release(out); err != nil {
+							t.Fatalf("Release of a lent response: %v", err)
+						}
+						if err := e.client.Release(out); rpc.CodeOf(err) != rpc.InvalidArgument {
+							t.Fatalf("second Release of a lent response: %v, want InvalidArgument", err)
+						}
+					} else if err := e.client.Release(out); rpc.CodeOf(err) != rpc.InvalidArgument {
+						t.Fatalf("Release of a response that is the caller's copy: %v, want InvalidArgument", err)
+					}
+					e.settled(t, fmt.Sprintf("%s of %d bytes", m, n), baseC, baseS)
+				}
+			}
+		})
+	}
+}
+
+// TestBufferPaths covers the other ways a Buffer goes: given back unsent, sent through an
+// interceptor (Invoke), sent behind an envelope too large for its headroom (copied once),
+// refused as too large, sent on a call that fails, left lent at Close; and the misuses:
+// a negative size, a Release of memory the client never lent.
+func TestBufferPaths(t *testing.T) {
+	ctx := context.Background()
+	e := startLend(t, []rpc.ServerOption{rpc.WithTransport(transport.Config{MaxMessage: 2 << 20})}, rpc.WithLentResponses())
+	if _, err := e.client.InvokeBytes(ctx, "/test.Raw/Echo", []byte("warm")); err != nil {
+		t.Fatal(err)
+	}
+	e.settled(t, "warm-up", inUse(e.client.Stats()), inUse(e.srv.Stats()))
+	baseC, baseS := inUse(e.client.Stats()), inUse(e.srv.Stats())
+	buffer := func(n int) []byte {
+		t.Helper()
+		b, err := e.client.Buffer(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(b, pattern(n, 3))
+		return b
+	}
+
+	b := buffer(1 << 20)
+	if err := e.client.Release(b); err != nil {
+		t.Fatalf("Release of an unsent Buffer: %v", err)
+	}
+	e.settled(t, "an unsent Buffer released", baseC, baseS)
+
+	var out []byte
+	var err error
+	if err = e.client.Invoke(ctx, "/test.Raw/Echo", buffer(1<<20), &out); err != nil || !bytes.Equal(out, pattern(1<<20, 3)) {
+		t.Fatalf("Invoke with a Buffer: %d bytes, %v", len(out), err)
+	}
+	if err := e.client.Release(out); err != nil {
+		t.Fatalf("Release of Invoke's lent response: %v", err)
+	}
+	e.settled(t, "Invoke with a Buffer", baseC, baseS)
+
+	bigMD := rpc.NewOutgoingContext(ctx, rpc.MD{"x-big": {string(bytes.Repeat([]byte("m"), 2000))}})
+	if out, err = e.client.InvokeBytes(bigMD, "/test.Raw/Tail", buffer(200<<10)); err != nil || !bytes.Equal(out, pattern(200<<10, 3)[10:]) {
+		t.Fatalf("a Buffer behind 2 KB of metadata: %d bytes, %v", len(out), err)
+	}
+	_ = e.client.Release(out)
+	e.settled(t, "a Buffer behind a large envelope", baseC, baseS)
+
+	if _, err := e.client.InvokeBytes(ctx, "/test.Raw/Echo", buffer(3<<20)); rpc.CodeOf(err) != rpc.ResourceExhausted {
+		t.Fatalf("a Buffer over the server's MaxMessage: %v, want ResourceExhausted", err)
+	}
+	e.settled(t, "a Buffer over MaxMessage", baseC, baseS)
+
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := e.client.InvokeBytes(gone, "/test.Raw/Echo", buffer(1<<20)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a Buffer on a canceled call: %v, want Canceled", err)
+	}
+	e.settled(t, "a Buffer on a canceled call", baseC, baseS)
+
+	if _, err := e.client.Buffer(ctx, -1); rpc.CodeOf(err) != rpc.InvalidArgument {
+		t.Errorf("Buffer(-1): %v, want InvalidArgument", err)
+	}
+	if err := e.client.Release(make([]byte, 10)); rpc.CodeOf(err) != rpc.InvalidArgument {
+		t.Errorf("Release of the caller's own memory: %v, want InvalidArgument", err)
+	}
+	b = buffer(64 << 10)
+	if err := e.client.Release(b[1:]); rpc.CodeOf(err) != rpc.InvalidArgument {
+		t.Errorf("Release of a Buffer from its second byte: %v, want InvalidArgument", err)
+	}
+	// Left lent, with a lent response: Close gives both back (the pool's Close fails on
+	// buffers still out, and startLend's cleanup checks Close's error).
+	if _, err = e.client.InvokeBytes(ctx, "/test.Raw/Echo", buffer(100<<10)); err != nil {
+		t.Fatal(err)
+	}
+}

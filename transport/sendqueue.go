@@ -1,0 +1,338 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/mwrpc/mwrpc/internal/probe"
+	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// sendQueue is the connection's outbound side: its send slots, the credits that let it use
+// the peer's receive slots, and what waits to go out when a credit or a slot returns (the
+// control queue and pending window revocations, see credits.go).
+//
+// Lock rules: every field is guarded by Conn.mu, except owed and owedCtrl (atomics: the
+// receive side counts reposted slots without the lock) and the contents of a slot while
+// its sender is filling it (filling set: the sender's alone until it clears it under
+// Conn.mu). A slot's registered buffer is made on first use and lives with the
+// connection; teardown releases those no sender is filling.
+type sendQueue struct {
+	credits   int // the peer's receive slots for counted messages (fixed at setup)
+	avail     int // credits we may still use
+	ctrlAvail int // control credits: releases we may still send
+
+	slots []*sendSlot // nil entries until first used
+	free  []int       // indexes of slots no SEND is using
+
+	pendingInv []pendingInv // peer windows to revoke with our next SEND
+	ctrl       []ctrlMsg    // counted messages the poller could not send yet
+	dirty      bool         // queued with the poller for flushing
+	stalled    bool         // a release found no control credit or send slot
+
+	owed     atomic.Int32 // receive slots reposted and not yet announced
+	owedCtrl atomic.Int32 // control slots reposted and not yet announced
+}
+
+// smallSendSlot is the size a send slot starts at (or the eager limit, if smaller): most
+// messages are small, and a connection has up to Credits + recvCtrlSlots + 4 slots, which
+// at a 64 KiB eager threshold would take 6 MiB each if made full size. A slot grows when a
+// message does not fit, and keeps its size.
+const smallSendSlot = 4 << 10
+
+type sendSlot struct {
+	buf     *pool.Buf
+	wrs     [2]verbs.SendWR
+	sge     [1]verbs.SGE
+	filling bool // c.mu: a sender is writing and posting it; teardown leaves it to the sender
+	done    bool // c.mu: its SEND completed while its sender was still filling: the sender frees it
+}
+
+type sendMode uint8
+
+const (
+	sendWait         sendMode = iota // a counted message: wait for a credit
+	sendResponse                     // a response: wait for a credit, at most Config.CreditTimeout
+	sendTry                          // a counted message: fail with errNoCredit rather than wait
+	sendControl                      // a Release: uses a control slot, never waits
+	sendReserved                     // a response on a credit taken before its handler ran (reserveCredit): the reaper's, never waits for a window
+	sendReservedAway                 // the same, from a goroutine of its own: may wait for a window
+)
+
+var errNoCredit = errors.New("transport: no credit")
+
+// errLate: a written response found its caller's window too old to revoke (sendWritten).
+var errLate = errors.New("transport: the caller's window is too old to write into")
+
+// errNoSendMemory: the pool had no registered buffer for a send slot.
+var errNoSendMemory = errors.New("transport: no registered memory for a send slot")
+
+// canTakeLocked reports whether a message of mode may take a slot now. Conn.mu is held.
+func (q *sendQueue) canTakeLocked(mode sendMode) bool {
+	if len(q.free) == 0 {
+		return false
+	}
+	switch mode {
+	case sendControl: // the last control credit only for returning some
+		return q.ctrlAvail > 1 || q.ctrlAvail == 1 && q.owedCtrl.Load() > 0
+	case sendReserved, sendReservedAway: // the credit is ours already; a send slot is free while it is
+		return true
+	default:
+		return q.avail > 0
+	}
+}
+
+// refundLocked gives back slot i and the credit spendLocked took for mode, for a message
+// that was not sent after all. Conn.mu is held, since the take.
+func (q *sendQueue) refundLocked(i int, mode sendMode) {
+	q.free = append(q.free, i)
+	switch mode {
+	case sendControl:
+		q.ctrlAvail++
+	case sendReserved, sendReservedAway:
+	default:
+		q.avail++
+	}
+}
+
+// spendLocked takes the free slot i (the last of q.free) and the credit mode spends.
+// Conn.mu is held.
+func (q *sendQueue) spendLocked(mode sendMode) {
+	q.free = q.free[:len(q.free)-1]
+	switch mode {
+	case sendControl:
+		q.ctrlAvail--
+	case sendReserved, sendReservedAway:
+	default:
+		q.avail--
+	}
+}
+
+// send posts one message: h, then payload (copied into a send slot; at most c.eager
+// bytes). bind, if set, is posted just before it (a large message's window). rv revokes a
+// peer window with SEND_WITH_INV; when it has none, a pending revocation rides along. It
+// reports whether the message was posted: if not, bind was not either.
+func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
+	if !c.ready.Load() {
+		if mode == sendTry || mode == sendControl {
+			return false, errNoCredit // queued; flushed once the connection is ready
+		}
+		if err := c.waitReady(ctx); err != nil {
+			return false, err
+		}
+	}
+	c.mu.Lock()
+	i, s, err := c.takeSendLocked(ctx, len(payload), mode)
+	if err != nil {
+		c.mu.Unlock()
+		return false, c.sendFailed(err, mode)
+	}
+	// A revocation leaves only within half the lease of the window's announcement, judged
+	// now, after every wait: later the owner's lease may already have reclaimed it. A
+	// response written into that window (sendWritten) must revoke it, so past that time it
+	// is not sent at all.
+	if rv.rkey != 0 && time.Since(rv.at) >= c.t.cfg.Lease/2 {
+		if bind != nil && bind.Opcode == verbs.WRRDMAWrite {
+			c.out.refundLocked(i, mode)
+			s.filling = false
+			c.mu.Unlock()
+			return false, errLate
+		}
+		rv = revoke{}
+	}
+	inv := c.stampLocked(h, rv)
+	c.mu.Unlock()
+
+	wrs := c.fillSlot(i, s, h, payload, bind, inv)
+	if probe.Enabled {
+		probe.MarkN(probe.Post, uint32(h.Kind)|uint32(b2u(inv != 0))<<8)
+	}
+	err = c.qp.PostSend(wrs)
+	probe.Mark(probe.Posted)
+	c.postedSlot(i, s)
+	if err != nil {
+		c.fail(err)
+		return false, c.failure()
+	}
+	return true, nil
+}
+
+// takeSendLocked waits for a credit (as mode allows) and a free send slot big enough for
+// a payload of n bytes, and takes both: the slot is the caller's (filling) until
+// postedSlot. Conn.mu is held, and released while waiting.
+func (c *Conn) takeSendLocked(ctx context.Context, n int, mode sendMode) (int, *sendSlot, error) {
+	var stall time.Time // when a response gives up waiting for a credit
+	for !c.out.canTakeLocked(mode) || c.err != nil {
+		if c.err != nil {
+			return 0, nil, c.err
+		}
+		if mode == sendTry || mode == sendControl {
+			return 0, nil, errNoCredit
+		}
+		if mode != sendWait && stall.IsZero() {
+			// A handler may not wait forever on a peer that stopped reposting receives:
+			// that would hold the handler pool.
+			stall = time.Now().Add(c.t.cfg.CreditTimeout)
+		}
+		if err := c.waitLockedUntil(ctx, stall); err != nil {
+			return 0, nil, err
+		}
+	}
+	i := c.out.free[len(c.out.free)-1]
+	s, err := c.sizeSlotLocked(i, wire.HeaderLen+n)
+	if err != nil {
+		return 0, nil, err
+	}
+	c.out.spendLocked(mode)
+	s.filling = true
+	return i, s, nil
+}
+
+// sizeSlotLocked returns send slot i with a buffer of at least need bytes, made or grown
+// now if it has none that big. Conn.mu is held.
+func (c *Conn) sizeSlotLocked(i, need int) (*sendSlot, error) {
+	s := c.out.slots[i]
+	if s != nil && s.buf != nil && s.buf.Cap() >= need {
+		return s, nil
+	}
+	if s == nil {
+		s = new(sendSlot)
+		c.out.slots[i] = s
+	}
+	if s.buf != nil { // too small for this message: a slot grows to what it carries
+		s.buf.Release()
+	}
+	var err error
+	if s.buf, err = c.t.pool.TryGet(max(need, min(wire.HeaderLen+c.eager, smallSendSlot))); err != nil {
+		return nil, fmt.Errorf("%w: %w", errNoSendMemory, err)
+	}
+	return s, nil
+}
+
+// sendFailed turns why a send could not take a slot into its error, failing the connection
+// where the peer would otherwise wait forever. Conn.mu is not held.
+func (c *Conn) sendFailed(err error, mode sendMode) error {
+	switch {
+	case err == errStalled: // (not a failure that carries it: that one is counted)
+		c.t.counters.events[evStalled].Add(1)
+		c.fail(fmt.Errorf("%w: %w: no credit for %v", ErrUnavailable, errStalled, c.t.cfg.CreditTimeout))
+		return c.failure()
+	case errors.Is(err, errNoSendMemory) && mode != sendWait:
+		// A response, a release or a control message that cannot leave would leave the
+		// peer waiting: it hears of it as the connection's end.
+		c.fail(fmt.Errorf("%w: %w", ErrUnavailable, err))
+	}
+	return err
+}
+
+// stampLocked writes the credits owed to the peer into h and returns the window to revoke
+// with this SEND (rv's, which send judged still in time, or a pending one), or 0. Conn.mu
+// is held: a release let through on the last control credit carries the control credits
+// it was let through for.
+func (c *Conn) stampLocked(h *wire.Header, rv revoke) uint32 {
+	h.Credits = uint16(c.out.owed.Swap(0))
+	h.CtrlCredits = uint8(min(c.out.owedCtrl.Load(), 255))
+	c.out.owedCtrl.Add(-int32(h.CtrlCredits))
+	inv := rv.rkey
+	if inv == 0 {
+		inv = c.popInvLocked()
+	}
+	return inv
+}
+
+// fillSlot writes h and payload into send slot i and returns the work requests to post:
+// bind, if set, then the SEND (a SEND_WITH_INV when inv is set). The slot is the caller's
+// (filling): no lock is needed.
+func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload []byte, bind *verbs.SendWR, inv uint32) []verbs.SendWR {
+	if h.Flags&(wire.FlagLarge|wire.FlagWritten) == 0 {
+		h.Len = uint32(len(payload))
+	}
+	b := s.buf.Bytes()[:cap(s.buf.Bytes())]
+	wire.PutHeader(b, h)
+	n := copy(b[wire.HeaderLen:], payload)
+	if n > 0 {
+		c.t.counters.eagerBytes.Add(uint64(n))
+	}
+	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(wire.HeaderLen + n), LKey: s.buf.LKey()}
+	wr := &s.wrs[1]
+	*wr = verbs.SendWR{WRID: wrid(wrSend, c.id, i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: s.sge[:]}
+	if inv != 0 {
+		wr.Opcode, wr.InvalidateRKey = verbs.WRSendWithInv, inv
+	}
+	if bind == nil {
+		return s.wrs[1:]
+	}
+	s.wrs[0] = *bind
+	return s.wrs[:]
+}
+
+// postedSlot ends the sender's hold on send slot i once its work requests are posted: a
+// SEND that completed meanwhile frees the slot now, and a teardown that ran meanwhile left
+// its buffer to us.
+func (c *Conn) postedSlot(i int, s *sendSlot) {
+	c.mu.Lock()
+	s.filling = false
+	flush := false
+	if s.done { // completed already (reaped by a goroutine the queue was lent to): free it now
+		s.done = false
+		flush = c.freeSendLocked(i)
+	}
+	if c.torn && s.buf != nil { // torn down meanwhile: the slot is ours to release
+		s.buf.Release()
+		s.buf = nil
+	}
+	if flush && !c.out.dirty { // what waited for a free slot is the poller's to send
+		c.out.dirty = true
+		c.mu.Unlock()
+		c.p.markDirty(c)
+		return
+	}
+	c.mu.Unlock()
+}
+
+// popInvLocked takes a pending window revocation that is still safe to send: within half
+// the lease of the window's arrival (later, the owner's lease may already have reclaimed
+// it, and a second invalidation must never happen). c.mu is held.
+func (c *Conn) popInvLocked() uint32 {
+	for len(c.out.pendingInv) > 0 {
+		p := c.out.pendingInv[len(c.out.pendingInv)-1]
+		c.out.pendingInv = c.out.pendingInv[:len(c.out.pendingInv)-1]
+		if time.Since(p.since) < c.t.cfg.Lease/2 {
+			return p.rkey
+		}
+	}
+	return 0
+}
+
+// onSent frees a send slot once its SEND completed; if its sender is still finishing
+// with it (the completion can be reaped that soon), the sender frees it.
+func (c *Conn) onSent(i int) {
+	c.mu.Lock()
+	if s := c.out.slots[i]; s != nil && s.filling {
+		s.done = true
+		c.mu.Unlock()
+		return
+	}
+	flush := c.freeSendLocked(i)
+	c.mu.Unlock()
+	if flush {
+		c.flushCtrl()
+	}
+}
+
+// freeSendLocked returns send slot i to the free ones and wakes who waits for one; it
+// reports whether queued control messages may go now. c.mu is held.
+func (c *Conn) freeSendLocked(i int) bool {
+	c.out.free = append(c.out.free, i)
+	flush := len(c.out.ctrl) > 0 || c.out.stalled || c.owesCredits() // a free send slot may be what they waited for
+	c.out.stalled = false
+	if c.changed.waiters > 0 {
+		c.wakeLocked()
+	}
+	return flush
+}

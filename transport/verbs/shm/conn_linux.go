@@ -1,0 +1,507 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Conn is one shm connection, a net.Conn whose bytes go through two shared-memory rings.
+// Reads are serialized with each other, and so are writes; a read and a write run at once.
+//
+// Lifetimes: the rings are mapped from the end of the handshake until Close, which waits
+// for a read or write in progress (it wakes a sleeping one first); the doorbells are open
+// for as long. The socket is the connection's until Close.
+type Conn struct {
+	cfg           Config
+	sock          *net.UnixConn
+	local, remote *Addr
+	spin          time.Duration
+
+	hsMu   sync.Mutex // held through the handshake
+	hsDone bool
+	hsErr  error
+
+	dmu      sync.Mutex // the deadlines and where they apply (the socket until the handshake ends)
+	rdl, wdl time.Time
+
+	rmu        sync.Mutex // a read in progress
+	rx         *ring      // the ring this side created and reads
+	rxMem      []byte
+	rxBell     *bell // a reader sleeps here; the peer rings it after writing
+	peerTxBell int   // the peer's writer sleeps there; rung after reading frees space
+
+	wmu        sync.Mutex // a write in progress
+	tx         *ring      // the peer's ring, which this side writes
+	txMem      []byte
+	txBell     *bell // a writer sleeps here; the peer rings it after reading
+	peerRxBell int   // the peer's reader sleeps there; rung after writing
+
+	closed    atomic.Bool
+	peerGone  atomic.Bool
+	broken    atomic.Pointer[error] // why the connection failed (a protocol error), sticky
+	closeOnce sync.Once
+	watching  chan struct{} // closed when the socket watcher has returned; nil before
+}
+
+var _ net.Conn = (*Conn)(nil)
+
+func newConn(sock *net.UnixConn, cfg Config, local, remote *Addr) *Conn {
+	return &Conn{cfg: cfg, sock: sock, local: local, remote: remote, spin: cfg.spin(), peerTxBell: -1, peerRxBell: -1}
+}
+
+// Dial connects to the shm listener at the Unix socket path, checks its credentials and
+// sets the rings up, within ctx.
+func Dial(ctx context.Context, path string, cfg Config) (*Conn, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unixpacket", path)
+	if err != nil {
+		return nil, fmt.Errorf("shm: dial %s: %w", path, err)
+	}
+	uc := nc.(*net.UnixConn)
+	remote, err := checkPeer(uc, path, cfg)
+	if err != nil {
+		_ = uc.Close()
+		return nil, err
+	}
+	c := newConn(uc, cfg, &Addr{Path: path}, remote)
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	err = c.handshake()
+	if !stop() || ctx.Err() != nil {
+		err = fmt.Errorf("shm: dial %s: %w", path, ctx.Err())
+	}
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Time{}) // ctx bounded the setup, not the connection
+	return c, nil
+}
+
+// checkPeer reads the peer's credentials from the kernel (SO_PEERCRED) and refuses a user
+// the configuration does not allow.
+func checkPeer(uc *net.UnixConn, path string, cfg Config) (*Addr, error) {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("shm: %s: %w", path, err)
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, fmt.Errorf("shm: %s: %w", path, err)
+	}
+	if cerr != nil {
+		return nil, fmt.Errorf("shm: %s: read the peer's credentials (SO_PEERCRED): %w", path, cerr)
+	}
+	a := &Addr{Path: path, PID: cred.Pid, UID: cred.Uid}
+	if !uidAllowed(cfg, cred.Uid) {
+		return a, fmt.Errorf("%w: %s: peer process %d runs as uid %d, allowed %v", ErrCredentials, path, cred.Pid, cred.Uid, allowedUIDs(cfg))
+	}
+	return a, nil
+}
+
+func allowedUIDs(cfg Config) []uint32 {
+	if len(cfg.PeerUIDs) == 0 {
+		return []uint32{uint32(os.Geteuid())}
+	}
+	return cfg.PeerUIDs
+}
+
+func uidAllowed(cfg Config, uid uint32) bool {
+	for _, u := range allowedUIDs(cfg) {
+		if u == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// handshake runs the setup once: both hellos, the peer's ring mapped, the socket watched.
+// Later calls return its result.
+func (c *Conn) handshake() error {
+	c.hsMu.Lock()
+	defer c.hsMu.Unlock()
+	if c.hsDone {
+		return c.hsErr
+	}
+	c.hsDone = true
+	if c.closed.Load() {
+		c.hsErr = net.ErrClosed
+		return c.hsErr
+	}
+	c.dmu.Lock()
+	if c.rdl.IsZero() && c.wdl.IsZero() {
+		_ = c.sock.SetDeadline(time.Now().Add(c.cfg.handshakeTimeout()))
+	}
+	c.dmu.Unlock()
+	if err := c.exchangeHellos(); err != nil {
+		c.hsErr = fmt.Errorf("shm: setup with %v: %w", c.remote, err)
+		return c.hsErr
+	}
+	c.dmu.Lock()
+	_ = c.sock.SetDeadline(time.Time{})
+	_ = c.rxBell.f.SetReadDeadline(c.rdl)
+	_ = c.txBell.f.SetReadDeadline(c.wdl)
+	c.watching = make(chan struct{})
+	c.dmu.Unlock()
+	go c.watch()
+	return nil
+}
+
+// exchangeHellos creates this side's ring and doorbells, sends them, and maps what the
+// peer sent. What it made is installed on c as it goes, so that Close releases it.
+func (c *Conn) exchangeHellos() error {
+	size := c.cfg.ringSize()
+	fd, mem, err := newRingFile(size)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd) // the peer has its own descriptor once sent; the mapping stays
+	c.rxMem, c.rx = mem, newRing(mem, size)
+	if c.rxBell, err = newBell("shm-rx-bell"); err != nil {
+		return err
+	}
+	if c.txBell, err = newBell("shm-tx-bell"); err != nil {
+		return err
+	}
+	out := appendHello(make([]byte, 0, helloLen), size)
+	if _, _, err := c.sock.WriteMsgUnix(out, unix.UnixRights(fd, c.rxBell.fd, c.txBell.fd), nil); err != nil {
+		return fmt.Errorf("send hello: %w", err)
+	}
+	in := make([]byte, helloLen+1) // one more: a longer message is refused, not cut
+	oob := make([]byte, unix.CmsgSpace(4*(helloFDs+1)))
+	n, oobn, flags, _, err := c.sock.ReadMsgUnix(in, oob)
+	if err != nil {
+		return fmt.Errorf("read the peer's hello: %w", err)
+	}
+	fds, err := takeFDs(oob[:oobn], flags)
+	if err != nil {
+		return err
+	}
+	defer closeFDs(fds) // those not kept are closed
+	peerSize, err := parseHello(in[:n])
+	if err != nil {
+		return err
+	}
+	if len(fds) != helloFDs {
+		return fmt.Errorf("hello carried %d descriptors, want %d: %w", len(fds), helloFDs, ErrProtocol)
+	}
+	for _, b := range fds[1:] {
+		if err := checkPeerBell(b); err != nil {
+			return err
+		}
+	}
+	if c.txMem, err = mapPeerRing(fds[0], peerSize); err != nil {
+		return err
+	}
+	c.tx = newRing(c.txMem, peerSize)
+	c.peerRxBell, c.peerTxBell = fds[1], fds[2]
+	fds[1], fds[2] = -1, -1 // kept
+	return nil
+}
+
+// takeFDs returns the descriptors that came with a message. A truncated control message
+// (more descriptors than there was room for: the kernel closed the rest) is refused.
+func takeFDs(oob []byte, flags int) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("hello's control message: %v: %w", err, ErrProtocol)
+	}
+	var fds []int
+	for i := range msgs {
+		got, err := unix.ParseUnixRights(&msgs[i])
+		if err != nil {
+			closeFDs(fds)
+			return nil, fmt.Errorf("hello's control message: %v: %w", err, ErrProtocol)
+		}
+		fds = append(fds, got...)
+	}
+	if flags&unix.MSG_CTRUNC != 0 {
+		closeFDs(fds)
+		return nil, fmt.Errorf("hello carried more descriptors than %d: %w", helloFDs, ErrProtocol)
+	}
+	return fds, nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			_ = unix.Close(fd)
+		}
+	}
+}
+
+// watch waits for the socket's end: the peer closed the connection or its process died
+// (the kernel closes its descriptors). Then sleepers are woken to see it. Anything the
+// peer sends on the socket after the hello breaks the protocol.
+func (c *Conn) watch() {
+	defer close(c.watching)
+	var b [16]byte
+	n, _ := c.sock.Read(b[:])
+	if n > 0 {
+		c.fail(fmt.Errorf("%d bytes on the socket after the hello: %w", n, ErrProtocol))
+	}
+	c.peerGone.Store(true)
+	ringBell(c.rxBell.fd)
+	ringBell(c.txBell.fd)
+}
+
+// fail breaks the connection for err (the first error is kept): the peer is told by the
+// socket's end, and this side's reads and writes return err from then on.
+func (c *Conn) fail(err error) error {
+	err = fmt.Errorf("shm: connection with %v: %w", c.remote, err)
+	if c.broken.CompareAndSwap(nil, &err) {
+		_ = c.sock.Close()
+	}
+	return *c.broken.Load()
+}
+
+func (c *Conn) sticky() error {
+	if p := c.broken.Load(); p != nil {
+		return *p
+	}
+	if c.closed.Load() {
+		return net.ErrClosed
+	}
+	return nil
+}
+
+// Read reads what the peer wrote, at most len(p) bytes, waiting for the first. It returns
+// io.EOF once the peer is gone and everything it wrote has been read.
+func (c *Conn) Read(p []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for {
+		if err := c.sticky(); err != nil {
+			return 0, err
+		}
+		n, err := c.rx.read(p)
+		if err != nil {
+			return 0, c.fail(err)
+		}
+		if n > 0 || len(p) == 0 {
+			if c.rx.spaceWaiter.Swap(0) != 0 {
+				ringBell(c.peerTxBell)
+			}
+			return n, nil
+		}
+		if c.peerGone.Load() {
+			if avail, err := c.rx.readable(); err == nil && avail == 0 {
+				return 0, io.EOF
+			}
+			continue
+		}
+		if err := c.await(c.rx.dataWaiter, c.rxBell, c.readReady); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (c *Conn) readReady() bool {
+	n, err := c.rx.readable()
+	return n > 0 || err != nil || c.peerGone.Load() || c.closed.Load()
+}
+
+// Write writes all of p, waiting for room in the ring as needed.
+func (c *Conn) Write(p []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	total := 0
+	for total < len(p) {
+		if err := c.sticky(); err != nil {
+			return total, err
+		}
+		if c.peerGone.Load() {
+			return total, fmt.Errorf("shm: write to %v: the peer closed the connection: %w", c.remote, syscall.EPIPE)
+		}
+		n, err := c.tx.write(p[total:])
+		if err != nil {
+			return total, c.fail(err)
+		}
+		if n > 0 {
+			total += n
+			if c.tx.dataWaiter.Swap(0) != 0 {
+				ringBell(c.peerRxBell)
+			}
+			continue
+		}
+		if err := c.await(c.tx.spaceWaiter, c.txBell, c.writeReady); err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// TryWrite writes as much of p as the ring takes now and returns how much, without
+// waiting: for room, or for a write in progress (then it writes nothing). A soft QP's
+// stream reader sends its handler's responses through it (soft.TryWriter).
+func (c *Conn) TryWrite(p []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	if !c.wmu.TryLock() {
+		return 0, nil
+	}
+	defer c.wmu.Unlock()
+	if err := c.sticky(); err != nil {
+		return 0, err
+	}
+	if c.peerGone.Load() {
+		return 0, fmt.Errorf("shm: write to %v: the peer closed the connection: %w", c.remote, syscall.EPIPE)
+	}
+	n, err := c.tx.write(p)
+	if err != nil {
+		return 0, c.fail(err)
+	}
+	if n > 0 && c.tx.dataWaiter.Swap(0) != 0 {
+		ringBell(c.peerRxBell)
+	}
+	return n, nil
+}
+
+func (c *Conn) writeReady() bool {
+	n, err := c.tx.writable()
+	return n > 0 || err != nil || c.peerGone.Load() || c.closed.Load()
+}
+
+// await waits until ready: it polls for the spin time, then sets the waiter flag, checks
+// once more (the peer takes the flag after it moves its position, so a wake-up is never
+// lost) and sleeps on the doorbell. It returns the doorbell's error: a deadline, or the
+// connection closed.
+func (c *Conn) await(waiter *atomic.Uint32, b *bell, ready func() bool) error {
+	if c.spin > 0 {
+		start := time.Now()
+		for {
+			for range 16 {
+				if ready() {
+					return nil
+				}
+			}
+			if time.Since(start) > c.spin {
+				break
+			}
+			runtime.Gosched() // the goroutine that will write may be this process's
+		}
+	}
+	waiter.Store(1)
+	if ready() {
+		waiter.Store(0)
+		return nil
+	}
+	err := b.wait()
+	waiter.Store(0)
+	if err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return net.ErrClosed
+		}
+		return err
+	}
+	return nil
+}
+
+// Close closes the connection: a read or write in progress returns net.ErrClosed, the
+// peer sees the end, and the rings and doorbells are released once no read or write uses
+// them. Only the first call does anything.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		_ = c.sock.Close() // the peer's watcher, and ours, see the end; a handshake stops
+		c.hsMu.Lock()      // a handshake in progress has ended
+		c.hsDone = true
+		if c.hsErr == nil && c.watching == nil {
+			c.hsErr = net.ErrClosed
+		}
+		c.hsMu.Unlock()
+		if c.watching != nil {
+			<-c.watching // it rings the doorbells after the socket's end: before they close
+		}
+		for _, b := range []*bell{c.rxBell, c.txBell} {
+			if b != nil {
+				ringBell(b.fd) // a sleeping reader or writer wakes, sees closed
+			}
+		}
+		c.rmu.Lock()
+		c.wmu.Lock()
+		c.release()
+		c.wmu.Unlock()
+		c.rmu.Unlock()
+	})
+	return nil
+}
+
+// release unmaps the rings and closes the doorbells; rmu and wmu are held.
+func (c *Conn) release() {
+	for _, m := range []*[]byte{&c.rxMem, &c.txMem} {
+		if *m != nil {
+			_ = unix.Munmap(*m)
+			*m = nil
+		}
+	}
+	c.rx, c.tx = nil, nil
+	for _, b := range []**bell{&c.rxBell, &c.txBell} {
+		if *b != nil {
+			(*b).close()
+		}
+	}
+	closeFDs([]int{c.peerRxBell, c.peerTxBell})
+	c.peerRxBell, c.peerTxBell = -1, -1
+}
+
+// LocalAddr returns the socket's path.
+func (c *Conn) LocalAddr() net.Addr { return c.local }
+
+// RemoteAddr returns the socket's path with the peer's process and user.
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
+
+// SetDeadline sets both deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	_ = c.SetReadDeadline(t)
+	return c.SetWriteDeadline(t)
+}
+
+// SetReadDeadline bounds reads (and a setup in progress), as on any net.Conn: a read
+// waiting when it passes returns an error matching os.ErrDeadlineExceeded.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	c.rdl = t
+	if c.watching == nil {
+		return c.sock.SetReadDeadline(t)
+	}
+	return c.rxBell.f.SetReadDeadline(t)
+}
+
+// SetWriteDeadline bounds writes waiting for room in the ring (and a setup in progress).
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	c.wdl = t
+	if c.watching == nil {
+		return c.sock.SetWriteDeadline(t)
+	}
+	return c.txBell.f.SetReadDeadline(t)
+}

@@ -1,0 +1,490 @@
+package shm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+	"golang.org/x/sys/unix"
+)
+
+// openFDs counts this process's open descriptors.
+func openFDs(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// checkFDs fails t at cleanup if descriptors are still open that were not before: a ring
+// memfd, a doorbell or a socket of a connection left behind. Call it after leakcheck.Check.
+func checkFDs(t testing.TB) {
+	t.Helper()
+	base := openFDs(t)
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for n := openFDs(t); n > base; n = openFDs(t) {
+			if time.Now().After(deadline) {
+				t.Errorf("%d descriptors leaked", n-base)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+}
+
+// connPair sets up a connection through a listener of its own; the server's end has run
+// its setup. Both ends are closed at cleanup.
+func connPair(t testing.TB, ccfg, scfg Config) (client, server *Conn) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := Listen(path, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ach := make(chan *Conn, 1)
+	errc := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			errc <- err
+			return
+		}
+		ach <- c.(*Conn)
+		errc <- c.(*Conn).handshake()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	client, err = Dial(ctx, path, ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server = <-ach
+	t.Cleanup(func() { server.Close() })
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	return client, server
+}
+
+// TestConnStream: 8 MiB each way at once through 64 KiB rings arrive intact, in writes and
+// reads of random sizes, with and without spinning.
+func TestConnStream(t *testing.T) {
+	for _, spin := range []time.Duration{-1, 0} {
+		t.Run("spin="+spin.String(), func(t *testing.T) {
+			leakcheck.Check(t)
+			checkFDs(t)
+			cfg := Config{RingSize: 64 << 10, Spin: spin}
+			a, b := connPair(t, cfg, cfg)
+			const n = 8 << 20
+			src := make([]byte, n)
+			for i := range src {
+				src[i] = byte(i * 7 / 5)
+			}
+			errc := make(chan error, 2)
+			pump := func(w *Conn, seed uint64) {
+				r := rand.New(rand.NewPCG(seed, 1))
+				for off := 0; off < n; {
+					k := min(n-off, 1+r.IntN(200<<10))
+					if _, err := w.Write(src[off : off+k]); err != nil {
+						errc <- err
+						return
+					}
+					off += k
+				}
+				errc <- nil
+			}
+			check := func(rd *Conn) error {
+				got := make([]byte, 0, n)
+				buf := make([]byte, 100<<10)
+				for len(got) < n {
+					k, err := rd.Read(buf[:1+rand.IntN(len(buf))])
+					if err != nil {
+						return err
+					}
+					got = append(got, buf[:k]...)
+				}
+				if !bytes.Equal(got, src) {
+					return errors.New("bytes differ")
+				}
+				return nil
+			}
+			go pump(a, 1)
+			go pump(b, 2)
+			if err := check(b); err != nil {
+				t.Fatalf("a -> b: %v", err)
+			}
+			if err := check(a); err != nil {
+				t.Fatalf("b -> a: %v", err)
+			}
+			for range 2 {
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestConnDeadlines: a read or a write on a full ring waits until its deadline and fails
+// with os.ErrDeadlineExceeded; a deadline moved into the past wakes one waiting.
+func TestConnDeadlines(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	a, b := connPair(t, Config{RingSize: MinRingSize}, Config{RingSize: MinRingSize})
+	_ = b.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	start := time.Now()
+	if _, err := b.Read(make([]byte, 10)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read: %v, want a deadline error", err)
+	}
+	if d := time.Since(start); d < 25*time.Millisecond {
+		t.Fatalf("read gave up after %v, before its deadline", d)
+	}
+	_ = b.SetReadDeadline(time.Time{})
+	errc := make(chan error, 1)
+	go func() { _, err := b.Read(make([]byte, 10)); errc <- err }()
+	time.Sleep(20 * time.Millisecond)
+	_ = b.SetReadDeadline(time.Unix(1, 0))
+	if err := <-errc; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read woken by a past deadline: %v", err)
+	}
+	_ = a.SetWriteDeadline(time.Now().Add(30 * time.Millisecond))
+	n, err := a.Write(make([]byte, 3*MinRingSize)) // b does not read: the ring fills
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n != MinRingSize {
+		t.Fatalf("write to a full ring: %d bytes, %v; want %d and a deadline error", n, err, MinRingSize)
+	}
+}
+
+// TestConnEnds: Close wakes a waiting read with net.ErrClosed; the peer reads what was
+// written before the close, then io.EOF, and its writes fail with EPIPE.
+func TestConnEnds(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	a, b := connPair(t, Config{}, Config{})
+	errc := make(chan error, 1)
+	go func() { _, err := a.Read(make([]byte, 10)); errc <- err }()
+	time.Sleep(10 * time.Millisecond)
+	if _, err := a.Write([]byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if err := <-errc; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read across Close: %v, want net.ErrClosed", err)
+	}
+	got, err := io.ReadAll(b)
+	if err != nil || string(got) != "last words" {
+		t.Fatalf("peer read %q, %v; want the last words, then EOF", got, err)
+	}
+	if _, err := b.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("write to a closed peer: %v, want EPIPE", err)
+	}
+	if _, err := a.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write after Close: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestCredentials: a listener that allows only another user turns the dialer away (and
+// counts it); a dialer that allows only another user refuses the server with
+// ErrCredentials. Nothing leaks on either side.
+func TestCredentials(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	other := []uint32{uint32(os.Geteuid()) + 1}
+	path := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := Listen(path, Config{PeerUIDs: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if c, err := ln.Accept(); err == nil { // only the allowed one, which never comes
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c, err := Dial(ctx, path, Config{}); err == nil {
+		c.Close()
+		t.Fatal("a refused client's dial succeeded")
+	} else if !strings.Contains(err.Error(), "hello") {
+		t.Fatalf("refused dial: %v, want the peer's hello missing", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ln.Refused() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("listener refused %d, want 1", ln.Refused())
+		}
+	}
+	ln.Close()
+	<-done
+
+	ln2, err := Listen(path, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln2.Close()
+	go func() {
+		if c, err := ln2.Accept(); err == nil {
+			_, _ = c.Read(nil) // the setup fails: the dialer left
+			c.Close()
+		}
+	}()
+	_, err = Dial(ctx, path, Config{PeerUIDs: other})
+	if !errors.Is(err, ErrCredentials) {
+		t.Fatalf("dial refusing the server's user: %v, want ErrCredentials", err)
+	}
+}
+
+// TestHostileRing: a peer that publishes a position outside the ring fails the connection
+// with ErrProtocol (and so verbs.ErrPeerProtocol) at the side that reads it; the peer sees
+// the connection end. Other connections go on.
+func TestHostileRing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		poke   func(attacker *Conn)
+		victim func(v *Conn) error
+	}{
+		{"tail far ahead", func(x *Conn) { x.tx.tail.Store(x.tx.pos + x.tx.size + 1) }, func(v *Conn) error { _, err := v.Read(make([]byte, 8)); return err }},
+		{"tail behind head", func(x *Conn) { x.tx.tail.Store(^uint64(0)) }, func(v *Conn) error { _, err := v.Read(make([]byte, 8)); return err }},
+		{"head ahead of tail", func(x *Conn) { x.rx.head.Store(x.rx.pos + 5) }, func(v *Conn) error { _, err := v.Write(make([]byte, 8)); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			checkFDs(t)
+			attacker, victim := connPair(t, Config{}, Config{})
+			ok1, ok2 := connPair(t, Config{}, Config{})
+			tc.poke(attacker)
+			// A write publishes a tail of its own: poke again after the attacker's pos moves.
+			err := tc.victim(victim)
+			if !errors.Is(err, ErrProtocol) || !errors.Is(err, verbs.ErrPeerProtocol) {
+				t.Fatalf("victim: %v, want ErrProtocol", err)
+			}
+			if _, err := victim.Read(make([]byte, 1)); !errors.Is(err, ErrProtocol) {
+				t.Fatalf("the failure is not sticky: %v", err)
+			}
+			attacker.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := attacker.Read(make([]byte, 1)); err != io.EOF {
+				t.Fatalf("attacker's read after the victim failed: %v, want EOF", err)
+			}
+			if _, err := ok1.Write([]byte("still")); err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 5)
+			if _, err := io.ReadFull(ok2, b); err != nil || string(b) != "still" {
+				t.Fatalf("another connection: %q %v", b, err)
+			}
+		})
+	}
+}
+
+// rawClient dials path and returns the socket, to speak for a hostile client.
+func rawClient(t *testing.T, path string) *net.UnixConn {
+	t.Helper()
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestHostileHello: a client whose hello or descriptors are not what the protocol says
+// fails its own setup with ErrProtocol, naming what was wrong; the descriptors it sent are
+// closed and the listener serves the next client.
+func TestHostileHello(t *testing.T) {
+	memfd := func(t *testing.T, size int, seal bool) int {
+		fd, err := unix.MemfdCreate("hostile", unix.MFD_ALLOW_SEALING)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = unix.Ftruncate(fd, int64(ringFileSize(size)))
+		if seal {
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, ringSeals); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return fd
+	}
+	goodRing := func(t *testing.T) int {
+		fd, mem, err := newRingFile(MinRingSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = unix.Munmap(mem)
+		return fd
+	}
+	eventfd := func(t *testing.T) int {
+		fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
+	pipeFD := func(t *testing.T) int {
+		var p [2]int
+		if err := unix.Pipe(p[:]); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(p[0])
+		return p[1]
+	}
+	hello := appendHello(nil, MinRingSize)
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		fds  func(t *testing.T) []int
+		want string
+	}{
+		{"bad magic", append([]byte("XXXXXXXX"), hello[8:]...), func(t *testing.T) []int { return []int{goodRing(t), eventfd(t), eventfd(t)} }, "magic"},
+		{"short", hello[:10], func(t *testing.T) []int { return []int{goodRing(t), eventfd(t), eventfd(t)} }, "hello of 10 bytes"},
+		{"long", append(append([]byte{}, hello...), 0), func(t *testing.T) []int { return []int{goodRing(t), eventfd(t), eventfd(t)} }, "hello of 17 bytes"},
+		{"huge ring", append(append([]byte{}, hello[:12]...), 30, 0, 0, 0), func(t *testing.T) []int { return []int{goodRing(t), eventfd(t), eventfd(t)} }, "ring of 1<<30"},
+		{"no descriptors", hello, func(t *testing.T) []int { return nil }, "0 descriptors"},
+		{"two descriptors", hello, func(t *testing.T) []int { return []int{goodRing(t), eventfd(t)} }, "2 descriptors"},
+		{"too many descriptors", hello, func(t *testing.T) []int {
+			return []int{goodRing(t), eventfd(t), eventfd(t), eventfd(t), eventfd(t), eventfd(t)}
+		}, "more descriptors"},
+		{"unsealed memfd", hello, func(t *testing.T) []int { return []int{memfd(t, MinRingSize, false), eventfd(t), eventfd(t)} }, "seals"},
+		{"wrong size", hello, func(t *testing.T) []int { return []int{memfd(t, 2*MinRingSize, true), eventfd(t), eventfd(t)} }, "bytes, its hello says"},
+		{"no header", hello, func(t *testing.T) []int { return []int{memfd(t, MinRingSize, true), eventfd(t), eventfd(t)} }, "ring magic"},
+		{"pipe for a memfd", hello, func(t *testing.T) []int { return []int{pipeFD(t), eventfd(t), eventfd(t)} }, "not a memfd"},
+		{"pipe for a doorbell", hello, func(t *testing.T) []int { return []int{goodRing(t), pipeFD(t), eventfd(t)} }, "not an eventfd"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			checkFDs(t)
+			path := filepath.Join(t.TempDir(), "s.sock")
+			ln, err := Listen(path, Config{RingSize: MinRingSize})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			raw := rawClient(t, path)
+			fds := tc.fds(t)
+			var oob []byte
+			if len(fds) > 0 {
+				oob = unix.UnixRights(fds...)
+			}
+			if _, _, err := raw.WriteMsgUnix(tc.msg, oob, nil); err != nil {
+				t.Fatal(err)
+			}
+			closeFDs(fds)
+			c, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, err = c.Read(make([]byte, 1))
+			if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("setup: %v, want ErrProtocol saying %q", err, tc.want)
+			}
+			c.Close()
+			raw.Close()
+			a, b := connPair(t, Config{}, Config{}) // the fabric goes on
+			if _, err := a.Write([]byte("ok")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(b, make([]byte, 2)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestTargets: shm targets parse to their socket path; other forms are not shm targets.
+func TestTargets(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		path string
+		ok   bool
+	}{
+		{"shm:///run/kv.sock", "/run/kv.sock", true},
+		{"shm://host/run/kv.sock", "", false},
+		{"shm://", "", false},
+		{"127.0.0.1:80", "", false},
+		{"dns:///x:1", "", false},
+	} {
+		p, ok := ParseTarget(tc.in)
+		if p != tc.path || ok != tc.ok {
+			t.Errorf("ParseTarget(%q) = %q, %v; want %q, %v", tc.in, p, ok, tc.path, tc.ok)
+		}
+	}
+	a := &Addr{Path: "/run/kv.sock", PID: 42}
+	if s := a.String(); s != "shm:///run/kv.sock#pid=42" {
+		t.Errorf("Addr.String() = %q", s)
+	}
+}
+
+// TestTryWrite: TryWrite takes what fits in the ring and returns at once, never waiting
+// for room or for a write in progress; the peer reads exactly what it took.
+func TestTryWrite(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	a, b := connPair(t, Config{RingSize: MinRingSize}, Config{RingSize: MinRingSize})
+	n, err := a.TryWrite(make([]byte, MinRingSize+100))
+	if err != nil || n != MinRingSize {
+		t.Fatalf("TryWrite into an empty ring: %d, %v; want %d", n, err, MinRingSize)
+	}
+	if n, err := a.TryWrite([]byte("x")); n != 0 || err != nil {
+		t.Fatalf("TryWrite into a full ring: %d, %v; want 0 at once", n, err)
+	}
+	if _, err := io.ReadFull(b, make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	a.wmu.Lock() // a write in progress
+	n, err = a.TryWrite([]byte("x"))
+	a.wmu.Unlock()
+	if n != 0 || err != nil {
+		t.Fatalf("TryWrite beside a write in progress: %d, %v; want 0", n, err)
+	}
+	if n, err := a.TryWrite(make([]byte, 200)); n != 100 || err != nil {
+		t.Fatalf("TryWrite with 100 bytes of room: %d, %v", n, err)
+	}
+}
+
+// TestIdleCostsNothing: readers waiting on an idle connection sleep on their doorbells
+// after the spin: the process uses (almost) no CPU while they wait.
+func TestIdleCostsNothing(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	a, b := connPair(t, Config{}, Config{})
+	done := make(chan error, 2)
+	for _, c := range []*Conn{a, b} {
+		go func() { _, err := c.Read(make([]byte, 1)); done <- err }()
+	}
+	time.Sleep(50 * time.Millisecond) // past the spin
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	before := cpu()
+	time.Sleep(300 * time.Millisecond)
+	used := cpu() - before
+	if used > 30*time.Millisecond {
+		t.Errorf("the process used %v of CPU in 300ms with two readers waiting on idle rings", used)
+	}
+	t.Logf("CPU used in 300ms idle: %v", used)
+	a.Close()
+	b.Close()
+	for range 2 {
+		<-done
+	}
+}

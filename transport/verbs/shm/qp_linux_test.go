@@ -1,0 +1,118 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+	"github.com/mwrpc/mwrpc/transport/verbs/cm"
+	"github.com/mwrpc/mwrpc/transport/verbs/soft"
+)
+
+// qpPair is two soft QPs connected by cm over a fresh shm connection, each on a device of
+// its own; a and b are the connection's ends (a the dialer's).
+type qpPair struct {
+	qa, qb verbs.QP
+	a, b   *Conn
+}
+
+func newQPPair(t *testing.T) *qpPair {
+	t.Helper()
+	p := &qpPair{}
+	p.a, p.b = connPair(t, Config{}, Config{})
+	var qps [2]verbs.QP
+	for i := range qps {
+		dev, _ := soft.OpenTCP("qp")
+		pd, err := dev.AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cq, err := dev.CreateCQ(16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qps[i] = qp
+		t.Cleanup(func() {
+			for _, err := range []error{qp.Destroy(), cq.Destroy(), pd.Dealloc(), dev.Close()} {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	p.qa, p.qb = qps[0], qps[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { _, err := cm.Connect(ctx, p.b, p.qb, cm.DefaultParams()); errc <- err }()
+	if _, err := cm.Connect(ctx, p.a, p.qa, cm.DefaultParams()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// waitErr waits until qp is in ERR and returns its fault.
+func waitErr(t *testing.T, qp verbs.QP) error {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); qp.State() != verbs.QPStateError; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("QP %d still %v 5s after its peer broke the ring", qp.Num(), qp.State())
+		}
+	}
+	return qp.(verbs.FaultReporter).Fault()
+}
+
+// TestQPFaultOnBrokenRing: a peer that publishes a ring position outside the ring, or
+// writes garbage frames into it, moves the QP reading it to ERR with a fault wrapping
+// verbs.ErrPeerProtocol (the QP's user counts it as an attack, not as a peer that left); a
+// QP pair on another connection goes on.
+func TestQPFaultOnBrokenRing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		poke func(attacker *Conn)
+	}{
+		{"tail outside the ring", func(x *Conn) {
+			x.wmu.Lock()
+			x.tx.tail.Store(x.tx.pos + x.tx.size + 4096)
+			ringBell(x.peerRxBell)
+			x.wmu.Unlock()
+		}},
+		{"garbage frame", func(x *Conn) {
+			garbage := make([]byte, 64)
+			for i := range garbage {
+				garbage[i] = 0xee
+			}
+			if _, err := x.Write(garbage); err != nil {
+				panic(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			checkFDs(t)
+			victim, other := newQPPair(t), newQPPair(t)
+			tc.poke(victim.a) // the dialer's end speaks for qa: qb reads the garbage
+			fault := waitErr(t, victim.qb)
+			if !errors.Is(fault, verbs.ErrPeerProtocol) {
+				t.Fatalf("fault: %v, want ErrPeerProtocol", fault)
+			}
+			t.Logf("fault: %v", fault)
+			if s := other.qa.State(); s != verbs.QPStateRTS {
+				t.Fatalf("a QP on another connection is %v", s)
+			}
+			if s := other.qb.State(); s != verbs.QPStateRTS {
+				t.Fatalf("a QP on another connection is %v", s)
+			}
+		})
+	}
+}

@@ -1,0 +1,137 @@
+package shm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+)
+
+// heapRing returns the producer's and the consumer's views of one ring of size bytes in
+// ordinary memory (both views of one mapping, as in two processes).
+func heapRing(size int) (prod, cons *ring, mem []byte) {
+	buf := make([]uint64, ringFileSize(size)/8) // 8-byte aligned
+	mem = unsafeBytes(buf)
+	initRing(mem, size)
+	return newRing(mem, size), newRing(mem, size), mem
+}
+
+// TestRingWrap: bytes written across the end of the data area come back in order, and the
+// ring reports full and empty at its capacity.
+func TestRingWrap(t *testing.T) {
+	p, c, mem := heapRing(MinRingSize)
+	if err := checkRingHeader(mem, MinRingSize); err != nil {
+		t.Fatal(err)
+	}
+	var want, got []byte
+	chunk := make([]byte, 3000)
+	for i := range 20 {
+		for j := range chunk {
+			chunk[j] = byte(i*31 + j)
+		}
+		n, err := p.write(chunk)
+		if err != nil || n != len(chunk) {
+			t.Fatalf("write %d: %d, %v", i, n, err)
+		}
+		want = append(want, chunk...)
+		buf := make([]byte, 3000)
+		if n, err = c.read(buf); err != nil || n != 3000 {
+			t.Fatalf("read %d: %d, %v", i, n, err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("bytes differ across the wrap")
+	}
+	big := make([]byte, 2*MinRingSize)
+	if n, _ := p.write(big); n != MinRingSize {
+		t.Fatalf("wrote %d into an empty ring of %d", n, MinRingSize)
+	}
+	if n, err := p.write(big); n != 0 || err != nil {
+		t.Fatalf("write to a full ring: %d, %v", n, err)
+	}
+	if n, _ := c.read(big); n != MinRingSize {
+		t.Fatalf("read %d from a full ring", n)
+	}
+	if n, err := c.read(big); n != 0 || err != nil {
+		t.Fatalf("read from an empty ring: %d, %v", n, err)
+	}
+}
+
+// TestRingHeader: a header of another size, version or magic is refused.
+func TestRingHeader(t *testing.T) {
+	_, _, mem := heapRing(MinRingSize)
+	for _, tc := range []struct {
+		name string
+		off  int
+		val  uint32
+	}{{"magic", offMagic, 0}, {"version", offVersion, 9}, {"size", offLog2, 13}} {
+		m := append([]byte{}, mem...)
+		binary.LittleEndian.PutUint32(m[tc.off:], tc.val)
+		if err := checkRingHeader(m, MinRingSize); !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s: %v, want ErrProtocol", tc.name, err)
+		}
+	}
+	if err := checkRingHeader(mem[:len(mem)-1], MinRingSize); !errors.Is(err, ErrProtocol) {
+		t.Errorf("short mapping: %v", err)
+	}
+}
+
+// FuzzRing drives a consumer whose peer publishes any tail and a producer whose peer
+// publishes any head, with the data area full of the fuzzer's bytes: nothing panics, no
+// call moves more bytes than the ring holds or the caller asked for, and every refusal
+// is ErrProtocol.
+func FuzzRing(f *testing.F) {
+	f.Add(uint64(10), uint64(0), uint16(100), []byte("hello"))
+	f.Add(uint64(1<<63), uint64(5), uint16(4096), []byte{})
+	f.Add(^uint64(0), ^uint64(0), uint16(1), bytes.Repeat([]byte{0xff}, 5000))
+	f.Add(uint64(MinRingSize), uint64(MinRingSize+1), uint16(8000), []byte("x"))
+	f.Fuzz(func(t *testing.T, tail, head uint64, n uint16, data []byte) {
+		p, c, mem := heapRing(MinRingSize)
+		copy(mem[ringHeaderLen:], data)
+		c.tail.Store(tail)
+		buf := make([]byte, n)
+		got, err := c.read(buf)
+		switch {
+		case err != nil && !errors.Is(err, ErrProtocol):
+			t.Fatalf("read: %v is not ErrProtocol", err)
+		case (err != nil) != (tail > MinRingSize): // the consumer's head is 0
+			t.Fatalf("read of a ring with tail %d (head 0, size %d): %v", tail, MinRingSize, err)
+		case got > int(n) || got > MinRingSize || uint64(got) > tail:
+			t.Fatalf("read %d bytes (asked %d, tail %d)", got, n, tail)
+		}
+		p.head.Store(head)
+		wrote, err := p.write(buf)
+		switch {
+		case err != nil && !errors.Is(err, ErrProtocol):
+			t.Fatalf("write: %v is not ErrProtocol", err)
+		case (err != nil) != (-head > MinRingSize): // unread bytes: tail 0 less head, mod 2^64
+			t.Fatalf("write to a ring with head %d (tail 0, size %d): %v", head, MinRingSize, err)
+		case wrote > int(n) || wrote > MinRingSize:
+			t.Fatalf("wrote %d bytes (asked %d)", wrote, n)
+		}
+	})
+}
+
+// FuzzHello: any message parses to a valid ring size or fails with ErrProtocol, and the
+// encoder's output parses back.
+func FuzzHello(f *testing.F) {
+	f.Add(appendHello(nil, MinRingSize))
+	f.Add(appendHello(nil, MaxRingSize))
+	f.Add([]byte("MWSHMHEL\x01\x00\x00\x00\xff\xff\xff\xff"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		size, err := parseHello(b)
+		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("%v is not ErrProtocol", err)
+			}
+			return
+		}
+		if !validRingSize(size) {
+			t.Fatalf("parsed an invalid ring size %d", size)
+		}
+		if again := appendHello(nil, size); !bytes.Equal(again, b) {
+			t.Fatalf("hello %x parsed to %d, which encodes as %x", b, size, again)
+		}
+	})
+}

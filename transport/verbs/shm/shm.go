@@ -1,0 +1,153 @@
+// Package shm is the same-host fabric of the verbs model: two processes on one host connect
+// queue pairs of the soft provider through shared memory instead of a TCP socket.
+//
+// A connection is set up over a Unix-domain socket. Each side checks the other's
+// credentials (SO_PEERCRED: the same user by default, Config.PeerUIDs for a named set), then
+// creates the ring it will receive on in a sealed memfd and passes it, with two eventfd
+// doorbells, over the socket (SCM_RIGHTS). From then on the stream's bytes go through the
+// two rings (ring.go); the socket stays open only so that each side learns at once when the
+// other closes or dies (the kernel closes a dead process's end).
+//
+// Dial and Listen return the connection as a net.Conn, which a soft device's queue pair
+// takes as its wire (verbs.StreamQP, normally through cm.Connect): the memory regions, the
+// windows and every check of a remote access (rkey, key8, PD, the QP a type-2 window is
+// bound to, rights, window and region bounds) are the soft NIC's, executed by the side that
+// owns the memory, so the rules are enforced where the memory lives, as a NIC enforces
+// them. The rings only replace the socket: a READ response is copied into the ring by its
+// owner's engine and out of it by the requester's reader.
+//
+// # What a peer can do
+//
+// A peer maps the rings and can write anything into them at any time. Every position read
+// from a ring is checked against the other (see ring), the stream's bytes are copied out
+// before they are parsed, and a broken ring fails only its connection, with an error
+// wrapping ErrProtocol (and so verbs.ErrPeerProtocol). A peer cannot shrink a ring's file
+// under the mapping (the memfd is sealed against shrinking and growing, which the receiver
+// checks), so it cannot make this side fault on a missing page. docs/security.md has the
+// whole trust model.
+//
+// # Doorbells and idle cost
+//
+// A reader that finds its ring empty spins for Config.Spin, then sets its waiter flag and
+// sleeps in the Go netpoller on its eventfd; the writer rings it only when the flag was
+// set. An idle connection costs no CPU and no OS thread.
+//
+// Linux only: elsewhere Dial and Listen fail with an error wrapping ErrUnsupported that
+// names the system.
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// Errors of the shm fabric. Match them with errors.Is.
+var (
+	// ErrProtocol is a peer that broke the ring protocol: a position outside the ring, a
+	// hello or a ring header that is not what it should be, a file that is not a sealed
+	// memfd. It wraps verbs.ErrPeerProtocol, so a queue pair whose stream failed so
+	// reports it as its fault.
+	ErrProtocol = fmt.Errorf("shm: the peer broke the ring protocol: %w", verbs.ErrPeerProtocol)
+	// ErrCredentials is a peer whose user is not allowed (Config.PeerUIDs).
+	ErrCredentials = errors.New("shm: peer credentials refused")
+	// ErrUnsupported is returned on systems without the fabric (all but Linux).
+	ErrUnsupported = fmt.Errorf("shm: not supported on %s: %w", runtime.GOOS, verbs.ErrUnsupported)
+)
+
+// Scheme is the scheme of shm targets: shm:///path/to.sock names the Unix socket at
+// /path/to.sock.
+const Scheme = "shm://"
+
+// Config tunes a side of the fabric. The zero value is ready.
+type Config struct {
+	// PeerUIDs are the users a peer may run as. Empty: only this process's effective
+	// user. Both sides check: a server its clients, a client the server it reached.
+	PeerUIDs []uint32
+	// RingSize is the bytes of the ring this side receives on, a power of two within
+	// [MinRingSize, MaxRingSize]. Zero: DefaultRingSize.
+	RingSize int
+	// Spin is how long a reader or writer polls its ring before it sleeps on its
+	// doorbell. Zero: DefaultSpin; negative: never spin.
+	Spin time.Duration
+	// HandshakeTimeout bounds a connection's setup when the caller set no deadline
+	// (Listener.Accept's connections, whose setup runs on their first Read or Write).
+	// Zero: 10 s.
+	HandshakeTimeout time.Duration
+}
+
+// DefaultRingSize is the ring a side receives on unless Config.RingSize says otherwise: room
+// for a 1 MiB READ response with its frame, so that the writer rarely waits for the reader.
+const DefaultRingSize = 2 << 20
+
+// DefaultSpin is how long a side polls before sleeping unless Config.Spin says otherwise:
+// about a round trip through a peer that is running, shorter than a futex or eventfd
+// wake-up costs both sides.
+const DefaultSpin = 20 * time.Microsecond
+
+func (c Config) ringSize() int {
+	if c.RingSize == 0 {
+		return DefaultRingSize
+	}
+	return c.RingSize
+}
+
+func (c Config) spin() time.Duration {
+	switch {
+	case c.Spin == 0:
+		return DefaultSpin
+	case c.Spin < 0:
+		return 0
+	}
+	return c.Spin
+}
+
+func (c Config) handshakeTimeout() time.Duration {
+	if c.HandshakeTimeout <= 0 {
+		return 10 * time.Second
+	}
+	return c.HandshakeTimeout
+}
+
+func (c Config) check() error {
+	if n := c.ringSize(); !validRingSize(n) {
+		return fmt.Errorf("shm: ring size %d is not a power of two within [%d, %d]: %w", n, MinRingSize, MaxRingSize, verbs.ErrInvalid)
+	}
+	return nil
+}
+
+// Addr is an end of an shm connection: the socket's path and, for the peer, the process and
+// user the kernel reported for it.
+type Addr struct {
+	Path string
+	PID  int32 // 0 for this side's own address
+	UID  uint32
+}
+
+// Network returns "shm".
+func (a *Addr) Network() string { return "shm" }
+
+// String returns the target form, with the peer's process when known:
+// "shm:///run/kv.sock" or "shm:///run/kv.sock#pid=1234".
+func (a *Addr) String() string {
+	if a.PID == 0 {
+		return Scheme + a.Path
+	}
+	return fmt.Sprintf("%s%s#pid=%d", Scheme, a.Path, a.PID)
+}
+
+// ParseTarget returns the socket path of an shm target ("shm:///path/to.sock"), and false
+// when target is not one.
+func ParseTarget(target string) (string, bool) {
+	if len(target) <= len(Scheme) || target[:len(Scheme)] != Scheme {
+		return "", false
+	}
+	p := target[len(Scheme):]
+	if p[0] != '/' {
+		return "", false // shm://host/... names no host: only shm:///absolute/path
+	}
+	return p, true
+}

@@ -1,0 +1,117 @@
+package shm
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// ringSeals are the seals a ring's memfd must carry: its size can no longer change (so a
+// peer cannot truncate it under a mapping and make the other side fault on a missing
+// page), and no seal can be added or removed.
+const ringSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// newRingFile creates the ring this side receives on: a memfd of the ring's size, mapped,
+// its header written, then sealed. It returns the file descriptor (to pass to the peer,
+// then close) and the mapping (this side's until Close).
+func newRingFile(size int) (int, []byte, error) {
+	fd, err := unix.MemfdCreate("mwrpc-shm-ring", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, nil, fmt.Errorf("shm: memfd_create: %w", err)
+	}
+	n := ringFileSize(size)
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		_ = unix.Close(fd)
+		return -1, nil, fmt.Errorf("shm: size the ring's memfd to %d bytes: %w", n, err)
+	}
+	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		_ = unix.Close(fd)
+		return -1, nil, fmt.Errorf("shm: map the ring's memfd (%d bytes): %w", n, err)
+	}
+	initRing(mem, size)
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, ringSeals); err != nil {
+		_ = unix.Munmap(mem)
+		_ = unix.Close(fd)
+		return -1, nil, fmt.Errorf("shm: seal the ring's memfd: %w", err)
+	}
+	return fd, mem, nil
+}
+
+// mapPeerRing maps the ring the peer created for this side to write into, once the file
+// is what the hello said: a memfd sealed against resizing, of exactly the ring's size,
+// with a valid header. fd stays the caller's.
+func mapPeerRing(fd, size int) ([]byte, error) {
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return nil, fmt.Errorf("peer's ring is not a memfd (F_GET_SEALS: %v): %w", err, ErrProtocol)
+	}
+	if seals&ringSeals != ringSeals {
+		return nil, fmt.Errorf("peer's ring memfd has seals 0x%x, want at least 0x%x (it could be resized under the mapping): %w", seals, ringSeals, ErrProtocol)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("shm: fstat the peer's ring: %w", err)
+	}
+	if st.Size != int64(ringFileSize(size)) {
+		return nil, fmt.Errorf("peer's ring file is %d bytes, its hello says %d: %w", st.Size, ringFileSize(size), ErrProtocol)
+	}
+	mem, err := unix.Mmap(fd, 0, ringFileSize(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: map the peer's ring (%d bytes): %w", ringFileSize(size), err)
+	}
+	if err := checkRingHeader(mem, size); err != nil {
+		_ = unix.Munmap(mem)
+		return nil, fmt.Errorf("peer's ring: %w", err)
+	}
+	return mem, nil
+}
+
+// bell is a doorbell this side sleeps on: an eventfd in the Go netpoller, so that a
+// sleeping reader holds no OS thread and its deadlines are the file's.
+type bell struct {
+	f  *os.File
+	fd int // f's descriptor, to pass to the peer and to ring ourselves (valid until f.Close)
+}
+
+func newBell(name string) (*bell, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("shm: eventfd: %w", err)
+	}
+	// A non-blocking descriptor: os.NewFile puts it in the netpoller.
+	return &bell{f: os.NewFile(uintptr(fd), name), fd: fd}, nil
+}
+
+// wait sleeps until the bell is rung, the file's read deadline passes or it is closed.
+func (b *bell) wait() error {
+	var v [8]byte
+	_, err := b.f.Read(v[:])
+	return err
+}
+
+func (b *bell) close() { _ = b.f.Close() }
+
+var one = [8]byte{1} // an eventfd increment of 1, in host order (little-endian here)
+
+// ringBell rings the doorbell behind fd (the peer's, or one of ours). A full counter (EAGAIN)
+// means it is rung already.
+func ringBell(fd int) {
+	_, _ = unix.Write(fd, one[:])
+}
+
+// checkPeerBell checks that fd, received from the peer, is an eventfd, and makes it
+// non-blocking: anything else (a pipe, say) could block this side's writes to it.
+func checkPeerBell(fd int) error {
+	buf := make([]byte, 64)
+	n, err := unix.Readlink("/proc/self/fd/"+strconv.Itoa(fd), buf)
+	if err != nil {
+		return fmt.Errorf("shm: inspect the peer's doorbell: %w", err)
+	}
+	if string(buf[:n]) != "anon_inode:[eventfd]" {
+		return fmt.Errorf("peer's doorbell is %q, not an eventfd: %w", buf[:n], ErrProtocol)
+	}
+	return unix.SetNonblock(fd, true)
+}

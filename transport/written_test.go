@@ -1,0 +1,95 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestWrittenResponses: on both fabrics (the in-process one with written responses turned
+// on, as the TCP fabric has them), a response no longer than its large request is written
+// into the request's window, built in ResponseWriter.Buffer's memory, copied, or left in
+// the request's own memory; a longer one, or one to a small request, comes through a
+// window of the server's; each arrives whole, and no window or buffer is left behind
+// (newEnv's checks).
+func TestWrittenResponses(t *testing.T) {
+	const n = 1 << 20
+	handlers := map[string]HandlerFunc{
+		"buffer": echo, // built in ResponseWriter.Buffer
+		"copied": func(ctx context.Context, req []byte, w *ResponseWriter) { _ = w.Write(StatusOK, bytes.Clone(req)) },
+		"in place": func(ctx context.Context, req []byte, w *ResponseWriter) {
+			_ = w.Write(StatusOK, req[100:]) // a part of the request's own memory
+		},
+		"shorter": func(ctx context.Context, req []byte, w *ResponseWriter) { _ = w.Write(StatusOK, req[:len(req)/3]) },
+		"longer": func(ctx context.Context, req []byte, w *ResponseWriter) {
+			_ = w.Write(StatusOK, append(bytes.Clone(req), req...))
+		},
+	}
+	want := map[string]func([]byte) []byte{
+		"buffer": func(b []byte) []byte { return b }, "copied": func(b []byte) []byte { return b },
+		"in place": func(b []byte) []byte { return b[100:] }, "shorter": func(b []byte) []byte { return b[:len(b)/3] },
+		"longer": func(b []byte) []byte { return append(bytes.Clone(b), b...) },
+	}
+	for _, fb := range fabrics {
+		for name, h := range handlers {
+			t.Run(fb.name+"/"+name, func(t *testing.T) {
+				e := newEnv(t, fb, h, Config{})
+				e.client.writable = true // the in-process fabric's READ needs no peer CPU: turned on here
+				for _, size := range []int{n, e.conn.EagerLimit() + 200, 100} {
+					req := payload(size, byte(size))
+					before := e.server.Stats().Written
+					resp, err := e.conn.Call(context.Background(), req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got, w := resp.Bytes(), want[name](req); !bytes.Equal(got, w) {
+						t.Fatalf("%d-byte request: %d bytes back, want %d", size, len(got), len(w))
+					}
+					written := e.server.Stats().Written - before
+					wantWritten := size > e.conn.EagerLimit() && name != "longer" && len(want[name](req)) > e.conn.EagerLimit()
+					if written != map[bool]uint64{false: 0, true: 1}[wantWritten] {
+						t.Errorf("%d-byte request: %d responses written, want %v", size, written, wantWritten)
+					}
+					if resp.Windowed() != (len(want[name](req)) > e.conn.EagerLimit()) {
+						t.Errorf("%d-byte request: Windowed %v for a %d-byte response", size, resp.Windowed(), len(resp.Bytes()))
+					}
+					resp.Release()
+				}
+			})
+		}
+	}
+}
+
+// TestWrittenTooLate: a response whose caller's window is older than half the lease is
+// not written into it (its revocation may no longer leave, so the window may be
+// reclaimed): it comes through a window of the server's, and the request's window is
+// left to the caller's lease.
+func TestWrittenTooLate(t *testing.T) {
+	const lease = 200 * time.Millisecond
+	slow := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		time.Sleep(lease * 3 / 4)
+		_ = w.Write(StatusOK, req)
+	})
+	e := newEnv(t, fabrics[1], slow, Config{Lease: lease})
+	req := payload(256<<10, 1)
+	resp, err := e.conn.Call(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Release()
+	if !bytes.Equal(resp.Bytes(), req) {
+		t.Fatalf("%d bytes back, not the request", len(resp.Bytes()))
+	}
+	if st := e.server.Stats(); st.Written != 0 || st.WindowsBound != 1 {
+		t.Fatalf("written %d, windows bound %d: want the response through a window of the server's", st.Written, st.WindowsBound)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.client.Stats().Reclaimed == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal(fmt.Sprintf("the request's window was not reclaimed by the lease: %+v", e.conn.win.ws.Stats()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
