@@ -53,7 +53,7 @@ BENCH_PATTERNS := $(strip $(foreach d,$(BENCH_DIRS),$(if $(wildcard $(d)/.),./$(
 
 # The steps of `make test`, in order. A step that cannot run on this machine (test-rxe: not
 # root, not Debian) reports a skip with $(call skip,...), which CI=true turns into a failure.
-TEST_STEPS := fmt vet cross staticcheck generate-check test-race test-norace test-hostile test-benchmarks test-otlp test-readme fuzz-smoke test-rxe test-faults
+TEST_STEPS := fmt vet cross staticcheck generate-check test-race test-norace test-hostile test-benchmarks test-otlp test-readme fuzz-smoke test-scripts test-rxe test-faults
 
 # $(call header,title) prints a step header, with the time of day so that CI logs show
 # how long each step took.
@@ -238,6 +238,13 @@ test-rxe:
 	 SUITE_RUN_transport='$(RXE_RUN_TRANSPORT)' SUITE_RUN_rpc='^TestIBV$$' SUITE_RUN_kv='^TestRunBothIBV$$' \
 	   scripts/rxe-vm/test-rxe.sh $(RXE_TESTBIN) transport=$(RXE_TESTDIR)-transport.test \
 	     rpc=$(RXE_TESTDIR)-rpc.test kv=$(RXE_TESTDIR)-kv.test
+
+# test-scripts checks the VM scripts without a VM: from a copy of scripts/ under /tmp (where
+# the guest mounts an empty tmpfs), run-in-vm.sh's dry run hands the guest only files it can
+# see, so test-rxe, test-faults and bench-rxe work from a checkout anywhere. A second.
+test-scripts:
+	@$(call header,test-scripts: the VM steps from a checkout under /tmp)
+	scripts/rxe-vm/paths-test.sh
 
 # test-faults runs the fault suite (benchmarks/cmd/mwrpcload faults) inside the rxe VM,
 # whose kernel has netem (this machine's has not): a veth pair, 10% loss, 200±50 ms delay,

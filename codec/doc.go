@@ -34,7 +34,8 @@
 // # Lifetimes
 //
 // The data given to Unmarshal is typically a view of registered memory: a request payload
-// is valid until the handler returns, and a response's Bytes until Response.Release.
+// is valid until the handler returns, and a response's Bytes until Response.Release (every
+// rule: https://github.com/mwrpc/mwrpc#buffer-lifetimes).
 //
 //   - Msgpack.Unmarshal copies what it keeps: the decoded value does not alias data and
 //     stays valid after the memory is reused.

@@ -15,7 +15,9 @@
 // and to whoever gets the buffer next: a slice obtained from Bytes must not be kept, and a
 // buffer posted to the NIC must not be released until its work request completes (or, for
 // a buffer exposed through a memory window, until the window is invalidated). Contents are
-// not cleared between uses.
+// not cleared between uses. How these lifetimes reach an application (handlers, responses,
+// streams) is in the README's Buffer lifetimes section:
+// https://github.com/mwrpc/mwrpc#buffer-lifetimes
 //
 // The common path of Get and Release takes no lock and allocates nothing: each class keeps
 // its free buffers on a few lock-free stacks, and a goroutine picks one by a cheap hint (the

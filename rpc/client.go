@@ -120,7 +120,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 					cause = fmt.Errorf("resolving %s: %w", c.name, ctx.Err())
 				}
 				_ = c.Close()
-				return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: dial: %v (%v)", cause, ctx.Err()), cause: cause}
+				return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: dial: %v (%v)", cause, ctx.Err()), cause: cause}
 			}
 			errs := make([]error, 0, len(eps))
 			for _, ep := range eps {
@@ -140,7 +140,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 				why = err.Error()
 			}
 			// Each endpoint's error names its address.
-			return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: dial: %v (%s)", cause, why), cause: cause}
+			return nil, &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: dial: %v (%s)", cause, why), cause: cause}
 		}
 	}
 }
@@ -188,7 +188,7 @@ func NewClient(target string, opts ...DialOption) (*Client, error) {
 	o.resolveMin = min(o.resolveMin, o.resolveInterval)
 	resolver, static, peer, err := parseTarget(target, o)
 	if err != nil {
-		return nil, &Status{Code: InvalidArgument, Message: "rpc: " + err.Error(), cause: err}
+		return nil, &Status{Code: InvalidArgument, Message: "mwrpc: " + err.Error(), cause: err}
 	}
 	dev := o.device
 	if dev == nil {
@@ -211,10 +211,9 @@ func NewClient(target string, opts ...DialOption) (*Client, error) {
 	}
 	c.tr = tr
 	c.invoker = chainClient(o.interceptors, c.invoke)
-	if c.tel = newTelemetry(o.telemetry, false); c.tel != nil {
-		c.tel.setPeer(peer)
-		c.tel.observeTransport(tr)
-	}
+	c.tel = newTelemetry(o.telemetry, false)
+	c.tel.setPeer(peer)
+	c.tel.observeTransport(tr)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if resolver != nil {
 		c.resolver = resolver
@@ -267,16 +266,14 @@ func checkAddress(addr string) error {
 func (c *Client) Close() error {
 	select {
 	case <-c.closed:
-		return Errorf(Canceled, "rpc: client already closed")
+		return Errorf(Canceled, "mwrpc: client already closed")
 	default:
 	}
 	close(c.closed)
 	c.cancel() // after closed: an endpoint's maintainer sees the client closing, not a removal
 	c.wg.Wait()
 	c.lend.closeAll() // before the transport, whose memory it is
-	if c.tel != nil {
-		c.tel.stopObserving()
-	}
+	c.tel.stopObserving()
 	err := c.tr.Close()
 	if c.ownDev != nil {
 		err = errors.Join(err, c.ownDev.Close())
@@ -456,9 +453,6 @@ func (c *Client) pick() *endpoint {
 
 // Invoke calls method with req and decodes the response into reply. See Invoker.
 func (c *Client) Invoke(ctx context.Context, method string, req, reply any, opts ...CallOption) error {
-	if c.tel == nil {
-		return c.invoker(ctx, method, req, reply, opts...)
-	}
 	var cs callSpan
 	ctx = c.tel.startClient(ctx, method, &cs) // interceptors see the span
 	err := c.invoker(ctx, method, req, reply, opts...)
@@ -467,7 +461,7 @@ func (c *Client) Invoke(ctx context.Context, method string, req, reply any, opts
 }
 
 // errSizeEstimate: a codec's Size was smaller than its encoding.
-var errSizeEstimate = errors.New("rpc: codec size estimate too small")
+var errSizeEstimate = errors.New("mwrpc: codec size estimate too small")
 
 var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
@@ -492,7 +486,7 @@ func (c *Client) invoke(ctx context.Context, method string, req, reply any, opts
 	}
 	defer resp.Release()
 	if err := cod.Unmarshal(body, reply); err != nil {
-		return &Status{Code: Internal, Message: fmt.Sprintf("rpc: decoding the response of %s: %v", method, err), cause: err}
+		return &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: decoding the response of %s: %v", method, err), cause: err}
 	}
 	return nil
 }
@@ -509,14 +503,11 @@ func (c *Client) InvokeBytes(ctx context.Context, method string, req []byte) ([]
 		}
 		return out, nil
 	}
-	if c.tel != nil {
-		var cs callSpan
-		ctx = c.tel.startClient(ctx, method, &cs)
-		out, err := c.invokeBytes(ctx, method, req)
-		c.tel.endErr(ctx, &cs, err)
-		return out, err
-	}
-	return c.invokeBytes(ctx, method, req)
+	var cs callSpan
+	ctx = c.tel.startClient(ctx, method, &cs)
+	out, err := c.invokeBytes(ctx, method, req)
+	c.tel.endErr(ctx, &cs, err)
+	return out, err
 }
 
 func (c *Client) invokeBytes(ctx context.Context, method string, req []byte) ([]byte, error) {
@@ -572,7 +563,7 @@ func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method s
 	}
 	if limit := conn.MaxSend(); known && size > limit {
 		releaseBuf(lent)
-		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is %d bytes, over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides')", method, size, limit),
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request of %s is %d bytes, over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides')", method, size, limit),
 			cause: transport.ErrTooLarge}
 	}
 	if lent != nil {
@@ -592,22 +583,18 @@ func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method s
 func (c *Client) callScratch(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte) (*transport.Response, error) {
 	sp := scratchPool.Get().(*[]byte)
 	b := appendRequest((*sp)[:0], method, deadline, md)
-	if c.tel != nil {
-		b = c.tel.inject(ctx, b, md)
-	}
+	b = c.tel.inject(ctx, b, md)
 	var err error
 	if req == nil {
 		b = append(b, raw...)
 	} else if b, err = appendBody(cod, b, req, conn.MaxSend()); err != nil {
 		scratchPool.Put(sp)
 		if errors.Is(err, codec.ErrTooLarge) {
-			return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
+			return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
 		}
-		return nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
+		return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", method, err), cause: err}
 	}
-	if c.tel != nil {
-		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
-	}
+	c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
 	resp, err := conn.Call(ctx, b)
 	if cap(b) <= 64<<10 {
 		*sp = b[:0]
@@ -632,12 +619,14 @@ func (c *Client) readResponse(ctx context.Context, resp *transport.Response, ci 
 	if ci.trailer != nil {
 		*ci.trailer = decodeMD(r.md, r.nmd)
 	}
-	if c.tel != nil {
-		recordTransfer(ctx, AttrResponseSize, AttrResponseTransfer, len(resp.Bytes()), resp.Windowed())
+	if ci.header != nil {
+		*ci.header = decodeMD(r.hdr, r.nhdr)
 	}
+	c.tel.transfer(ctx, AttrResponseSize, AttrResponseTransfer, len(resp.Bytes()), resp.Windowed())
 	if code != OK {
 		defer resp.Release()
 		st := &Status{Code: code, Message: string(r.msg)}
+		st.details, _ = decodeDetails(r.details) // malformed details are dropped; the code stands
 		// The server can see our deadline (or cancel) before our own context says so: the
 		// same event, so the status matches the context error too.
 		if dl, ok := ctx.Deadline(); code == DeadlineExceeded && ok && !time.Now().Before(dl) {
@@ -668,7 +657,7 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 	room := envelopeRoom(method, md)
 	buf, err := c.tr.Pool().Get(ctx, room+n)
 	if err != nil {
-		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request buffer for %s: %v", method, err), cause: err}
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request buffer for %s: %v", method, err), cause: err}
 	}
 	if buf, err = c.envelopeInto(ctx, buf, room, method, deadline, md, n); err != nil {
 		return nil, err
@@ -683,16 +672,14 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 	probe.Mark(probe.CopyInDone)
 	if err != nil {
 		buf.Release()
-		return nil, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", method, err), cause: err}
+		return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", method, err), cause: err}
 	}
 	if len(b) > buf.Cap() || unsafe.SliceData(b) != unsafe.SliceData(buf.Bytes()) { // the codec's size was short: the caller encodes the usual way
 		buf.Release()
 		return nil, errSizeEstimate
 	}
 	buf.SetLen(len(b))
-	if c.tel != nil {
-		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
-	}
+	c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
 	return conn.CallBuf(ctx, buf)
 }
 
@@ -715,9 +702,7 @@ func envelopeRoom(method string, md MD) int {
 func (c *Client) envelopeInto(ctx context.Context, buf *pool.Buf, room int, method string, deadline int64, md MD, n int) (*pool.Buf, error) {
 	mem := buf.Bytes()[:0:room] // an envelope that outgrows it moves to the heap
 	env := appendRequest(mem, method, deadline, md)
-	if c.tel != nil {
-		env = c.tel.inject(ctx, env, md)
-	}
+	env = c.tel.inject(ctx, env, md)
 	if unsafe.SliceData(env) == unsafe.SliceData(mem) {
 		buf.SetLen(len(env))
 		return buf, nil
@@ -725,7 +710,7 @@ func (c *Client) envelopeInto(ctx context.Context, buf *pool.Buf, room int, meth
 	buf.Release()
 	buf, err := c.tr.Pool().Get(ctx, len(env)+n)
 	if err != nil {
-		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request buffer for %s: %v", method, err), cause: err}
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request buffer for %s: %v", method, err), cause: err}
 	}
 	buf.SetLen(copy(buf.Bytes()[:len(env)], env))
 	return buf, nil
@@ -763,7 +748,7 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 				return nil, nil, err
 			}
 			if err := c.lastResolveErr(); err != nil {
-				return nil, nil, &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: no connection to %s is up (%v)", c.target(), err), cause: err}
+				return nil, nil, &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: no connection to %s is up (%v)", c.target(), err), cause: err}
 			}
 			return nil, nil, c.noConnection()
 		}
@@ -772,7 +757,7 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 		case <-ctx.Done():
 			return nil, nil, c.waitedInVain(ctx)
 		case <-c.closed:
-			return nil, nil, Errorf(Unavailable, "rpc: client closed")
+			return nil, nil, Errorf(Unavailable, "mwrpc: client closed")
 		}
 	}
 }
@@ -784,11 +769,11 @@ func (c *Client) noConnection() error {
 	last, tried := c.lastErrs()
 	switch {
 	case last != nil:
-		return &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: no connection to %s is up: %v", c.target(), last), cause: last}
+		return &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: no connection to %s is up: %v", c.target(), last), cause: last}
 	case !tried:
-		return Errorf(Unavailable, "rpc: no connection to %s is up yet (the first is being set up; WaitForReady waits for it)", c.target())
+		return Errorf(Unavailable, "mwrpc: no connection to %s is up yet (the first is being set up; WaitForReady waits for it)", c.target())
 	}
-	return Errorf(Unavailable, "rpc: no connection to %s is up", c.target())
+	return Errorf(Unavailable, "mwrpc: no connection to %s is up", c.target())
 }
 
 // waitedInVain is the error of a WaitForReady call whose context ended before a

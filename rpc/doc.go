@@ -13,5 +13,7 @@
 //
 // Lifetimes: a []byte request a handler receives aliases the connection's registered memory
 // and is valid until the handler returns; copy what you keep. A []byte response a client
-// receives is its own copy.
+// receives is its own copy, unless WithLentResponses lends it (until Client.Release). Every
+// rule is in the README's Buffer lifetimes section:
+// https://github.com/mwrpc/mwrpc#buffer-lifetimes
 package rpc

@@ -14,9 +14,19 @@ import (
 //
 //	deadline i64 (unix nanoseconds, 0: none) | method | md entries | body
 //
-// Response: version u8 | flags u8 | md count u16 | message len u32 | md entries |
+// Response: version u8 | flags u8 | md count u16 | message len u32 |
 //
+//	[header md count u16 | reserved u16 | header md entries] | md entries |
 //	message (a failed call's status message) | body
+//
+// After the header section, when flags has respDetails: details len u32 | details (a
+// failed status's typed details, msgpack: see details.go).
+//
+// The bracketed part is there when flags has respHeader: the response headers
+// (SetHeader) a unary call's response, or a stream's end that sent none before, carries;
+// the other md entries are the trailer.
+//
+// A stream's header message (SendHeader) is: header md count u16 | reserved u16 | entries.
 //
 // An md entry is key len u16 | key | value len u32 | value; a key with several values
 // appears once per value. The status code itself is the transport header's status field.
@@ -28,10 +38,12 @@ const (
 	maxMDEntries   = 1024
 	maxMDKeyLen    = 1024
 	maxMDTotalSize = 1 << 20
+	respHeader     = 1 // response flag: a header md section follows the fixed part
+	respDetails    = 2 // response flag: a status details section follows (the header section)
 )
 
 // errEnvelope is wrapped by every envelope parse failure.
-var errEnvelope = errors.New("rpc: malformed envelope")
+var errEnvelope = errors.New("mwrpc: malformed envelope")
 
 type request struct {
 	whole    []byte // the message: envelope and body
@@ -43,10 +55,13 @@ type request struct {
 }
 
 type response struct {
-	nmd  int
-	md   []byte
-	msg  []byte
-	body []byte
+	details []byte // a failed status's details, decoded on demand
+	nhdr    int
+	hdr     []byte // the header md entries, parsed on demand
+	nmd     int
+	md      []byte
+	msg     []byte
+	body    []byte
 }
 
 func appendMD(b []byte, md MD) ([]byte, int) {
@@ -95,7 +110,7 @@ func checkMD(md MD) error {
 	n, size := 0, 0
 	for k, vs := range md {
 		if len(k) == 0 || len(k) > maxMDKeyLen {
-			return fmt.Errorf("rpc: metadata key %q: length must be 1..%d", k, maxMDKeyLen)
+			return fmt.Errorf("mwrpc: metadata key %q: length must be 1..%d", k, maxMDKeyLen)
 		}
 		n += len(vs)
 		size += len(k) * len(vs)
@@ -104,7 +119,7 @@ func checkMD(md MD) error {
 		}
 	}
 	if n > maxMDEntries || size > maxMDTotalSize {
-		return fmt.Errorf("rpc: metadata of %d entries and %d bytes exceeds %d entries or %d bytes", n, size, maxMDEntries, maxMDTotalSize)
+		return fmt.Errorf("mwrpc: metadata of %d entries and %d bytes exceeds %d entries or %d bytes", n, size, maxMDEntries, maxMDTotalSize)
 	}
 	return nil
 }
@@ -112,7 +127,7 @@ func checkMD(md MD) error {
 // checkRequest validates what appendRequest encodes in fixed-width fields.
 func checkRequest(method string, md MD) error {
 	if len(method) == 0 || len(method) > maxMethodLen {
-		return fmt.Errorf("rpc: method name of %d bytes (1..%d)", len(method), maxMethodLen)
+		return fmt.Errorf("mwrpc: method name of %d bytes (1..%d)", len(method), maxMethodLen)
 	}
 	return checkMD(md)
 }
@@ -131,12 +146,32 @@ func appendRequest(b []byte, method string, deadline int64, md MD) []byte {
 	return b
 }
 
-// appendResponse appends a response envelope (everything but the body) to b.
-func appendResponse(b []byte, md MD, msg string) []byte {
-	b = append(b, envVersion, 0)
+// appendResponse appends a response envelope (everything but the body) to b: header, if
+// not empty, the trailer md and a failed call's message.
+func appendResponse(b []byte, header, md MD, msg string) []byte {
+	return appendResponseDetails(b, header, md, msg, nil)
+}
+
+// appendResponseDetails is appendResponse with a failed status's encoded details.
+func appendResponseDetails(b []byte, header, md MD, msg string, details []byte) []byte {
+	flags := byte(0)
+	if len(header) > 0 {
+		flags |= respHeader
+	}
+	if len(details) > 0 {
+		flags |= respDetails
+	}
+	b = append(b, envVersion, flags)
 	at := len(b)
 	b = append(b, 0, 0)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(msg)))
+	if len(header) > 0 {
+		b = appendHeaderMD(b, header)
+	}
+	if len(details) > 0 {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(details)))
+		b = append(b, details...)
+	}
 	var n int
 	b, n = appendMD(b, md)
 	binary.LittleEndian.PutUint16(b[at:], uint16(n))
@@ -196,12 +231,31 @@ func parseResponse(b []byte, r *response) error {
 	if len(b) < respFixed {
 		return fmt.Errorf("%w: response of %d bytes, the envelope alone is %d", errEnvelope, len(b), respFixed)
 	}
-	if b[0] != envVersion || b[1] != 0 {
+	if b[0] != envVersion || b[1]&^(respHeader|respDetails) != 0 {
 		return fmt.Errorf("%w: version %d, flags %d", errEnvelope, b[0], b[1])
 	}
 	r.nmd = int(binary.LittleEndian.Uint16(b[2:]))
 	msgLen := binary.LittleEndian.Uint32(b[4:])
 	rest := b[respFixed:]
+	r.nhdr, r.hdr = 0, nil
+	if b[1]&respHeader != 0 {
+		n, err := parseHeaderMD(rest, &r.nhdr, &r.hdr)
+		if err != nil {
+			return err
+		}
+		rest = rest[n:]
+	}
+	r.details = nil
+	if b[1]&respDetails != 0 {
+		if len(rest) < 4 {
+			return fmt.Errorf("%w: status details truncated", errEnvelope)
+		}
+		dl := binary.LittleEndian.Uint32(rest)
+		if dl > maxDetailBytes || uint64(dl) > uint64(len(rest)-4) {
+			return fmt.Errorf("%w: status details of %d bytes, %d left (at most %d)", errEnvelope, dl, len(rest)-4, maxDetailBytes)
+		}
+		r.details, rest = rest[4:4+dl], rest[4+dl:]
+	}
 	if r.nmd > maxMDEntries {
 		return fmt.Errorf("%w: %d metadata entries", errEnvelope, r.nmd)
 	}
@@ -227,4 +281,46 @@ func decodeMD(b []byte, n int) MD {
 		md[string(k)] = append(md[string(k)], string(v))
 	}
 	return md
+}
+
+// appendHeaderMD appends a header md section: count u16, reserved u16, entries.
+func appendHeaderMD(b []byte, md MD) []byte {
+	at := len(b)
+	b = append(b, 0, 0, 0, 0)
+	var n int
+	b, n = appendMD(b, md)
+	binary.LittleEndian.PutUint16(b[at:], uint16(n))
+	return b
+}
+
+// parseHeaderMD checks the header md section at the front of b, setting its count and
+// entries, and returns its length.
+func parseHeaderMD(b []byte, n *int, entries *[]byte) (int, error) {
+	if len(b) < 4 {
+		return 0, fmt.Errorf("%w: header metadata of %d bytes", errEnvelope, len(b))
+	}
+	*n = int(binary.LittleEndian.Uint16(b))
+	if *n > maxMDEntries || b[2] != 0 || b[3] != 0 {
+		return 0, fmt.Errorf("%w: header metadata of %d entries, reserved %d", errEnvelope, *n, binary.LittleEndian.Uint16(b[2:]))
+	}
+	l, err := skipMD(b[4:], *n)
+	if err != nil {
+		return 0, err
+	}
+	*entries = b[4 : 4+l]
+	return 4 + l, nil
+}
+
+// parseHeaderMsg decodes a stream's header message (all of p is the section).
+func parseHeaderMsg(p []byte) (MD, error) {
+	var n int
+	var entries []byte
+	l, err := parseHeaderMD(p, &n, &entries)
+	if err != nil {
+		return nil, err
+	}
+	if l != len(p) {
+		return nil, fmt.Errorf("%w: %d bytes after the header metadata", errEnvelope, len(p)-l)
+	}
+	return decodeMD(entries, n), nil
 }

@@ -18,7 +18,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	if string(r.method) != "/kv.KV/Get" || r.deadline != 123456789 || string(r.body) != "body" || !reflect.DeepEqual(decodeMD(r.md, r.nmd), md) {
 		t.Fatalf("got %q %d %q %v", r.method, r.deadline, r.body, decodeMD(r.md, r.nmd))
 	}
-	b = appendResponse(nil, MD{"x": {"y"}}, "not found")
+	b = appendResponse(nil, nil, MD{"x": {"y"}}, "not found")
 	b = append(b, "zz"...)
 	var p response
 	if err := parseResponse(b, &p); err != nil {
@@ -75,13 +75,33 @@ func FuzzParseRequest(f *testing.F) {
 }
 
 func FuzzParseResponse(f *testing.F) {
-	f.Add(append(appendResponse(nil, MD{"k": {"v"}}, "msg"), 9))
+	f.Add(append(appendResponse(nil, nil, MD{"k": {"v"}}, "msg"), 9))
+	f.Add(append(appendResponse(nil, MD{"h": {"1", "2"}}, MD{"k": {"v"}}, "msg"), 9))
+	d, _ := encodeDetails([]any{&RetryInfo{RetryDelay: 1}, &RawDetail{Type: "x", Value: []byte{1}}})
+	f.Add(append(appendResponseDetails(nil, MD{"h": {"1"}}, nil, "msg", d), 9))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r response
 		if err := parseResponse(b, &r); err != nil {
 			return
 		}
 		_ = decodeMD(r.md, r.nmd)
+		_ = decodeMD(r.hdr, r.nhdr)
+	})
+}
+
+// FuzzParseHeaderMsg: a stream's header message is bytes from a peer.
+func FuzzParseHeaderMsg(f *testing.F) {
+	f.Add(appendHeaderMD(nil, MD{"k": {"v", "w"}, "x": {""}}))
+	f.Add([]byte{1, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		md, err := parseHeaderMsg(b)
+		if err != nil {
+			return
+		}
+		again, err := parseHeaderMsg(appendHeaderMD(nil, md))
+		if err != nil || len(again) != len(md) {
+			t.Fatalf("re-encoded header differs: %v %v", again, err)
+		}
 	})
 }
 
@@ -92,9 +112,26 @@ func TestEnvelopeHugeLengths(t *testing.T) {
 	if err := parseResponse([]byte{1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, &p); !errors.Is(err, errEnvelope) {
 		t.Errorf("message length 2^32-1: %v", err)
 	}
-	b := appendResponse(nil, MD{"k": {"v"}}, "")
+	b := appendResponse(nil, nil, MD{"k": {"v"}}, "")
 	b[respFixed+2+1+0], b[respFixed+2+1+1], b[respFixed+2+1+2], b[respFixed+2+1+3] = 0xff, 0xff, 0xff, 0xff
 	if err := parseResponse(b, &p); !errors.Is(err, errEnvelope) {
 		t.Errorf("metadata value length 2^32-1: %v", err)
 	}
+}
+
+// FuzzDecodeDetails: a status's details are bytes from a peer; what decodes re-encodes.
+func FuzzDecodeDetails(f *testing.F) {
+	d, _ := encodeDetails([]any{&RetryInfo{RetryDelay: 5}, &BadRequest{FieldViolations: []FieldViolation{{"a", "b"}}},
+		&ErrorInfo{Reason: "R", Metadata: map[string]string{"k": "v"}}, &RawDetail{Type: "t", Value: []byte{0xc0}}})
+	f.Add(d)
+	f.Add([]byte{0x91, 0x82})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ds, err := decodeDetails(b)
+		if err != nil {
+			return
+		}
+		if _, err := encodeDetails(ds); err != nil && len(ds) <= maxDetails && len(b) <= maxDetailBytes/2 {
+			t.Fatalf("decoded details do not re-encode: %v", err)
+		}
+	})
 }

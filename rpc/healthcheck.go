@@ -91,7 +91,7 @@ func (c *Client) unhealthy() error {
 	}
 	cause := errors.Join(errs...)
 	return &Status{Code: Unavailable, cause: cause,
-		Message: fmt.Sprintf("rpc: no endpoint of %s is healthy (%s)", c.target(), strings.Join(msgs, "; "))}
+		Message: fmt.Sprintf("mwrpc: no endpoint of %s is healthy (%s)", c.target(), strings.Join(msgs, "; "))}
 }
 
 // watchHealth watches the health of the service WithHealthCheck names on conn, ep's
@@ -147,7 +147,7 @@ func (c *Client) watchHealth(ep *endpoint, conn *transport.Conn) {
 			return
 		}
 		if CodeOf(err) == Unimplemented {
-			c.logger().Warn("rpc: the server has no health service; health checking is off for this connection, which counts as healthy",
+			c.logger().Warn("mwrpc: the server has no health service; health checking is off for this connection, which counts as healthy",
 				slog.String("address", ep.addr), slog.String("service", service), slog.Any("err", err))
 			c.setHealth(ep, conn, nil)
 			return
@@ -159,7 +159,7 @@ func (c *Client) watchHealth(ep *endpoint, conn *transport.Conn) {
 	}
 }
 
-// logger is where the client logs: WithClientLogger's, else slog's default.
+// logger is where the client logs: WithLogger's, else slog's default.
 func (c *Client) logger() *slog.Logger {
 	if c.opts.logger != nil {
 		return c.opts.logger

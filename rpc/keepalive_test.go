@@ -162,7 +162,7 @@ func frozenClient(t *testing.T, backoff time.Duration) *rpc.Client {
 func TestKeepaliveTooManyPings(t *testing.T) {
 	logs := new(syncBuffer)
 	logger := slog.New(slog.NewTextHandler(logs, nil))
-	e := start(t, nil, rpc.WithKeepalive(20*time.Millisecond, time.Second), rpc.WithClientLogger(logger))
+	e := start(t, nil, rpc.WithKeepalive(20*time.Millisecond, time.Second), rpc.WithLogger(logger))
 	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "pinged too often"); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no GOAWAY for pinging every 20ms; the client's log:\n%s", logs.String())

@@ -128,11 +128,11 @@ func (ln loan) end() {
 // ResourceExhausted.
 func (c *Client) Buffer(ctx context.Context, n int) ([]byte, error) {
 	if n < 0 {
-		return nil, Errorf(InvalidArgument, "rpc: Buffer(%d): negative size", n)
+		return nil, Errorf(InvalidArgument, "mwrpc: Buffer(%d): negative size", n)
 	}
 	buf, err := c.tr.Pool().Get(ctx, requestHeadroom+n)
 	if err != nil {
-		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: request buffer of %d bytes: %v", n, err), cause: err}
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request buffer of %d bytes: %v", n, err), cause: err}
 	}
 	b := buf.Bytes()[requestHeadroom:buf.Cap()]
 	c.lend.put(unsafe.SliceData(b), loan{buf: buf})
@@ -147,7 +147,7 @@ func (c *Client) Buffer(ctx context.Context, n int) ([]byte, error) {
 func (c *Client) Release(p []byte) error {
 	ln, ok := c.lend.take(p)
 	if !ok {
-		return Errorf(InvalidArgument, "rpc: Release of %d bytes at %p: not memory this client lent (a Buffer no call took, or a response under WithLentResponses), or released already", len(p), unsafe.SliceData(p))
+		return Errorf(InvalidArgument, "mwrpc: Release of %d bytes at %p: not memory this client lent (a Buffer no call took, or a response under WithLentResponses), or released already", len(p), unsafe.SliceData(p))
 	}
 	ln.end()
 	return nil
@@ -182,9 +182,7 @@ func (c *Client) ownResponse(resp *transport.Response, body []byte) []byte {
 func (c *Client) callLent(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, buf *pool.Buf, n int) (*transport.Response, error) {
 	mem := buf.Bytes()[:0:requestHeadroom] // an envelope that outgrows it moves to the heap
 	env := appendRequest(mem, method, deadline, md)
-	if c.tel != nil {
-		env = c.tel.inject(ctx, env, md)
-	}
+	env = c.tel.inject(ctx, env, md)
 	if unsafe.SliceData(env) != unsafe.SliceData(mem) { // copied behind it in a buffer of its own
 		defer buf.Release()
 		body := buf.Bytes()[requestHeadroom : requestHeadroom+n]
@@ -193,8 +191,6 @@ func (c *Client) callLent(ctx context.Context, conn *transport.Conn, method stri
 	// Written at the front; moved to end where the body starts.
 	buf.Slice(requestHeadroom-len(env), len(env)+n)
 	copy(buf.Bytes(), env)
-	if c.tel != nil {
-		recordTransfer(ctx, AttrRequestSize, AttrRequestTransfer, buf.Len(), buf.Len() > conn.EagerLimit())
-	}
+	c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, buf.Len(), buf.Len() > conn.EagerLimit())
 	return conn.CallBuf(ctx, buf)
 }

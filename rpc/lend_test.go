@@ -5,13 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/mwrpc/mwrpc/codec"
-	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/rpc"
 	"github.com/mwrpc/mwrpc/transport"
 )
@@ -50,35 +47,11 @@ type lendEnv struct {
 
 func startLend(t *testing.T, sopts []rpc.ServerOption, copts ...rpc.DialOption) *lendEnv {
 	t.Helper()
-	base := runtime.NumGoroutine()
-	e := &lendEnv{srv: rpc.NewServer(deviceServerOpts(t, sopts...)...)}
-	var impl any = struct{}{}
-	e.srv.RegisterService(&rawDesc, impl)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- e.srv.Serve(ln) }()
-	if withDevices != nil {
-		_, c := withDevices(t)
-		copts = append(c, copts...)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if e.client, err = rpc.Dial(ctx, ln.Addr().String(), copts...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := e.client.Close(); err != nil {
-			t.Errorf("client Close: %v", err)
-		}
-		e.srv.Stop()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		leakcheck.Wait(t, base)
-	})
+	e := &lendEnv{}
+	e.srv, e.client, _ = serve(t, func(srv *rpc.Server) {
+		var impl any = struct{}{}
+		srv.RegisterService(&rawDesc, impl)
+	}, true, sopts, copts...)
 	return e
 }
 

@@ -1,6 +1,7 @@
 package rpc_test
 
 import (
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"os"
 	"testing"
 )
@@ -14,5 +15,5 @@ func TestMain(m *testing.M) {
 	if peerMain != nil && peerMain() {
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(leakcheck.Main(m))
 }

@@ -15,7 +15,7 @@ type MD map[string][]string
 // Pairs returns metadata from key, value pairs (keys are lowercased).
 func Pairs(kv ...string) MD {
 	if len(kv)%2 == 1 {
-		panic("rpc: Pairs got an odd number of arguments")
+		panic("mwrpc: Pairs got an odd number of arguments")
 	}
 	md := make(MD, len(kv)/2)
 	for i := 0; i < len(kv); i += 2 {
@@ -54,7 +54,7 @@ func FromIncomingContext(ctx context.Context) (MD, bool) {
 func SetTrailer(ctx context.Context, md MD) error {
 	st, ok := ctx.Value(streamKey{}).(*serverStream)
 	if !ok {
-		return Errorf(Internal, "rpc: SetTrailer outside a handler")
+		return Errorf(Internal, "mwrpc: SetTrailer outside a handler")
 	}
 	merged := make(MD, len(st.trailer)+len(md))
 	for k, v := range st.trailer {
@@ -92,4 +92,65 @@ func PeerFromContext(ctx context.Context) (Peer, bool) {
 		return Peer{}, false
 	}
 	return st.w.Peer(), true
+}
+
+// SetHeader adds md to the response headers of the call a handler serves: what the
+// caller's Header call option (or ClientStream.Header) returns. A unary call's headers
+// travel with its response; a stream's go ahead of its first message, or with its end if
+// it sends none. It fails outside a handler and once the headers were sent (SendHeader,
+// or a stream's first message).
+func SetHeader(ctx context.Context, md MD) error {
+	st, ok := ctx.Value(streamKey{}).(*serverStream)
+	if !ok {
+		return Errorf(Internal, "mwrpc: SetHeader outside a handler")
+	}
+	if st.hdrSent {
+		return Errorf(Internal, "mwrpc: SetHeader after the headers were sent (SendHeader, or a stream's first message)")
+	}
+	merged, err := mergeMD(st.header, md)
+	if err != nil {
+		return err
+	}
+	st.header = merged
+	return nil
+}
+
+// SendHeader adds md to the response headers and sends them: a stream's at once, ahead of
+// its messages; a unary call's are fixed now and travel with its response. Headers can
+// be sent once: SetHeader and SendHeader fail afterwards.
+func SendHeader(ctx context.Context, md MD) error {
+	if err := SetHeader(ctx, md); err != nil {
+		return err
+	}
+	st := ctx.Value(streamKey{}).(*serverStream)
+	if st.ss != nil {
+		return st.ss.sendHeader()
+	}
+	st.hdrSent = true
+	return nil
+}
+
+// mergeMD returns a merged with md (keys lower-cased), checked to fit an envelope.
+func mergeMD(a, md MD) (MD, error) {
+	merged := make(MD, len(a)+len(md))
+	for k, v := range a {
+		merged[k] = v
+	}
+	for k, v := range md {
+		k = strings.ToLower(k)
+		merged[k] = append(slices.Clip(merged[k]), v...)
+	}
+	if err := checkMD(merged); err != nil {
+		return nil, &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
+	}
+	return merged, nil
+}
+
+// unsentHeader returns the headers a response must carry: SetHeader's, unless a stream's
+// header message already took them.
+func (st *serverStream) unsentHeader() MD {
+	if st.ss != nil && st.hdrSent {
+		return nil
+	}
+	return st.header
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
-// CallOption configures one call (see Trailer and WaitForReady). A handler sends metadata
-// back with SetTrailer; there are no separate response headers.
+// CallOption configures one call (see Header, Trailer and WaitForReady). A handler sends
+// metadata back with SetHeader (ahead of a stream's messages) and SetTrailer (at the end).
 type CallOption interface {
 	apply(*callInfo)
 }
@@ -19,6 +19,7 @@ type CallOption interface {
 // callInfo is what call options set.
 type callInfo struct {
 	trailer      *MD
+	header       *MD
 	waitForReady bool
 }
 
@@ -26,9 +27,11 @@ type callInfo struct {
 // stays on its stack.
 type trailerOption struct{ md *MD }
 type waitForReadyOption struct{}
+type headerOption struct{ md *MD }
 
 func (o trailerOption) apply(ci *callInfo)    { ci.trailer = o.md }
 func (waitForReadyOption) apply(ci *callInfo) { ci.waitForReady = true }
+func (o headerOption) apply(ci *callInfo)     { ci.header = o.md }
 
 func applyOptions(ci *callInfo, opts []CallOption) {
 	for _, o := range opts {
@@ -37,9 +40,15 @@ func applyOptions(ci *callInfo, opts []CallOption) {
 			ci.trailer = o.md
 		case waitForReadyOption:
 			ci.waitForReady = true
+		case headerOption:
+			ci.header = o.md
 		}
 	}
 }
+
+// Header stores the response headers the handler set (SetHeader, SendHeader) into *md,
+// for unary calls and streams (at their end; ClientStream.Header has them sooner).
+func Header(md *MD) CallOption { return headerOption{md} }
 
 // Trailer stores the metadata the handler set with SetTrailer into *md.
 func Trailer(md *MD) CallOption { return trailerOption{md} }
@@ -68,8 +77,10 @@ type DialOption interface {
 	applyDial(*dialOptions)
 }
 
-// Option configures a Server or a Client alike (telemetry, for one): it is both a
-// ServerOption and a DialOption.
+// Option configures a Server or a Client alike: it is both a ServerOption and a
+// DialOption. What both sides have (codec, device, transport, logger, credentials,
+// telemetry) is set with an Option; what only one side has with a ServerOption or a
+// DialOption.
 type Option interface {
 	ServerOption
 	DialOption
@@ -133,38 +144,39 @@ func WithTransportCredentials(creds credentials.TransportCredentials) Option {
 	return commonOption(func(c *common) { c.creds = creds })
 }
 
-// WithCodec sets the codec of methods that do not name one (msgpack by default).
-func WithCodec(c codec.Codec) ServerOption {
-	return serverOption(func(o *serverOptions) { o.codec = c })
+// WithCodec sets the codec (msgpack by default): on a server, of the methods that do not
+// name one; on a client, of its calls. Both sides must use the same.
+func WithCodec(c codec.Codec) Option {
+	return commonOption(func(o *common) { o.codec = c })
 }
 
-// WithClientCodec sets a client's codec (msgpack by default); it must match the server's.
-func WithClientCodec(c codec.Codec) DialOption {
-	return dialOption(func(o *dialOptions) { o.codec = c })
+// WithClientCodec is WithCodec.
+//
+// Deprecated: use WithCodec, which applies to clients and servers alike.
+func WithClientCodec(c codec.Codec) DialOption { return WithCodec(c) }
+
+// WithDevice serves or dials on an RDMA device instead of a soft TCP-fabric device of the
+// server's or client's own. The device stays the caller's.
+func WithDevice(d verbs.Device) Option {
+	return commonOption(func(o *common) { o.device = d })
 }
 
-// WithDevice serves on an RDMA device instead of a soft TCP-fabric device of the server's
-// own. The device stays the caller's.
-func WithDevice(d verbs.Device) ServerOption {
-	return serverOption(func(o *serverOptions) { o.device = d })
+// WithClientDevice is WithDevice.
+//
+// Deprecated: use WithDevice, which applies to clients and servers alike.
+func WithClientDevice(d verbs.Device) DialOption { return WithDevice(d) }
+
+// WithTransport tunes the transport of a server or client: slot sizes, credits, pollers,
+// and on a server the handler pool (Config.Handlers bounds concurrent handlers; beyond it
+// calls get ResourceExhausted).
+func WithTransport(c transport.Config) Option {
+	return commonOption(func(o *common) { o.transport = c })
 }
 
-// WithClientDevice dials from an RDMA device instead of a soft TCP-fabric device of the
-// client's own. The device stays the caller's.
-func WithClientDevice(d verbs.Device) DialOption {
-	return dialOption(func(o *dialOptions) { o.device = d })
-}
-
-// WithTransport tunes the server's transport (slot sizes, credits, pollers, handler pool
-// size: Config.Handlers bounds concurrent handlers; beyond it calls get ResourceExhausted).
-func WithTransport(c transport.Config) ServerOption {
-	return serverOption(func(o *serverOptions) { o.transport = c })
-}
-
-// WithClientTransport tunes the client's transport.
-func WithClientTransport(c transport.Config) DialOption {
-	return dialOption(func(o *dialOptions) { o.transport = c })
-}
+// WithClientTransport is WithTransport.
+//
+// Deprecated: use WithTransport, which applies to clients and servers alike.
+func WithClientTransport(c transport.Config) DialOption { return WithTransport(c) }
 
 // WithUnaryInterceptor adds a server interceptor; several run in the order given.
 func WithUnaryInterceptor(i UnaryServerInterceptor) ServerOption {
@@ -183,9 +195,11 @@ func WithClientInterceptor(i UnaryClientInterceptor) DialOption {
 	return dialOption(func(o *dialOptions) { o.interceptors = append(o.interceptors, i) })
 }
 
-// WithLogger sets where a server logs what it cannot return to a caller.
-func WithLogger(l *slog.Logger) ServerOption {
-	return serverOption(func(o *serverOptions) { o.logger = l })
+// WithLogger sets where a server or client logs what it cannot return to a caller: on a
+// server, a failed response or connection; on a client, a failed name resolution (the
+// client keeps its addresses) and a change of addresses.
+func WithLogger(l *slog.Logger) Option {
+	return commonOption(func(o *common) { o.logger = l })
 }
 
 // WithBalancer chooses how calls spread over a client's endpoints.
@@ -243,11 +257,10 @@ func WithHealthCheck(service string) DialOption {
 	return dialOption(func(o *dialOptions) { o.healthCheck, o.healthService = true, service })
 }
 
-// WithClientLogger sets where a client logs what it cannot return to a caller: a failed
-// name resolution (the client keeps its addresses) and a change of addresses.
-func WithClientLogger(l *slog.Logger) DialOption {
-	return dialOption(func(o *dialOptions) { o.logger = l })
-}
+// WithClientLogger is WithLogger.
+//
+// Deprecated: use WithLogger, which applies to clients and servers alike.
+func WithClientLogger(l *slog.Logger) DialOption { return WithLogger(l) }
 
 // WithLanes pins the number of connections (lanes) a client keeps to each endpoint; calls
 // and streams are spread over them round robin. Without it a client starts with one and

@@ -305,7 +305,7 @@ func (c *Client) setAddrs(addrs []string, err error) {
 	c.resolveErr = err
 	c.resolveMu.Unlock()
 	if err != nil && c.opts.logger != nil {
-		c.opts.logger.Warn("rpc: name resolution failed; the client keeps its addresses", slog.String("target", c.name),
+		c.opts.logger.Warn("mwrpc: name resolution failed; the client keeps its addresses", slog.String("target", c.name),
 			slog.Int("addresses", len(*c.eps.Load())), slog.Any("error", err))
 	}
 }
@@ -364,7 +364,7 @@ func (c *Client) update(addrs []string) {
 		go c.maintain(ep)
 	}
 	if changed && c.opts.logger != nil {
-		c.opts.logger.Info("rpc: addresses changed", slog.String("target", c.name), slog.Any("addresses", addrs))
+		c.opts.logger.Info("mwrpc: addresses changed", slog.String("target", c.name), slog.Any("addresses", addrs))
 	}
 	c.signalUp() // Dial may wait for the first endpoints; retired ones no longer count
 }

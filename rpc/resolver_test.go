@@ -471,7 +471,7 @@ func TestResolverKeepsAddresses(t *testing.T) {
 	dns := newFakeLookup()
 	dns.set("kv.test", host)
 	var log syncBuffer
-	c := dialOK(t, "dns:///kv.test:"+port, rpc.WithDNSLookup(dns), rpc.WithClientLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	c := dialOK(t, "dns:///kv.test:"+port, rpc.WithDNSLookup(dns), rpc.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	for _, tc := range []struct {
 		name, logged string
 		change       func()

@@ -39,7 +39,7 @@ func TestIBV(t *testing.T) {
 		return d
 	}
 	withDevices = func(t testing.TB) ([]rpc.ServerOption, []rpc.DialOption) {
-		return []rpc.ServerOption{rpc.WithDevice(open(t))}, []rpc.DialOption{rpc.WithClientDevice(open(t))}
+		return []rpc.ServerOption{rpc.WithDevice(open(t))}, []rpc.DialOption{rpc.WithDevice(open(t))}
 	}
 	defer func() { withDevices = nil }()
 	for _, tc := range []struct {

@@ -155,37 +155,55 @@ func deviceServerOpts(t testing.TB, sopts ...rpc.ServerOption) []rpc.ServerOptio
 
 func start(t testing.TB, sopts []rpc.ServerOption, copts ...rpc.DialOption) *env {
 	t.Helper()
+	e := &env{impl: &impl{slept: make(chan error, 1)}, streams: &streamsImpl{ended: make(chan error, 16)}}
+	e.srv, e.client, e.addr = serve(t, func(srv *rpc.Server) {
+		srv.RegisterService(&svcDesc, e.impl)
+		srv.RegisterService(&streamsDesc, e.streams)
+	}, false, sopts, copts...)
+	e.svc = svcClient{e.client}
+	return e
+}
+
+// serve is how this package's tests stand up a server and a client of it (start,
+// startStreams, startLend and startTelemetry build on it): a server with the services
+// register adds, listening with listen (TCP on loopback, or what TestSHM sets) on the
+// devices withDevices gives, if set, and a client dialed to it. At the test's cleanup the
+// client closes (with checkClose, an error there, such as a pooled buffer never returned,
+// fails the test), the server stops, Serve's error is checked, and no goroutine either
+// started may be left.
+func serve(t testing.TB, register func(*rpc.Server), checkClose bool, sopts []rpc.ServerOption, copts ...rpc.DialOption) (*rpc.Server, *rpc.Client, string) {
+	t.Helper()
 	if withDevices != nil { // before base: the devices outlive this cleanup's check
 		s, c := withDevices(t)
 		sopts, copts = append(s, sopts...), append(c, copts...)
 	}
 	base := runtime.NumGoroutine()
-	e := &env{impl: &impl{slept: make(chan error, 1)}, streams: &streamsImpl{ended: make(chan error, 16)}}
-	e.srv = rpc.NewServer(sopts...)
-	e.srv.RegisterService(&svcDesc, e.impl)
-	e.srv.RegisterService(&streamsDesc, e.streams)
+	srv := rpc.NewServer(sopts...)
+	register(srv)
 	ln, err := listen("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.addr = target(ln)
+	addr := target(ln)
 	served := make(chan error, 1)
-	go func() { served <- e.srv.Serve(ln) }()
+	go func() { served <- srv.Serve(ln) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if e.client, err = rpc.Dial(ctx, e.addr, copts...); err != nil {
+	client, err := rpc.Dial(ctx, addr, copts...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc = svcClient{e.client}
 	t.Cleanup(func() {
-		e.client.Close()
-		e.srv.Stop()
+		if err := client.Close(); err != nil && checkClose {
+			t.Errorf("client Close: %v", err)
+		}
+		srv.Stop()
 		if err := <-served; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 		leakcheck.Wait(t, base)
 	})
-	return e
+	return srv, client, addr
 }
 
 func TestStatusCodesRoundTrip(t *testing.T) {

@@ -116,17 +116,17 @@ func (s *Server) RegisterService(sd *ServiceDesc, impl any) {
 	if sd.HandlerType != nil {
 		want := reflect.TypeOf(sd.HandlerType).Elem()
 		if !reflect.TypeOf(impl).Implements(want) {
-			panic(fmt.Sprintf("rpc: RegisterService(%s): %T does not implement %v", sd.ServiceName, impl, want))
+			panic(fmt.Sprintf("mwrpc: RegisterService(%s): %T does not implement %v", sd.ServiceName, impl, want))
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.tr != nil {
-		panic(fmt.Sprintf("rpc: RegisterService(%s) after Serve", sd.ServiceName))
+		panic(fmt.Sprintf("mwrpc: RegisterService(%s) after Serve", sd.ServiceName))
 	}
 	for _, m := range s.methods {
 		if strings.HasPrefix(m.full, "/"+sd.ServiceName+"/") {
-			panic(fmt.Sprintf("rpc: RegisterService(%s): a service of that name is already registered (%T); two packages of one name declare the same <package>.<Interface>: give one a wire name with a //mwrpc:service line (see docs/evolution.md)",
+			panic(fmt.Sprintf("mwrpc: RegisterService(%s): a service of that name is already registered (%T); two packages of one name declare the same <package>.<Interface>: give one a wire name with a //mwrpc:service line (see docs/evolution.md)",
 				sd.ServiceName, m.impl))
 		}
 	}
@@ -135,7 +135,7 @@ func (s *Server) RegisterService(sd *ServiceDesc, impl any) {
 		md := &sd.Methods[i]
 		full := "/" + sd.ServiceName + "/" + md.MethodName
 		if _, dup := s.methods[full]; dup {
-			panic(fmt.Sprintf("rpc: method %s registered twice", full))
+			panic(fmt.Sprintf("mwrpc: method %s registered twice", full))
 		}
 		m := &method{full: full, desc: md, impl: impl, codec: md.Codec}
 		if m.codec == nil {
@@ -148,7 +148,7 @@ func (s *Server) RegisterService(sd *ServiceDesc, impl any) {
 		sdesc := &sd.Streams[i]
 		full := "/" + sd.ServiceName + "/" + sdesc.StreamName
 		if _, dup := s.methods[full]; dup {
-			panic(fmt.Sprintf("rpc: method %s registered twice", full))
+			panic(fmt.Sprintf("mwrpc: method %s registered twice", full))
 		}
 		m := &method{full: full, stream: sdesc, impl: impl, codec: sdesc.Codec}
 		if m.codec == nil {
@@ -175,7 +175,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		_ = ln.Close()
 		return nil
 	}
-	if len(s.listeners) == 0 && s.tel != nil {
+	if len(s.listeners) == 0 {
 		s.tel.setPeer(ln.Addr().String())
 	}
 	s.listeners[ln] = struct{}{}
@@ -215,7 +215,7 @@ func (s *Server) transport() (*transport.Transport, error) {
 		return s.tr, nil
 	}
 	if s.stopped {
-		return nil, Errorf(Unavailable, "rpc: server stopped")
+		return nil, Errorf(Unavailable, "mwrpc: server stopped")
 	}
 	dev := s.opts.device
 	if dev == nil {
@@ -244,9 +244,7 @@ func (s *Server) transport() (*transport.Transport, error) {
 		return nil, err
 	}
 	s.tr = tr
-	if s.tel != nil {
-		s.tel.observeTransport(tr)
-	}
+	s.tel.observeTransport(tr)
 	return tr, nil
 }
 
@@ -293,9 +291,7 @@ func (s *Server) stop(drain func(*transport.Transport)) {
 	if drain != nil {
 		drain(tr)
 	}
-	if s.tel != nil {
-		s.tel.stopObserving()
-	}
+	s.tel.stopObserving()
 	if err := tr.Close(); err != nil {
 		s.opts.logger.Warn("mwrpc: server close", "err", err)
 	}
@@ -310,25 +306,28 @@ type streamKey struct{}
 // serverStream is one call being served: pooled, and the handler's context. It is valid
 // until the handler returns.
 type serverStream struct {
-	inner   context.Context
-	values  context.Context // inner with the telemetry's span, or nil
-	w       *transport.ResponseWriter
-	method  *method
-	req     []byte // the request message, envelope and body (whose memory writeBytes may reuse)
-	body    []byte
-	md      []byte
-	nmd     int
-	inMD    MD
-	trailer MD
-	dec     func(any) error // bound once to decode
-	scratch []byte
-	code    Code   // the status written
-	errMsg  string // and its message, for a failure
-	respLen int    // the response payload's length
-	tel     callSpan
-	carrier mdExtractor
-	derived atomic.Bool   // AfterFunc was called: a derived context may use it after the call
-	ss      *ServerStream // a streaming call's, for StreamBuffer
+	inner      context.Context
+	values     context.Context // inner with the telemetry's span, or nil
+	w          *transport.ResponseWriter
+	method     *method
+	req        []byte // the request message, envelope and body (whose memory writeBytes may reuse)
+	body       []byte
+	md         []byte
+	nmd        int
+	inMD       MD
+	header     MD     // SetHeader's
+	hdrSent    bool   // SendHeader, or a stream's first message, sent it: no more changes
+	errDetails []byte // a failed status's encoded details, while writeStatus writes it
+	trailer    MD
+	dec        func(any) error // bound once to decode
+	scratch    []byte
+	code       Code   // the status written
+	errMsg     string // and its message, for a failure
+	respLen    int    // the response payload's length
+	tel        callSpan
+	carrier    mdExtractor
+	derived    atomic.Bool   // AfterFunc was called: a derived context may use it after the call
+	ss         *ServerStream // a streaming call's, for StreamBuffer
 }
 
 var streamPool = sync.Pool{New: func() any {
@@ -396,30 +395,21 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 	}
 	if m == nil {
 		msg := "unknown method " + string(r.method)
-		if s.tel != nil {
-			var cs callSpan
-			var x mdExtractor
-			tctx := s.tel.startServer(ctx, "_OTHER", r.md, r.nmd, &cs, &x)
-			if cs.span != nil && cs.span.IsRecording() { // the convention's name for a method not known
-				cs.span.SetAttributes(attribute.String("rpc.method_original", spanName(string(r.method))))
-			}
-			s.writeError(w, nil, Unimplemented, msg)
-			s.tel.end(tctx, &cs, Unimplemented, msg)
-			return
+		var cs callSpan
+		var x mdExtractor
+		tctx := s.tel.startServer(ctx, "_OTHER", r.md, r.nmd, &cs, &x)
+		if cs.span != nil && cs.span.IsRecording() { // the convention's name for a method not known
+			cs.span.SetAttributes(attribute.String("rpc.method_original", spanName(string(r.method))))
 		}
 		s.writeError(w, nil, Unimplemented, msg)
+		s.tel.end(tctx, &cs, Unimplemented, msg)
 		return
 	}
 	st := streamPool.Get().(*serverStream)
 	if cancel := s.begin(st, ctx, &r, m, w); cancel != nil {
 		defer cancel()
 	}
-	if s.tel != nil {
-		if st.tel.span != nil && st.tel.span.IsRecording() {
-			kv := transferAttrs(AttrRequestSize, AttrRequestTransfer, len(req), w.RequestWindowed())
-			st.tel.span.SetAttributes(kv[:]...)
-		}
-	}
+	s.tel.spanTransfer(&st.tel, AttrRequestSize, AttrRequestTransfer, len(req), w.RequestWindowed())
 	var start time.Time
 	if s.inlineBudget > 0 {
 		start = time.Now()
@@ -431,7 +421,7 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		}
 		if err != nil {
 			status := handlerStatus(err, r.deadline)
-			s.writeError(w, st, status.Code, status.Message)
+			s.writeStatus(w, st, status)
 		} else {
 			s.writeBytes(w, st, out)
 		}
@@ -440,20 +430,19 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 			m.ran(time.Since(start), s.inlineBudget)
 		}
 		status := handlerStatus(err, r.deadline)
-		s.writeError(w, st, status.Code, status.Message)
+		s.writeStatus(w, st, status)
 	} else {
 		if s.inlineBudget > 0 {
 			m.ran(time.Since(start), s.inlineBudget)
 		}
 		s.writeResponse(w, st, m, resp)
 	}
-	if s.tel != nil {
-		s.endServerSpan(st, w)
-	}
+	s.endServerSpan(st, w)
 	if st.derived.Load() {
 		return // a derived context may still call into it: not reused
 	}
 	st.inner, st.values, st.method, st.req, st.body, st.md, st.inMD, st.trailer, st.w = nil, nil, nil, nil, nil, nil, nil, nil, nil
+	st.header, st.hdrSent = nil, false
 	st.tel, st.carrier, st.errMsg = callSpan{}, mdExtractor{}, ""
 	streamPool.Put(st)
 }
@@ -465,20 +454,15 @@ func (s *Server) begin(st *serverStream, ctx context.Context, r *request, m *met
 	if r.deadline != 0 {
 		st.inner, cancel = context.WithDeadline(ctx, time.Unix(0, r.deadline))
 	}
-	if s.tel != nil {
-		if v := s.tel.startServer(st.inner, m.full, r.md, r.nmd, &st.tel, &st.carrier); v != st.inner {
-			st.values = v
-		}
+	if v := s.tel.startServer(st.inner, m.full, r.md, r.nmd, &st.tel, &st.carrier); v != st.inner {
+		st.values = v
 	}
 	return cancel
 }
 
 // endServerSpan finishes the call's span and duration metric with what was written.
 func (s *Server) endServerSpan(st *serverStream, w *transport.ResponseWriter) {
-	if sp := st.tel.span; sp != nil && sp.IsRecording() {
-		kv := transferAttrs(AttrResponseSize, AttrResponseTransfer, st.respLen, st.respLen > w.EagerLimit())
-		sp.SetAttributes(kv[:]...)
-	}
+	s.tel.spanTransfer(&st.tel, AttrResponseSize, AttrResponseTransfer, st.respLen, st.respLen > w.EagerLimit())
 	msg := ""
 	if st.code != OK {
 		msg = st.errMsg
@@ -521,14 +505,14 @@ func (s *Server) invokeBytes(st *serverStream, m *method, bh func(any, context.C
 // writeBytes sends a raw response: the envelope, then the bytes, copied once into the
 // send slot or, when large, into registered memory.
 func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body []byte) {
-	env := appendResponse(st.scratch[:0], st.trailer, "")
+	env := appendResponse(st.scratch[:0], st.unsentHeader(), st.trailer, "")
 	if len(env)+len(body) <= w.EagerLimit() { // goes inside the SEND: a send slot copy anyway
 		probe.Mark(probe.CopyResp)
 		out := append(env, body...)
 		probe.Mark(probe.CopyRespDone)
 		st.scratch = out[:0]
 		st.code, st.respLen = OK, len(out)
-		_ = w.Write(uint16(OK), out)
+		_ = w.Write(OK, out)
 		return
 	}
 	st.scratch = env[:0]
@@ -539,7 +523,7 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 		out := st.req[off-len(env) : off+len(body)]
 		copy(out, env)
 		st.code, st.respLen = OK, len(out)
-		_ = w.Write(uint16(OK), out)
+		_ = w.Write(OK, out)
 		return
 	}
 	buf, err := w.Buffer(len(env) + len(body))
@@ -552,7 +536,7 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 	copy(buf[n:], body)
 	probe.Mark(probe.CopyRespDone)
 	st.code, st.respLen = OK, len(buf)
-	_ = w.Write(uint16(OK), buf)
+	_ = w.Write(OK, buf)
 }
 
 // inRequest reports where body lies in req, the request message, when req is memory of
@@ -582,7 +566,7 @@ func (s *Server) writeResponse(w *transport.ResponseWriter, st *serverStream, m 
 	if fromScratch {
 		buf = st.scratch[:0]
 	}
-	out := appendResponse(buf, st.trailer, "")
+	out := appendResponse(buf, st.unsentHeader(), st.trailer, "")
 	out, err := m.codec.Append(out, resp)
 	if err != nil {
 		s.writeError(w, st, Internal, fmt.Sprintf("encoding the response of %s: %v", m.full, err))
@@ -595,22 +579,36 @@ func (s *Server) writeResponse(w *transport.ResponseWriter, st *serverStream, m 
 		st.scratch = out[:0] // keep a grown scratch buffer for the next call
 	}
 	st.code, st.respLen = OK, len(out)
-	if err := w.Write(uint16(OK), out); err != nil {
+	if err := w.Write(OK, out); err != nil {
 		s.opts.logger.Debug("mwrpc: response not sent", "method", m.full, "err", err)
 	}
 }
 
-func (s *Server) writeError(w *transport.ResponseWriter, st *serverStream, c Code, msg string) {
-	var trailer MD
-	var buf []byte
-	if st != nil {
-		trailer, buf = st.trailer, st.scratch[:0]
+// writeStatus writes a handler's failed status with its details; details that do not
+// encode are left out, with a log line.
+func (s *Server) writeStatus(w *transport.ResponseWriter, st *serverStream, status *Status) {
+	if len(status.details) > 0 {
+		d, err := encodeDetails(status.details)
+		if err != nil {
+			s.opts.logger.Warn("mwrpc: status details not sent", "method", st.method.full, "err", err)
+		}
+		st.errDetails = d
 	}
-	out := appendResponse(buf, trailer, msg)
+	s.writeError(w, st, status.Code, status.Message)
+	st.errDetails = nil
+}
+
+func (s *Server) writeError(w *transport.ResponseWriter, st *serverStream, c Code, msg string) {
+	var header, trailer MD
+	var buf, details []byte
+	if st != nil {
+		header, trailer, buf, details = st.unsentHeader(), st.trailer, st.scratch[:0], st.errDetails
+	}
+	out := appendResponseDetails(buf, header, trailer, msg, details)
 	if st != nil {
 		st.code, st.errMsg, st.respLen = c, msg, len(out)
 	}
-	_ = w.Write(uint16(c), out)
+	_ = w.Write(c, out)
 }
 
 // chainServer folds interceptors into one, the first outermost.

@@ -9,8 +9,9 @@ import (
 	"github.com/mwrpc/mwrpc/transport"
 )
 
-// Code is a status code, with gRPC's names and numbers.
-type Code uint16
+// Code is a status code, with gRPC's names and numbers. It is transport.Code: the one
+// code type of the module, which a handler's status keeps from the server to the caller.
+type Code = transport.Code
 
 // Status codes.
 const (
@@ -31,26 +32,15 @@ const (
 	Unavailable        Code = 14
 	DataLoss           Code = 15
 	Unauthenticated    Code = 16
-	maxCode            Code = 17
 )
 
-var codeNames = [...]string{"OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
-	"AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",
-	"Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated"}
-
-// String returns the code's name, for example "NotFound".
-func (c Code) String() string {
-	if c < maxCode {
-		return codeNames[c]
-	}
-	return fmt.Sprintf("Code(%d)", uint16(c))
-}
-
-// Status is the error of a failed call: a code and a message. It crosses the wire.
+// Status is the error of a failed call: a code, a message and typed details
+// (WithDetails). It crosses the wire.
 type Status struct {
 	Code    Code
 	Message string
 	cause   error // the local error it was made from, if any
+	details []any // typed details (WithDetails, Details)
 }
 
 // Error formats the status as gRPC does.
@@ -60,10 +50,21 @@ func (s *Status) Error() string {
 
 // Is matches another *Status with the same code and, if the target has one, the same
 // message: errors.Is(err, rpc.ErrNotFound) is true for any NotFound status.
+// A transport error that stands for a code (transport.ErrUnavailable) matches any status
+// of that code too, so there is one ErrUnavailable whichever package names it.
 func (s *Status) Is(target error) bool {
-	t, ok := target.(*Status)
-	return ok && t.Code == s.Code && (t.Message == "" || t.Message == s.Message)
+	switch t := target.(type) {
+	case *Status:
+		return t.Code == s.Code && (t.Message == "" || t.Message == s.Message)
+	case interface{ StatusCode() Code }:
+		return t.StatusCode() == s.Code
+	}
+	return false
 }
+
+// StatusCode returns s.Code: a Status stands for its code, and transport.ErrUnavailable
+// matches rpc.ErrUnavailable through it.
+func (s *Status) StatusCode() Code { return s.Code }
 
 // Unwrap returns the local error the status was made from (a context error, a transport
 // error), so errors.Is(err, context.DeadlineExceeded) also works.

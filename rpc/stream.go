@@ -106,7 +106,7 @@ func sendMsg(ctx context.Context, ts *transport.Stream, tr *transport.Transport,
 		if n, known := sz.Size(v); known && n > ts.EagerLimit() && n <= ts.MaxSend() {
 			buf, err := tr.Pool().Get(ctx, n)
 			if err != nil {
-				return 0, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: stream message buffer: %v", err), cause: err}
+				return 0, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: stream message buffer: %v", err), cause: err}
 			}
 			b, err := cod.Append(buf.Bytes()[:0], v)
 			if err == nil && len(b) <= buf.Cap() {
@@ -115,13 +115,13 @@ func sendMsg(ctx context.Context, ts *transport.Stream, tr *transport.Transport,
 			}
 			buf.Release()
 			if err != nil {
-				return 0, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding a stream message: %v", err), cause: err}
+				return 0, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding a stream message: %v", err), cause: err}
 			}
 		}
 	}
 	b, err := encodeMsg(cod, (*scratch)[:0], v)
 	if err != nil {
-		return 0, &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding a stream message: %v", err), cause: err}
+		return 0, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding a stream message: %v", err), cause: err}
 	}
 	if cap(b) <= 64<<10 {
 		*scratch = b[:0]
@@ -163,11 +163,14 @@ type ClientStream struct {
 	tel      callSpan
 	telCtx   context.Context
 	trailerP *MD
+	headerP  *MD  // the Header call option's
 	counted  bool // one of ep's outstanding calls (connFor counted it)
 
 	mu      sync.Mutex
 	ended   bool
 	endErr  error // the end: io.EOF or the status
+	header  MD
+	hdrDone bool // header is known (Header)
 	trailer MD
 	abort   error // why the caller ended it (BidiStreamCall: its input failed)
 }
@@ -222,12 +225,10 @@ func (c *Client) newStreamOn(ctx context.Context, ep *endpoint, conn *transport.
 // newStream opens a stream on conn, or, when conn is nil, on the connection connFor
 // gives.
 func (c *Client) newStream(ctx context.Context, ep *endpoint, conn *transport.Conn, method string, req any, ci *callInfo) (*ClientStream, error) {
-	cs := &ClientStream{c: c, ctx: ctx, method: method, cod: c.opts.codec, trailerP: ci.trailer, telCtx: ctx}
-	if c.tel != nil {
-		cs.telCtx = c.tel.startClient(ctx, method, &cs.tel)
-	}
+	cs := &ClientStream{c: c, ctx: ctx, method: method, cod: c.opts.codec, trailerP: ci.trailer, headerP: ci.header, telCtx: ctx}
+	cs.telCtx = c.tel.startClient(ctx, method, &cs.tel)
 	err := cs.open(ctx, ep, conn, req, ci.waitForReady)
-	if err != nil && c.tel != nil {
+	if err != nil {
 		c.tel.endErr(cs.telCtx, &cs.tel, err)
 	}
 	if err != nil {
@@ -251,20 +252,18 @@ func (cs *ClientStream) open(ctx context.Context, ep *endpoint, conn *transport.
 		}
 		cs.counted = true
 	} else if err := conn.Err(); err != nil {
-		return &Status{Code: Unavailable, Message: fmt.Sprintf("rpc: connection to %s: %v", ep.addr, err), cause: err}
+		return &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: connection to %s: %v", ep.addr, err), cause: err}
 	}
 	var deadline int64
 	if dl, ok := ctx.Deadline(); ok {
 		deadline = dl.UnixNano()
 	}
 	b := appendRequest(nil, cs.method, deadline, md)
-	if c.tel != nil {
-		b = c.tel.inject(cs.telCtx, b, md)
-	}
+	b = c.tel.inject(cs.telCtx, b, md)
 	if req != nil {
 		if b, err = encodeMsg(cs.cod, b, req); err != nil {
 			cs.uncount(ep)
-			return &Status{Code: Internal, Message: fmt.Sprintf("rpc: encoding the request of %s: %v", cs.method, err), cause: err}
+			return &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", cs.method, err), cause: err}
 		}
 	}
 	ts, err := conn.OpenStream(ctx, b)
@@ -318,7 +317,7 @@ func (cs *ClientStream) RecvMsg(v any) error {
 		return err
 	}
 	if err := decodeMsg(cs.cod, p, v); err != nil {
-		st := &Status{Code: Internal, Message: fmt.Sprintf("rpc: decoding a message of %s: %v", cs.method, err), cause: err}
+		st := &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: decoding a message of %s: %v", cs.method, err), cause: err}
 		cs.Close()
 		return st
 	}
@@ -377,6 +376,7 @@ func (cs *ClientStream) recv() ([]byte, error) {
 		cs.mu.Unlock()
 		if code != OK {
 			st := &Status{Code: code, Message: string(r.msg)}
+			st.details, _ = decodeDetails(r.details) // malformed details are dropped; the code stands
 			// As for a unary call: the server can see our deadline (or cancel) before our
 			// own context says so, the same event, so the status matches the context too.
 			if dl, ok := cs.ctx.Deadline(); code == DeadlineExceeded && ok && !time.Now().Before(dl) {
@@ -406,14 +406,58 @@ func (cs *ClientStream) end(err error) {
 	if cs.trailerP != nil {
 		*cs.trailerP = trailer
 	}
+	if cs.headerP != nil {
+		*cs.headerP = cs.headerNow()
+	}
 	cs.ts.Close()
 	cs.uncount(cs.ep)
-	if cs.c.tel != nil {
-		if err == io.EOF {
-			err = nil
-		}
-		cs.c.tel.endErr(cs.telCtx, &cs.tel, err)
+	if err == io.EOF {
+		err = nil
 	}
+	cs.c.tel.endErr(cs.telCtx, &cs.tel, err)
+}
+
+// canceled is a done context: asking the transport stream with it never waits.
+var canceled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// headerNow returns the headers as far as they arrived, without waiting.
+func (cs *ClientStream) headerNow() MD {
+	md, _ := cs.header1(canceled)
+	return md
+}
+
+// Header returns the response headers the server's handler set (SetHeader, SendHeader),
+// waiting until they arrive: ahead of the server's first message, or with its end. It
+// may be called while another goroutine sends; not while one receives.
+func (cs *ClientStream) Header() (MD, error) { return cs.header1(cs.ctx) }
+
+func (cs *ClientStream) header1(ctx context.Context) (MD, error) {
+	cs.mu.Lock()
+	if cs.hdrDone {
+		defer cs.mu.Unlock()
+		return cs.header, nil
+	}
+	cs.mu.Unlock()
+	p, ok, err := cs.ts.Header(ctx)
+	if err != nil {
+		return nil, streamErr(cs.ctx, err)
+	}
+	var md MD
+	if ok {
+		if md, err = parseHeaderMsg(p); err != nil {
+			return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: the response headers of %s: %v", cs.method, err), cause: err}
+		}
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if !cs.hdrDone {
+		cs.header, cs.hdrDone = md, true
+	}
+	return cs.header, nil
 }
 
 // Trailer returns the metadata the server's handler set (SetTrailer), once the stream
@@ -428,7 +472,7 @@ func (cs *ClientStream) Trailer() MD {
 // (its context is canceled; its sends fail). It may be called more than once, and after
 // the end.
 func (cs *ClientStream) Close() {
-	cs.end(&Status{Code: Canceled, Message: "rpc: stream closed by the caller"})
+	cs.end(&Status{Code: Canceled, Message: "mwrpc: stream closed by the caller"})
 }
 
 // abortWith ends the stream with err, which RecvMsg then returns: the caller's own
@@ -464,7 +508,7 @@ type ServerStream struct {
 // the handler's goroutine.
 func (ss *ServerStream) Buffer(n int) ([]byte, error) {
 	if n > ss.ts.MaxSend() {
-		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("rpc: stream buffer of %d bytes, over the maximum message size of %d", n, ss.ts.MaxSend()), cause: transport.ErrTooLarge}
+		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: stream buffer of %d bytes, over the maximum message size of %d", n, ss.ts.MaxSend()), cause: transport.ErrTooLarge}
 	}
 	buf, err := ss.tr.Pool().Get(ss.ctx, n)
 	if err != nil {
@@ -481,7 +525,7 @@ func (ss *ServerStream) Buffer(n int) ([]byte, error) {
 func StreamBuffer(ctx context.Context, n int) ([]byte, error) {
 	st, ok := ctx.Value(streamKey{}).(*serverStream)
 	if !ok || st.ss == nil {
-		return nil, Errorf(FailedPrecondition, "rpc: StreamBuffer outside a streaming handler")
+		return nil, Errorf(FailedPrecondition, "mwrpc: StreamBuffer outside a streaming handler")
 	}
 	return st.ss.Buffer(n)
 }
@@ -504,14 +548,35 @@ func (ss *ServerStream) Context() context.Context { return ss.ctx }
 // Request decodes the request that came with the open (a server-streaming method's).
 func (ss *ServerStream) Request(v any) error {
 	if err := decodeMsg(ss.cod, ss.st.body, v); err != nil {
-		return &Status{Code: InvalidArgument, Message: fmt.Sprintf("rpc: decoding the request of %s: %v", ss.st.method.full, err), cause: err}
+		return &Status{Code: InvalidArgument, Message: fmt.Sprintf("mwrpc: decoding the request of %s: %v", ss.st.method.full, err), cause: err}
+	}
+	return nil
+}
+
+// sendHeader sends the headers SetHeader gathered as the stream's header message, once.
+func (ss *ServerStream) sendHeader() error {
+	if ss.st.hdrSent {
+		return nil
+	}
+	ss.st.hdrSent = true
+	if len(ss.st.header) == 0 {
+		return nil
+	}
+	if err := ss.ts.SendHeader(ss.ctx, appendHeaderMD(nil, ss.st.header)); err != nil {
+		return ss.failed(streamErr(ss.ctx, err))
 	}
 	return nil
 }
 
 // SendMsg sends one message to the caller, waiting while its window is full. A []byte
-// message built in Buffer's memory leaves without a copy.
+// message built in Buffer's memory leaves without a copy. The first message sends the
+// headers (SetHeader) ahead of it.
 func (ss *ServerStream) SendMsg(v any) error {
+	if !ss.st.hdrSent {
+		if err := ss.sendHeader(); err != nil {
+			return err
+		}
+	}
 	if p, ok := v.([]byte); ok && len(ss.lent) > 0 {
 		if b := ss.takeLent(p); b != nil {
 			if err := ss.ts.SendBuf(ss.ctx, b); err != nil {
@@ -550,7 +615,7 @@ func (ss *ServerStream) RecvMsg(v any) error {
 		return err
 	}
 	if err := decodeMsg(ss.cod, p, v); err != nil {
-		return &Status{Code: InvalidArgument, Message: fmt.Sprintf("rpc: decoding a message of %s: %v", ss.st.method.full, err), cause: err}
+		return &Status{Code: InvalidArgument, Message: fmt.Sprintf("mwrpc: decoding a message of %s: %v", ss.st.method.full, err), cause: err}
 	}
 	return nil
 }
@@ -581,15 +646,14 @@ func (s *Server) handleStream(ctx context.Context, r *request, m *method, w *tra
 		b.Release()
 	}
 	ss.lent = nil
+	_ = ss.sendHeader() // headers set but not sent go ahead of the end (no message took them)
 	if err != nil {
 		status := handlerStatus(err, r.deadline)
-		s.writeError(w, st, status.Code, status.Message)
+		s.writeStatus(w, st, status)
 	} else {
 		s.writeReply(w, st, m, reply)
 	}
-	if s.tel != nil {
-		s.endServerSpan(st, w)
-	}
+	s.endServerSpan(st, w)
 }
 
 // invokeStream runs a streaming method, through the interceptor if any; a panic becomes
@@ -609,7 +673,7 @@ func (s *Server) invokeStream(ss *ServerStream, m *method) (reply any, err error
 
 // writeReply ends a stream with OK and, when reply is not nil, the reply as its body.
 func (s *Server) writeReply(w *transport.ResponseWriter, st *serverStream, m *method, reply any) {
-	out := appendResponse(nil, st.trailer, "")
+	out := appendResponse(nil, st.unsentHeader(), st.trailer, "")
 	if reply != nil {
 		var err error
 		if out, err = encodeMsg(m.codec, out, reply); err != nil {
@@ -618,7 +682,7 @@ func (s *Server) writeReply(w *transport.ResponseWriter, st *serverStream, m *me
 		}
 	}
 	st.code, st.respLen = OK, len(out)
-	if err := w.Write(uint16(OK), out); err != nil {
+	if err := w.Write(OK, out); err != nil {
 		s.opts.logger.Debug("mwrpc: stream's end not sent", "method", m.full, "err", err)
 	}
 }

@@ -267,7 +267,7 @@ func TestStreamKinds(t *testing.T) {
 // TestStreamFlowControl: a caller that stops reading holds the server to its window.
 func TestStreamFlowControl(t *testing.T) {
 	const window, blob = 256 << 10, 64 << 10
-	e := startStreams(t, nil, rpc.WithClientTransport(transport.Config{StreamWindow: window}))
+	e := startStreams(t, nil, rpc.WithTransport(transport.Config{StreamWindow: window}))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	read := 0

@@ -122,7 +122,7 @@ func SendAll[T any](s MessageSender, seq iter.Seq2[T, error]) error {
 func streamInvoker(cc Invoker) (StreamInvoker, error) {
 	si, ok := cc.(StreamInvoker)
 	if !ok {
-		return nil, Errorf(Unimplemented, "rpc: %T cannot open streams (it is not a StreamInvoker)", cc)
+		return nil, Errorf(Unimplemented, "mwrpc: %T cannot open streams (it is not a StreamInvoker)", cc)
 	}
 	return si, nil
 }
@@ -184,7 +184,7 @@ func ClientStreamCall[T any](ctx context.Context, cc Invoker, method string, in 
 	}
 	err = cs.RecvMsg(reply)
 	if err == io.EOF {
-		return Errorf(Internal, "rpc: %s ended without a reply", method)
+		return Errorf(Internal, "mwrpc: %s ended without a reply", method)
 	}
 	return err
 }

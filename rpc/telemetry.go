@@ -81,7 +81,11 @@ func WithoutTelemetry() Option {
 	return commonOption(func(c *common) { c.telemetry.disabled = true })
 }
 
-// telemetry instruments one Server or Client. A nil *telemetry is off.
+// telemetry instruments one Server or Client: the seam between the call path and
+// OpenTelemetry, set once when the Server or Client is made. The call path calls its
+// methods at fixed points of every call and stream (start, inject, transfer, end) with no
+// branches of its own; a nil *telemetry is telemetry off, and each method is then a no-op
+// that allocates nothing.
 type telemetry struct {
 	cfg      telemetryConfig
 	server   bool
@@ -187,6 +191,9 @@ func isNoopTracerProvider(tp trace.TracerProvider) bool {
 // setPeer records server.address and server.port: the target a client dialed (as
 // otelgrpc does) or the address a server listens on.
 func (t *telemetry) setPeer(hostport string) {
+	if t == nil {
+		return
+	}
 	var kv []attribute.KeyValue
 	if host, port, err := net.SplitHostPort(hostport); err == nil && !strings.Contains(hostport, ",") {
 		kv = append(kv, attribute.String("server.address", host))
@@ -220,6 +227,9 @@ func spanName(full string) string { return strings.TrimPrefix(full, "/") }
 
 // startClient begins a client call: the span (a child of ctx's) and the clock.
 func (t *telemetry) startClient(ctx context.Context, full string, cs *callSpan) context.Context {
+	if t == nil {
+		return ctx
+	}
 	return t.start(ctx, spanName(full), cs, nil)
 }
 
@@ -248,6 +258,9 @@ func (t *telemetry) start(ctx context.Context, method string, cs *callSpan, extr
 
 // end finishes a call with its status code and message.
 func (t *telemetry) end(ctx context.Context, cs *callSpan, code Code, msg string) {
+	if t == nil {
+		return
+	}
 	if s := cs.span; s != nil {
 		if s.IsRecording() {
 			s.SetAttributes(attribute.String("rpc.response.status_code", statusName(code)))
@@ -267,6 +280,9 @@ func (t *telemetry) end(ctx context.Context, cs *callSpan, code Code, msg string
 
 // endErr finishes a call that returned err.
 func (t *telemetry) endErr(ctx context.Context, cs *callSpan, err error) {
+	if t == nil {
+		return
+	}
 	if err == nil {
 		t.end(ctx, cs, OK, "")
 		return
@@ -320,12 +336,24 @@ func transferAttrs(sizeKey, transferKey attribute.Key, size int, windowed bool) 
 	return [2]attribute.KeyValue{sizeKey.Int(size), transferKey.String(how)}
 }
 
-// recordTransfer puts a message's size and path on ctx's span, when it records.
-func recordTransfer(ctx context.Context, sizeKey, transferKey attribute.Key, size int, windowed bool) {
+// transfer puts a message's size and path on ctx's span, when it records.
+func (t *telemetry) transfer(ctx context.Context, sizeKey, transferKey attribute.Key, size int, windowed bool) {
+	if t == nil {
+		return
+	}
 	if s := trace.SpanFromContext(ctx); s.IsRecording() {
 		kv := transferAttrs(sizeKey, transferKey, size, windowed)
 		s.SetAttributes(kv[:]...)
 	}
+}
+
+// spanTransfer puts a message's size and path on the call's span, when it records.
+func (t *telemetry) spanTransfer(cs *callSpan, sizeKey, transferKey attribute.Key, size int, windowed bool) {
+	if t == nil || cs.span == nil || !cs.span.IsRecording() {
+		return
+	}
+	kv := transferAttrs(sizeKey, transferKey, size, windowed)
+	cs.span.SetAttributes(kv[:]...)
 }
 
 // statusNames are rpc.response.status_code values: gRPC's names for the same codes.
@@ -344,6 +372,9 @@ func statusName(c Code) string {
 // request envelope b as metadata entries, and counts them in its header. md is the
 // caller's own metadata, whose keys win.
 func (t *telemetry) inject(ctx context.Context, b []byte, md MD) []byte {
+	if t == nil {
+		return b
+	}
 	if !trace.SpanContextFromContext(ctx).IsValid() && baggage.FromContext(ctx).Len() == 0 {
 		return b
 	}
@@ -411,6 +442,9 @@ func (x *mdExtractor) Set(string, string) {}
 // request's metadata, the server span, the clock. It returns the context the handler's
 // values come from (trace.SpanFromContext on the handler's context finds the span).
 func (t *telemetry) startServer(base context.Context, full string, md []byte, nmd int, cs *callSpan, x *mdExtractor) context.Context {
+	if t == nil {
+		return base
+	}
 	if nmd == 0 {
 		return t.start(base, spanName(full), cs, nil)
 	}
@@ -423,6 +457,9 @@ func (t *telemetry) startServer(base context.Context, full string, md []byte, nm
 // observeTransport registers the transport's counters as observable instruments, read at
 // each collection (nothing on the call path).
 func (t *telemetry) observeTransport(tr *transport.Transport) {
+	if t == nil {
+		return
+	}
 	side := "client"
 	if t.server {
 		side = "server"
@@ -496,6 +533,9 @@ func (t *telemetry) observeTransport(tr *transport.Transport) {
 
 // stopObserving unregisters the transport's instruments (at Close or Stop).
 func (t *telemetry) stopObserving() {
+	if t == nil {
+		return
+	}
 	t.regMu.Lock()
 	reg := t.reg
 	t.reg = nil

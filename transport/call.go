@@ -34,7 +34,7 @@ func (cl *call) finish(err error) {
 type Response struct {
 	c      *Conn
 	cl     *call
-	status uint16
+	status Code
 	data   []byte
 	slot   int       // receive slot held, or -1
 	buf    *pool.Buf // buffer held, or nil
@@ -48,7 +48,7 @@ func (r *Response) Bytes() []byte { return r.data }
 func (r *Response) Windowed() bool { return r.buf != nil }
 
 // Status returns the handler's status code (StatusOK on success).
-func (r *Response) Status() uint16 { return r.status }
+func (r *Response) Status() Code { return r.status }
 
 // Release returns the response's memory to the connection. The Response and its Bytes
 // must not be used afterwards.
@@ -56,7 +56,7 @@ func (r *Response) Release() {
 	probe.Mark(probe.Release)
 	c, cl := r.c, r.cl
 	if c == nil {
-		panic("transport: Response released twice")
+		panic("mwrpc: Response released twice")
 	}
 	if r.buf != nil {
 		r.buf.Release()
@@ -74,7 +74,7 @@ func (r *Response) Release() {
 // ctx's error.
 func (c *Conn) Call(ctx context.Context, req []byte) (*Response, error) {
 	if len(req) > c.maxSend {
-		return nil, fmt.Errorf("transport: request of %d bytes (max %d): %w", len(req), c.maxSend, ErrTooLarge)
+		return nil, fmt.Errorf("mwrpc: request of %d bytes (max %d): %w", len(req), c.maxSend, ErrTooLarge)
 	}
 	if len(req) <= c.eager {
 		return c.call(ctx, req, nil)
@@ -91,7 +91,7 @@ func (c *Conn) Call(ctx context.Context, req []byte) (*Response, error) {
 func (c *Conn) copyRegistered(ctx context.Context, p []byte, what string) (*pool.Buf, error) {
 	buf, err := c.t.pool.Get(ctx, len(p))
 	if err != nil {
-		return nil, fmt.Errorf("transport: %s buffer: %w", what, err)
+		return nil, fmt.Errorf("mwrpc: %s buffer: %w", what, err)
 	}
 	copy(buf.Bytes(), p)
 	return buf, nil
@@ -104,7 +104,7 @@ func (c *Conn) CallBuf(ctx context.Context, buf *pool.Buf) (*Response, error) {
 	if buf.Len() > c.maxSend {
 		n := buf.Len()
 		buf.Release()
-		return nil, fmt.Errorf("transport: request of %d bytes (max %d): %w", n, c.maxSend, ErrTooLarge)
+		return nil, fmt.Errorf("mwrpc: request of %d bytes (max %d): %w", n, c.maxSend, ErrTooLarge)
 	}
 	if buf.Len() <= c.eager {
 		defer buf.Release()
@@ -216,7 +216,7 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 			m, _ = c.copyOut(payload, true)
 			c.releaseSlot(slot, true)
 		}
-		m.end, m.status = true, h.Status
+		m.end, m.status = true, Code(h.Status)
 		cl.st.push(m, 0)
 		return
 	}
@@ -225,7 +225,7 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 		c.in.slots[slot].held = true
 		c.mu.Unlock()
 	}
-	cl.resp = Response{c: c, cl: cl, status: h.Status, data: payload, slot: slot, buf: buf}
+	cl.resp = Response{c: c, cl: cl, status: Code(h.Status), data: payload, slot: slot, buf: buf}
 	probe.Mark(probe.Deliver)
 	cl.finish(nil)
 }

@@ -44,22 +44,13 @@ func (m PollMode) String() string {
 	return fmt.Sprintf("PollMode(%d)", uint8(m))
 }
 
-// Status codes a response carries. The transport itself produces the ones listed here;
-// handlers may return any code (the rpc package uses the gRPC set, with the same numbers).
-const (
-	StatusOK                uint16 = 0
-	StatusCanceled          uint16 = 1
-	StatusResourceExhausted uint16 = 8
-	StatusUnimplemented     uint16 = 12
-	StatusInternal          uint16 = 13
-	StatusUnavailable       uint16 = 14
-)
-
 // Errors returned by calls; match them with errors.Is.
 var (
 	// ErrUnavailable: the connection failed (the peer died or broke the protocol) or was
 	// closed. The call may or may not have run.
-	ErrUnavailable = errors.New("mwrpc: connection unavailable")
+	// It stands for code Unavailable: errors.Is matches it and rpc.ErrUnavailable (or a
+	// status of that code) both ways.
+	ErrUnavailable error = &codeError{StatusUnavailable, "mwrpc: connection unavailable"}
 	// ErrTooLarge: a payload exceeds the maximum message size of this side or the peer's.
 	ErrTooLarge = wire.ErrTooLarge
 	// ErrHandshake: the peer is not an mwrpc transport of a compatible version.
@@ -67,7 +58,7 @@ var (
 	// ErrCapacity: a new connection would exceed Config.MaxConns or over-commit the
 	// pollers' completion queues (wrapped with ErrUnavailable). Raise Config.Pollers or
 	// MaxConns, or lower Credits and Windows.
-	ErrCapacity = errors.New("mwrpc: transport at capacity")
+	ErrCapacity = errors.New("transport at capacity")
 	// ErrRefused: the server turned the connection away before setting it up, at its
 	// MaxConns or MaxConnsPerHost or while shutting down (wrapped with ErrUnavailable);
 	// the error says which. Retry later, or elsewhere.
@@ -76,7 +67,7 @@ var (
 	// malformed message, a window revoked that was never exposed, more credits returned
 	// than given, or a remote access the NIC refused (verbs.ErrRemoteAccess, a bad or
 	// stale rkey). Wrapped with ErrUnavailable.
-	ErrProtocol = errors.New("mwrpc: the peer broke the protocol")
+	ErrProtocol = errors.New("the peer broke the protocol")
 )
 
 // Config tunes a Transport. The zero value is usable.
@@ -352,25 +343,25 @@ func (c Config) withDefaults(dev verbs.DeviceAttr) (Config, error) {
 	}
 	switch {
 	case c.SlotSize < wire.HeaderLen+64 || c.SlotSize > 1<<24:
-		return c, fmt.Errorf("transport: slot size %d outside %d..%d", c.SlotSize, wire.HeaderLen+64, 1<<24)
+		return c, fmt.Errorf("mwrpc: slot size %d outside %d..%d", c.SlotSize, wire.HeaderLen+64, 1<<24)
 	case c.Credits < 4 || c.Credits > 4096:
-		return c, fmt.Errorf("transport: credits %d outside 4..4096", c.Credits)
+		return c, fmt.Errorf("mwrpc: credits %d outside 4..4096", c.Credits)
 	case c.EagerThreshold < 0 || c.EagerThreshold > c.SlotSize-wire.HeaderLen:
-		return c, fmt.Errorf("transport: eager threshold %d outside 0..%d (slot size minus the header)", c.EagerThreshold, c.SlotSize-wire.HeaderLen)
+		return c, fmt.Errorf("mwrpc: eager threshold %d outside 0..%d (slot size minus the header)", c.EagerThreshold, c.SlotSize-wire.HeaderLen)
 	case c.MaxMessage <= 0 || c.MaxMessage > 1<<31-1:
-		return c, fmt.Errorf("transport: max message %d outside 1..%d", c.MaxMessage, 1<<31-1)
+		return c, fmt.Errorf("mwrpc: max message %d outside 1..%d", c.MaxMessage, 1<<31-1)
 	case c.PeerTimeout < time.Second:
-		return c, fmt.Errorf("transport: peer timeout %v below 1s (TCP keepalive counts in seconds)", c.PeerTimeout)
+		return c, fmt.Errorf("mwrpc: peer timeout %v below 1s (TCP keepalive counts in seconds)", c.PeerTimeout)
 	case c.SharedReceives < 0 || c.SharedReceives > 1<<20:
-		return c, fmt.Errorf("transport: shared receives %d outside 0..%d", c.SharedReceives, 1<<20)
+		return c, fmt.Errorf("mwrpc: shared receives %d outside 0..%d", c.SharedReceives, 1<<20)
 	case c.MaxConns < 0 || c.MaxConnsPerHost < 0 || c.ConnRatePerHost < 0:
-		return c, fmt.Errorf("transport: max conns %d, max conns per host %d and conn rate per host %g must not be negative", c.MaxConns, c.MaxConnsPerHost, c.ConnRatePerHost)
+		return c, fmt.Errorf("mwrpc: max conns %d, max conns per host %d and conn rate per host %g must not be negative", c.MaxConns, c.MaxConnsPerHost, c.ConnRatePerHost)
 	case c.StreamWindow < minStreamWindow || c.StreamWindow > maxStreamWindow:
-		return c, fmt.Errorf("transport: stream window %d outside %d..%d", c.StreamWindow, minStreamWindow, maxStreamWindow)
+		return c, fmt.Errorf("mwrpc: stream window %d outside %d..%d", c.StreamWindow, minStreamWindow, maxStreamWindow)
 	case c.CQDepth < 0:
-		return c, fmt.Errorf("transport: CQ depth %d is negative", c.CQDepth)
+		return c, fmt.Errorf("mwrpc: CQ depth %d is negative", c.CQDepth)
 	case c.Windows < 1 || c.Pollers < 1 || c.Handlers < 1:
-		return c, fmt.Errorf("transport: windows %d, pollers %d and handlers %d must be positive", c.Windows, c.Pollers, c.Handlers)
+		return c, fmt.Errorf("mwrpc: windows %d, pollers %d and handlers %d must be positive", c.Windows, c.Pollers, c.Handlers)
 	}
 	return c, nil
 }

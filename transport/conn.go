@@ -122,11 +122,11 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	c.qp, err = t.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, SRQ: p.srq, Cap: verbs.QPCap{
 		MaxSendWR: sendWR, MaxRecvWR: recvWR, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
-		return nil, fmt.Errorf("transport: create QP: %w", err)
+		return nil, fmt.Errorf("mwrpc: create QP: %w", err)
 	}
 	if c.win.ws, err = pool.NewWindows(t.pd, c.qp, cfg.Windows); err != nil {
 		c.abort()
-		return nil, fmt.Errorf("transport: %w", err)
+		return nil, fmt.Errorf("mwrpc: %w", err)
 	}
 	if !c.shared() {
 		c.in.slots = make([]recvSlot, cfg.Credits+recvCtrlSlots)
@@ -147,7 +147,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	for i := range c.in.slots {
 		if c.in.slots[i].buf, err = t.pool.TryGet(cfg.SlotSize); err != nil {
 			c.abort()
-			return nil, fmt.Errorf("transport: receive slots: %w", err)
+			return nil, fmt.Errorf("mwrpc: receive slots: %w", err)
 		}
 	}
 	for i := range c.out.slots {
@@ -178,7 +178,7 @@ func queueSizes(cfg *Config, peer wire.Hello) (nsend, nread, sendWR, recvWR int)
 func (c *Conn) connect(ctx context.Context, nc net.Conn) error {
 	params := c.t.cfg.Connect
 	if err := c.qp.Modify(verbs.QPAttr{State: verbs.QPStateInit, Access: params.Access}); err != nil {
-		return fmt.Errorf("transport: %w", err)
+		return fmt.Errorf("mwrpc: %w", err)
 	}
 	for i := range c.in.slots {
 		if err := c.postRecv(i); err != nil {
@@ -192,11 +192,11 @@ func (c *Conn) connect(ctx context.Context, nc net.Conn) error {
 	}
 	c.p.add(c)
 	if _, err := cm.Connect(ctx, nc, c.qp, params); err != nil {
-		return fmt.Errorf("transport: connect: %w: %w", ErrHandshake, err)
+		return fmt.Errorf("%w: connect: %w", ErrHandshake, err)
 	}
 	if c.boot != nil {
 		if err := keepAlive(nc, c.t.cfg.PeerTimeout); err != nil {
-			return fmt.Errorf("transport: bootstrap connection: %w", err)
+			return fmt.Errorf("mwrpc: bootstrap connection: %w", err)
 		}
 	}
 	// The peer may have reached RTS first and already sent requests, which arrived in RTR

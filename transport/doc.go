@@ -26,11 +26,15 @@
 // handler returns. A response's Bytes alias registered memory and are valid until
 // Response.Release; a response holds one of the connection's receive slots (or a pool
 // buffer) until then, so release promptly: unreleased responses stall the connection. Copy
-// whatever must outlive these.
+// whatever must outlive these. Every rule, for this package and rpc, is in the README's
+// Buffer lifetimes section: https://github.com/mwrpc/mwrpc#buffer-lifetimes
 //
 // # Completions
 //
 // Completions are reaped by poller goroutines locked to OS threads (PollBusy, PollAdaptive,
-// PollEvent). A poller never runs application code: requests go to a bounded handler pool
-// (github.com/panjf2000/ants/v2); when it is full the caller gets StatusResourceExhausted.
+// PollEvent). Requests go to a bounded handler pool (github.com/panjf2000/ants/v2); when it
+// is full the caller gets StatusResourceExhausted. A handler known to be short runs to
+// completion on the goroutine that reaped its request instead: a method whose last runs
+// all took less than Config.InlineBudget (on by default, for handlers that implement
+// InlineAdvisor, as the rpc server does), or every handler with Config.InlineHandlers.
 package transport

@@ -59,9 +59,9 @@ func init() {
 // MWRPC_IBV_KNOWN=run runs them anyway.
 var ibvKnown = map[string]string{
 	"TestSharedReceives/ibv/overcommitted": "on rxe (Linux 6.1) a SEND that meets an empty shared receive queue is NAKed RNR and retransmitted, and rxe's retransmission re-executes the BIND_MWs queued behind it (docs/verbs.md, \"What rxe ... does differently\"): the connection fails with a SEND flushed first and windows left bound. Size SharedReceives so that the queue never runs empty on rxe (the \"sized\" case passes)",
-	// Empty since session 3: TestDeadPeer/ibv failed when its first SENDs reached a server
-	// QP still in INIT and rxe's retransmission re-executed the BIND_MWs queued behind them
-	// (cm now waits for the peer's RTR; docs/verbs.md, "What rxe ... does differently").
+	// TestDeadPeer/ibv is not here: cm waits for the peer's RTR, so its first SENDs never
+	// reach a server QP still in INIT, where rxe's retransmission would re-execute the
+	// BIND_MWs queued behind them (docs/verbs.md, "What rxe ... does differently").
 }
 
 // ibvMissing is why the ibv fabric is left out; TestIBVFabric reports it.

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"io"
 	"log/slog"
 	"net"
@@ -513,7 +514,7 @@ func TestMain(m *testing.M) {
 		fmt.Printf("truncated %d\n", n)
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(leakcheck.Main(m))
 }
 
 // churn is the attacker process: 500 times, half a hello and gone, then a connection set

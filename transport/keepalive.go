@@ -173,7 +173,7 @@ func (c *Conn) onGoAway(h *wire.Header, payload []byte) {
 	c.goAway.Do(func() {
 		if reason != nil {
 			text := payload[:min(len(payload), maxGoAwayText)]
-			c.awayErr = fmt.Errorf("transport: the server sent GOAWAY: %w (%q)", reason, text)
+			c.awayErr = fmt.Errorf("mwrpc: the server sent GOAWAY: %w (%q)", reason, text)
 		}
 		close(c.awayCh)
 	})

@@ -17,7 +17,10 @@ import (
 const cqDepth = 1 << 16
 
 // poller reaps one completion queue, shared by the connections assigned to it, on a
-// goroutine locked to its OS thread. It never runs application code.
+// goroutine locked to its OS thread. It runs application code only where a handler is
+// run inline: a method whose recent runs were all short (Config.InlineBudget, on by
+// default), or every handler with Config.InlineHandlers; everything else goes to the
+// handler pool.
 type poller struct {
 	t  *Transport
 	cq verbs.CQ
@@ -67,7 +70,7 @@ func newPoller(t *Transport, i int) (*poller, error) {
 	}
 	cq, err := t.dev.CreateCQ(depth)
 	if err != nil {
-		return nil, fmt.Errorf("transport: poller %d: %w", i, err)
+		return nil, fmt.Errorf("mwrpc: poller %d: %w", i, err)
 	}
 	p := &poller{t: t, cq: cq, wake: make(chan struct{}, 1), quit: make(chan struct{}), wcs: make([]verbs.WorkCompletion, 64)}
 	// Adaptive pollers spin only where a core is left over for everything else: on a
@@ -80,7 +83,7 @@ func newPoller(t *Transport, i int) (*poller, error) {
 	if n := t.cfg.SharedReceives; n > 0 {
 		if err := p.openShared(n); err != nil {
 			_ = cq.Destroy()
-			return nil, fmt.Errorf("transport: poller %d: %w", i, err)
+			return nil, fmt.Errorf("mwrpc: poller %d: %w", i, err)
 		}
 	}
 	if d, ok := cq.(verbs.DirectCQ); ok && t.cfg.PollMode != PollBusy {

@@ -22,6 +22,7 @@ type readSlots struct {
 	ops      []*readOp // nil entries until first used
 	free     []int     // indexes of slots with no READ
 	unposted []int     // READs that came before RTS (startRead); connect posts them
+	writing  int       // slots holding a written response's buffer (written.go), at most maxWriting
 }
 
 type readOp struct {
@@ -113,13 +114,13 @@ func (c *Conn) refuseLarge(h *wire.Header, why error) {
 		if h.Flags&wire.FlagStream != 0 {
 			c.dropInStream(h.CallID)
 		}
-		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, revoke{h.RKey, time.Now()},
+		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: uint16(StatusResourceExhausted), CallID: h.CallID}, revoke{h.RKey, time.Now()},
 			fmt.Sprintf("mwrpc: the server cannot take a request of %d bytes now: %v", h.Len, why))
 		return
 	}
 	c.queueInv(h.RKey, time.Now())
 	if cl := c.takeCall(h.CallID); cl != nil {
-		cl.finish(fmt.Errorf("transport: response of %d bytes: %w: %w", h.Len, ErrUnavailable, why))
+		cl.finish(fmt.Errorf("%w: response of %d bytes: %w", ErrUnavailable, h.Len, why))
 	}
 }
 

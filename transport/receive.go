@@ -56,7 +56,7 @@ func (c *Conn) postRecv(i int) error {
 	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(s.buf.Cap()), LKey: s.buf.LKey()}
 	s.wr[0] = verbs.RecvWR{WRID: wrid(wrRecv, c.id, i), SGL: s.sge[:]}
 	if err := c.qp.PostRecv(s.wr[:]); err != nil {
-		return fmt.Errorf("transport: post receive: %w", err)
+		return fmt.Errorf("mwrpc: post receive: %w", err)
 	}
 	return nil
 }
@@ -139,7 +139,7 @@ func (p *poller) postShared(i int) error {
 	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(s.buf.Cap()), LKey: s.buf.LKey()}
 	s.wr[0] = verbs.RecvWR{WRID: wrid(wrRecv, sharedConnID, i), SGL: s.sge[:]}
 	if err := p.srq.PostRecv(s.wr[:]); err != nil {
-		return fmt.Errorf("transport: post shared receive: %w", err)
+		return fmt.Errorf("mwrpc: post shared receive: %w", err)
 	}
 	return nil
 }
@@ -322,7 +322,7 @@ func (c *Conn) onControl(h *wire.Header, payload []byte) {
 			ctx.cancelGen(gen, context.Canceled) // ctx.Err must be exactly Canceled
 		}
 		if st != nil {
-			st.fail(fmt.Errorf("transport: stream canceled by the caller: %w", context.Canceled))
+			st.fail(fmt.Errorf("mwrpc: stream canceled by the caller: %w", context.Canceled))
 		}
 	case wire.KindStreamMsg, wire.KindStreamAck:
 		c.onStreamMsg(h, payload)

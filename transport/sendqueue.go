@@ -64,13 +64,13 @@ const (
 	sendReservedAway                 // the same, from a goroutine of its own: may wait for a window
 )
 
-var errNoCredit = errors.New("transport: no credit")
+var errNoCredit = errors.New("mwrpc: no credit")
 
 // errLate: a written response found its caller's window too old to revoke (sendWritten).
-var errLate = errors.New("transport: the caller's window is too old to write into")
+var errLate = errors.New("mwrpc: the caller's window is too old to write into")
 
 // errNoSendMemory: the pool had no registered buffer for a send slot.
-var errNoSendMemory = errors.New("transport: no registered memory for a send slot")
+var errNoSendMemory = errors.New("mwrpc: no registered memory for a send slot")
 
 // canTakeLocked reports whether a message of mode may take a slot now. Conn.mu is held.
 func (q *sendQueue) canTakeLocked(mode sendMode) bool {

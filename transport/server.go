@@ -126,7 +126,7 @@ func (w *ResponseWriter) RequestWindowed() bool { return w.sc.buf != nil }
 // first buffer. The memory is valid until Write or the handler's return.
 func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
 	if n > w.sc.c.maxSend {
-		return nil, fmt.Errorf("transport: response buffer of %d bytes (max %d): %w", n, w.sc.c.maxSend, ErrTooLarge)
+		return nil, fmt.Errorf("mwrpc: response buffer of %d bytes (max %d): %w", n, w.sc.c.maxSend, ErrTooLarge)
 	}
 	if w.buf != nil {
 		w.buf.Release()
@@ -134,7 +134,7 @@ func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
 	}
 	b, err := w.sc.getBuf(w.sc.ctx, n)
 	if err != nil {
-		return nil, fmt.Errorf("transport: response buffer: %w", err)
+		return nil, fmt.Errorf("mwrpc: response buffer: %w", err)
 	}
 	w.buf = b
 	return b.Bytes(), nil
@@ -147,15 +147,15 @@ func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
 // the request's memory is then the response's, and must not be used after Write. Write
 // may be called once; a handler that returns without calling it answers StatusOK with no
 // payload.
-func (w *ResponseWriter) Write(status uint16, payload []byte) error {
+func (w *ResponseWriter) Write(status Code, payload []byte) error {
 	probe.Mark(probe.RespWrite)
 	if w.sent {
-		return errors.New("transport: response already written")
+		return errors.New("mwrpc: response already written")
 	}
 	w.sent = true
 	sc := w.sc
 	c := sc.c
-	h := wire.Header{Kind: wire.KindResponse, Status: status, CallID: sc.id}
+	h := wire.Header{Kind: wire.KindResponse, Status: uint16(status), CallID: sc.id}
 	// The response must go out even if the caller gave up: it revokes the caller's
 	// request window. Waits end when the connection fails.
 	ctx := context.Background()
@@ -164,10 +164,10 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 		mode = sendReserved
 	}
 	if len(payload) > c.maxSend {
-		h.Status = StatusResourceExhausted
+		h.Status = uint16(StatusResourceExhausted)
 		msg := fmt.Appendf(nil, "mwrpc: response of %d bytes exceeds the maximum message size %d", len(payload), c.maxSend)
 		_, err := c.send(ctx, &h, msg, nil, sc.inv, mode)
-		return errors.Join(fmt.Errorf("transport: response of %d bytes (max %d): %w", len(payload), c.maxSend, ErrTooLarge), err)
+		return errors.Join(fmt.Errorf("mwrpc: response of %d bytes (max %d): %w", len(payload), c.maxSend, ErrTooLarge), err)
 	}
 	if len(payload) <= c.eager {
 		_, err := c.send(ctx, &h, payload, nil, sc.inv, mode)
@@ -184,10 +184,10 @@ func (w *ResponseWriter) Write(status uint16, payload []byte) error {
 		var err error
 		if buf, err = sc.getBuf(ctx, len(payload)); err != nil {
 			// The caller still gets an answer (and its window revoked).
-			h.Status = StatusResourceExhausted
+			h.Status = uint16(StatusResourceExhausted)
 			msg := fmt.Appendf(nil, "mwrpc: no registered memory for a response of %d bytes: %v", len(payload), err)
 			_, serr := c.send(ctx, &h, msg, nil, sc.inv, mode)
-			return errors.Join(fmt.Errorf("transport: response buffer: %w", err), serr)
+			return errors.Join(fmt.Errorf("mwrpc: response buffer: %w", err), serr)
 		}
 		copy(buf.Bytes(), payload)
 	}
@@ -391,7 +391,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	if crowded {
 		c.t.counters.events[evCrowded].Add(1)
 		c.t.events.log(evCrowded, slog.LevelWarn, "mwrpc: request refused: too many calls in flight "+what+")", "peer", c.peerAddr(), "max", limit)
-		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv,
+		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: uint16(StatusResourceExhausted), CallID: h.CallID}, sc.inv,
 			fmt.Sprintf("mwrpc: too many calls in flight %s is %d)", what, limit))
 		sc.w.sent = true
 		sc.finish()
@@ -410,7 +410,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		// Overloaded: answer at once, without running anything.
 		c.t.counters.events[evOverloaded].Add(1)
 		c.t.events.log(evOverloaded, slog.LevelWarn, "mwrpc: request refused: every handler is busy", "peer", c.peerAddr(), "handlers", c.t.cfg.Handlers)
-		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: StatusResourceExhausted, CallID: h.CallID}, sc.inv,
+		c.queueCtrl(wire.Header{Kind: wire.KindResponse, Status: uint16(StatusResourceExhausted), CallID: h.CallID}, sc.inv,
 			fmt.Sprintf("mwrpc: server overloaded: all %d handlers busy", c.t.cfg.Handlers))
 		sc.w.sent = true
 		sc.finish()

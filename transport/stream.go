@@ -48,7 +48,7 @@ const (
 
 // ErrStreamEnded is returned by a Send after this side ended its half of the stream
 // (CloseSend, or a server's response).
-var ErrStreamEnded = errors.New("transport: send on a stream after its end")
+var ErrStreamEnded = errors.New("mwrpc: send on a stream after its end")
 
 // Stream is one streaming call's message flow, on the side that opened it
 // (Conn.OpenStream) or the side that serves it (ResponseWriter.Stream). Send and Recv may
@@ -69,6 +69,8 @@ type Stream struct {
 	eof    bool          // Recv reached the peer's end
 	gotEnd bool          // the peer's end arrived
 	closed bool          // Close or the handler's end: what arrives later is released
+	hdr    []byte        // the peer's header message, once Header or Recv took it
+	hdrSet bool          // hdr was taken, or a message came first: the peer sent none before
 
 	// Receiving: bytes arrived, released by Recv, and announced to the peer as consumed.
 	window                    int
@@ -85,9 +87,10 @@ type Stream struct {
 type streamMsg struct {
 	buf    *pool.Buf // holds data, or nil (no payload, or a heap copy)
 	data   []byte
-	ready  bool   // arrived (a large message: its READ completed)
-	end    bool   // the peer's end: its FlagEnd, or the response
-	status uint16 // the response's status
+	ready  bool // arrived (a large message: its READ completed)
+	end    bool // the peer's end: its FlagEnd, or the response
+	header bool // a header message (SendHeader), not one of the stream's messages
+	status Code // the response's status
 }
 
 func (m *streamMsg) release() {
@@ -108,7 +111,7 @@ func newStream(c *Conn, id uint64, caller bool, peerWindow int) *Stream {
 // no longer used: before the response arrived, it cancels the call on the server.
 func (c *Conn) OpenStream(ctx context.Context, open []byte) (*Stream, error) {
 	if len(open) > c.maxSend {
-		return nil, fmt.Errorf("transport: stream request of %d bytes (max %d): %w", len(open), c.maxSend, ErrTooLarge)
+		return nil, fmt.Errorf("mwrpc: stream request of %d bytes (max %d): %w", len(open), c.maxSend, ErrTooLarge)
 	}
 	if len(open) <= c.eager {
 		return c.openStream(ctx, open, nil)
@@ -172,7 +175,7 @@ func (s *Stream) MaxSend() int { return s.c.maxSend }
 // stream ended).
 func (s *Stream) Send(ctx context.Context, p []byte) error {
 	if len(p) > s.c.maxSend {
-		return fmt.Errorf("transport: stream message of %d bytes (max %d): %w", len(p), s.c.maxSend, ErrTooLarge)
+		return fmt.Errorf("mwrpc: stream message of %d bytes (max %d): %w", len(p), s.c.maxSend, ErrTooLarge)
 	}
 	if len(p) <= s.c.eager {
 		return s.send(ctx, p, nil)
@@ -190,7 +193,7 @@ func (s *Stream) SendBuf(ctx context.Context, buf *pool.Buf) error {
 	if buf.Len() > s.c.maxSend {
 		n := buf.Len()
 		buf.Release()
-		return fmt.Errorf("transport: stream message of %d bytes (max %d): %w", n, s.c.maxSend, ErrTooLarge)
+		return fmt.Errorf("mwrpc: stream message of %d bytes (max %d): %w", n, s.c.maxSend, ErrTooLarge)
 	}
 	if buf.Len() <= s.c.eager {
 		defer buf.Release()
@@ -200,6 +203,29 @@ func (s *Stream) SendBuf(ctx context.Context, buf *pool.Buf) error {
 }
 
 func (s *Stream) send(ctx context.Context, eager []byte, large *pool.Buf) error {
+	return s.sendKind(ctx, eager, large, 0)
+}
+
+// streamHeaderStatus marks a header message in a KindStreamMsg's status field.
+const streamHeaderStatus = 1
+
+// SendHeader sends p as the stream's header message, ahead of its messages: the peer's
+// Header returns it and its Recv skips it. It counts against the window as a message.
+func (s *Stream) SendHeader(ctx context.Context, p []byte) error {
+	if len(p) > s.c.maxSend {
+		return fmt.Errorf("mwrpc: stream header of %d bytes (max %d): %w", len(p), s.c.maxSend, ErrTooLarge)
+	}
+	if len(p) <= s.c.eager {
+		return s.sendKind(ctx, p, nil, streamHeaderStatus)
+	}
+	buf, err := s.c.copyRegistered(ctx, p, "stream header")
+	if err != nil {
+		return err
+	}
+	return s.sendKind(ctx, nil, buf, streamHeaderStatus)
+}
+
+func (s *Stream) sendKind(ctx context.Context, eager []byte, large *pool.Buf, status uint16) error {
 	n := len(eager)
 	if large != nil {
 		n = large.Len()
@@ -211,6 +237,7 @@ func (s *Stream) send(ctx context.Context, eager []byte, large *pool.Buf) error 
 		return err
 	}
 	h := s.header(wire.KindStreamMsg)
+	h.Status = status
 	mode := sendWait
 	if !s.caller {
 		mode = sendResponse // a handler waits for a credit at most CreditTimeout
@@ -257,7 +284,7 @@ func (s *Stream) reserve(ctx context.Context, n int) error {
 // it has read everything before. The server may go on sending.
 func (s *Stream) CloseSend(ctx context.Context) error {
 	if !s.caller {
-		return errors.New("transport: CloseSend on the serving side (the response ends its half)")
+		return errors.New("mwrpc: CloseSend on the serving side (the response ends its half)")
 	}
 	s.mu.Lock()
 	switch {
@@ -297,10 +324,15 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 			s.mu.Unlock()
 			return nil, ErrStreamEnded
 		}
+		if len(s.q) > 0 && s.q[0].ready && s.q[0].header {
+			s.takeHeaderLocked()
+			continue
+		}
 		if len(s.q) > 0 && s.q[0].ready {
 			m := s.q[0]
 			s.q[0] = nil
 			s.q = s.q[1:]
+			s.hdrSet = true // a message came first: no header precedes it
 			ack := s.ackDueLocked(len(s.q) == 0)
 			if m.end {
 				s.eof = true
@@ -339,9 +371,47 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 	}
 }
 
+// takeHeaderLocked takes the header message at the front of the queue: a copy is kept
+// for Header, the buffer goes back, and its bytes count as consumed. s.mu is held.
+func (s *Stream) takeHeaderLocked() {
+	m := s.q[0]
+	s.q[0] = nil
+	s.q = s.q[1:]
+	if !s.hdrSet {
+		s.hdr, s.hdrSet = bytes.Clone(m.data), true
+	}
+	s.consumed += int64(len(m.data) + msgCost)
+	m.release()
+}
+
+// Header waits for the peer's header message (SendHeader) and returns it (a copy, the
+// caller's), or nil, false when the peer sent a message, ended the stream or failed
+// without one first. It may be called while another goroutine sends, not while one
+// receives.
+func (s *Stream) Header(ctx context.Context) ([]byte, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if len(s.q) > 0 && s.q[0].ready && s.q[0].header {
+			s.takeHeaderLocked()
+		}
+		switch {
+		case s.hdrSet:
+			return s.hdr, s.hdr != nil, nil
+		case len(s.q) > 0 && !s.q[0].header, s.eof, s.gotEnd && len(s.q) == 0:
+			return nil, false, nil
+		case s.err != nil && (len(s.q) == 0 || !s.q[0].ready):
+			return nil, false, s.err
+		}
+		if err := s.waitLocked(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+}
+
 // Final returns the server's response once Recv has returned io.EOF on the opener's side:
 // its status and payload, valid until Close. ok is false before that.
-func (s *Stream) Final() (status uint16, payload []byte, ok bool) {
+func (s *Stream) Final() (status Code, payload []byte, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.final == nil {
@@ -599,6 +669,7 @@ func (c *Conn) onStreamMsg(h *wire.Header, payload []byte) {
 			c.refuseStreamMsg(st, nil, h, err)
 			return
 		}
+		m.header = h.Status == streamHeaderStatus
 	}
 	if !st.push(m, len(payload)) {
 		c.streamOverrun(h)
@@ -619,7 +690,7 @@ func (c *Conn) startStreamRead(h *wire.Header) (*Stream, *streamMsg, bool) {
 		c.queueInv(h.RKey, time.Now())
 		return nil, nil, false
 	}
-	m := &streamMsg{}
+	m := &streamMsg{header: h.Status == streamHeaderStatus}
 	if !st.push(m, int(h.Len)) {
 		c.queueInv(h.RKey, time.Now())
 		c.streamOverrun(h)
@@ -635,7 +706,7 @@ func (c *Conn) refuseStreamMsg(st *Stream, m *streamMsg, h *wire.Header, why err
 	if h.Flags&wire.FlagLarge != 0 {
 		c.queueInv(h.RKey, time.Now())
 	}
-	err := fmt.Errorf("transport: no registered memory for a stream message of %d bytes: %w", h.Len, why)
+	err := fmt.Errorf("mwrpc: no registered memory for a stream message of %d bytes: %w", h.Len, why)
 	st.mu.Lock()
 	for i, q := range st.q { // the entry never fills: out of the queue
 		if q == m {

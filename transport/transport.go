@@ -138,7 +138,7 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	}
 	pd, err := dev.AllocPD()
 	if err != nil {
-		return nil, fmt.Errorf("transport: %w", err)
+		return nil, fmt.Errorf("mwrpc: %w", err)
 	}
 	if cfg.Pool.Access == 0 {
 		cfg.Pool.Access = verbs.AccessLocalWrite | verbs.AccessMWBind
@@ -164,7 +164,7 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	bp, err := pool.New(pd, cfg.Pool)
 	if err != nil {
 		_ = pd.Dealloc()
-		return nil, fmt.Errorf("transport: %w", err)
+		return nil, fmt.Errorf("mwrpc: %w", err)
 	}
 	advisor, _ := h.(InlineAdvisor)
 	if cfg.InlineBudget < 0 {
@@ -186,7 +186,7 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	if err != nil {
 		_ = bp.Close()
 		_ = pd.Dealloc()
-		return nil, fmt.Errorf("transport: handler pool: %w", err)
+		return nil, fmt.Errorf("mwrpc: handler pool: %w", err)
 	}
 	for i := 0; i < cfg.Pollers; i++ {
 		p, err := newPoller(t, i)
@@ -290,14 +290,14 @@ func (t *Transport) admit(ip string) (*hostState, wire.Refusal, error) {
 	}
 	switch {
 	case t.closed:
-		return nil, wire.RefusedClosing, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+		return nil, wire.RefusedClosing, fmt.Errorf("%w: the transport is closed", ErrUnavailable)
 	case t.open >= t.cfg.MaxConns:
-		return nil, wire.RefusedConns, fmt.Errorf("transport: %w: %w: %d connections open or being set up (Config.MaxConns; by default what the completion queues of Config.Pollers hold)",
+		return nil, wire.RefusedConns, fmt.Errorf("%w: %w: %d connections open or being set up (Config.MaxConns; by default what the completion queues of Config.Pollers hold)",
 			ErrUnavailable, ErrCapacity, t.open)
 	case hs != nil && hs.conns >= t.cfg.MaxConnsPerHost:
-		return nil, wire.RefusedHost, fmt.Errorf("transport: %w: %w: %d connections from %s (Config.MaxConnsPerHost)", ErrUnavailable, ErrCapacity, hs.conns, ip)
+		return nil, wire.RefusedHost, fmt.Errorf("%w: %w: %d connections from %s (Config.MaxConnsPerHost)", ErrUnavailable, ErrCapacity, hs.conns, ip)
 	case hs != nil && hs.tokens < 1:
-		return nil, wire.RefusedRate, fmt.Errorf("transport: %w: %w: %s opens connections faster than %g a second (Config.ConnRatePerHost)", ErrUnavailable, ErrCapacity, ip, t.cfg.ConnRatePerHost)
+		return nil, wire.RefusedRate, fmt.Errorf("%w: %w: %s opens connections faster than %g a second (Config.ConnRatePerHost)", ErrUnavailable, ErrCapacity, ip, t.cfg.ConnRatePerHost)
 	}
 	t.open++
 	if ip == "" {
@@ -380,7 +380,7 @@ func (t *Transport) Pool() *pool.Pool { return t.pool }
 func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 	nc, err := dialStream(ctx, address)
 	if err != nil {
-		return nil, fmt.Errorf("transport: %w: %w", ErrUnavailable, err) // the net error names the address
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err) // the net error names the address
 	}
 	if _, _, err := t.admit(""); err != nil {
 		_ = nc.Close()
@@ -474,7 +474,7 @@ func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string
 	if t.closed {
 		t.mu.Unlock()
 		_ = nc.Close()
-		return nil, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+		return nil, fmt.Errorf("%w: the transport is closed", ErrUnavailable)
 	}
 	t.setup[nc] = struct{}{}
 	t.setupWG.Add(1)
@@ -498,7 +498,7 @@ func (t *Transport) setupConn(ctx context.Context, nc net.Conn, authority string
 		}
 		if err != nil {
 			_ = nc.Close()
-			return nil, fmt.Errorf("transport: %w: %w", ErrHandshake, err)
+			return nil, fmt.Errorf("%w: %w", ErrHandshake, err)
 		}
 	}
 	c, err := t.newConn(ctx, stream, peer, hs, role == roleServer)
@@ -527,7 +527,7 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+		return nil, fmt.Errorf("%w: the transport is closed", ErrUnavailable)
 	}
 	// The poller with the most room in its CQ takes the connection: a CQ that overran
 	// would lose completions (and every connection on it), so it is never over-committed.
@@ -537,7 +537,7 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 	if p == nil {
 		n := len(t.conns)
 		t.mu.Unlock()
-		return nil, fmt.Errorf("transport: %w: %w: the completion queues of all %d pollers are committed to %d connections (%d completions each, %d per queue): raise Config.Pollers or lower Credits and Windows",
+		return nil, fmt.Errorf("%w: %w: the completion queues of all %d pollers are committed to %d connections (%d completions each, %d per queue): raise Config.Pollers or lower Credits and Windows",
 			ErrUnavailable, ErrCapacity, len(t.pollers), n, need, t.pollers[0].cq.Cap())
 	}
 	t.mu.Unlock()
@@ -560,7 +560,7 @@ func (t *Transport) newConn(ctx context.Context, nc net.Conn, peerInfo Peer, hs 
 	if t.closed {
 		t.mu.Unlock()
 		c.destroy()
-		return nil, fmt.Errorf("transport: closed: %w", ErrUnavailable)
+		return nil, fmt.Errorf("%w: the transport is closed", ErrUnavailable)
 	}
 	if err := c.failure(); err != nil { // failed during setup: torn down, or about to be
 		t.mu.Unlock()
@@ -583,14 +583,14 @@ func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) err
 	n, err := cm.ExchangeN(ctx, nc, "hello", wire.AppendHello(nil, ours), in)
 	if err != nil {
 		if notOurs := notMwrpc(in[:n]); notOurs != nil { // it answered, and not as mwrpc
-			return fmt.Errorf("transport: %w: %w (then: %w)", ErrHandshake, notOurs, err)
+			return fmt.Errorf("%w: %w (then: %w)", ErrHandshake, notOurs, err)
 		}
-		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
+		return fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
 	if _, err := wire.ParseHello(in, peer); err != nil {
 		switch {
 		case wire.RefusalError(in) != nil:
-			return fmt.Errorf("transport: %w: %w", ErrUnavailable, wire.RefusalError(in))
+			return fmt.Errorf("%w: %w", ErrUnavailable, wire.RefusalError(in))
 		case bytes.HasPrefix(in, credentials.PlaintextRefusal[:6]):
 			err = fmt.Errorf("%w: the server requires TLS: configure transport credentials (Config.Credentials, rpc.WithTransportCredentials)", credentials.ErrPlaintextPeer)
 		case in[0] == 0x16 && in[1] == 0x03: // a TLS record: handshake
@@ -600,7 +600,7 @@ func exchangeHello(ctx context.Context, nc net.Conn, ours, peer *wire.Hello) err
 				err = notOurs
 			}
 		}
-		return fmt.Errorf("transport: %w: %w", ErrHandshake, err)
+		return fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
 	return nil
 }
@@ -627,7 +627,7 @@ func (t *Transport) Close() error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return fmt.Errorf("transport: close: %w", verbs.ErrClosed)
+		return fmt.Errorf("mwrpc: close: %w", verbs.ErrClosed)
 	}
 	t.closed = true
 	for nc := range t.setup {

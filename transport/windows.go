@@ -54,7 +54,7 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv 
 	if err != nil { // the binding was not recorded: buf is still ours
 		_ = c.win.ws.Cancel(w)
 		buf.Release()
-		return fmt.Errorf("transport: %w", err)
+		return fmt.Errorf("mwrpc: %w", err)
 	}
 	h.Flags, h.Len, h.RKey, h.Addr = h.Flags|wire.FlagLarge, uint32(buf.Len()), w.RKey(), buf.Addr()
 	probe.Mark(probe.Bind)
@@ -83,7 +83,7 @@ func (c *Conn) nextWindow(ctx context.Context) (*pool.Window, error) {
 			return w, nil
 		}
 		if !errors.Is(err, pool.ErrWindowsExhausted) {
-			return nil, fmt.Errorf("transport: %w", err)
+			return nil, fmt.Errorf("mwrpc: %w", err)
 		}
 		c.mu.Lock()
 		// Again under c.mu: a window freed since is found here, or its invalidation wakes

@@ -31,6 +31,13 @@ import (
 // READ slot holding the response's buffer.
 const wrWrite = wrInv + 1
 
+// maxWriting bounds the READ slots written responses hold at once. A connection has
+// Credits + recvCtrlSlots of them, and the peer's large messages in flight, each READ into
+// a slot, are at most Credits (each spends a credit): so written responses may hold
+// recvCtrlSlots without ever leaving a large message without a slot. Beyond that a
+// response goes through a window of its own.
+const maxWriting = recvCtrlSlots
+
 // writeDst is a caller's request window that the response may be written into.
 type writeDst struct {
 	addr uint64
@@ -44,10 +51,11 @@ type writeDst struct {
 // window of its own instead (sendLarge).
 func (c *Conn) sendWritten(ctx context.Context, h *wire.Header, buf *pool.Buf, rv revoke, dst writeDst, mode sendMode) error {
 	c.mu.Lock()
-	if len(c.rd.free) == 0 || c.torn {
+	if len(c.rd.free) == 0 || c.rd.writing >= maxWriting || c.torn {
 		c.mu.Unlock()
 		return c.sendLarge(ctx, h, buf, rv, mode)
 	}
+	c.rd.writing++
 	i := c.rd.free[len(c.rd.free)-1]
 	c.rd.free = c.rd.free[:len(c.rd.free)-1]
 	r := c.rd.ops[i]
@@ -74,6 +82,7 @@ func (c *Conn) sendWritten(ctx context.Context, h *wire.Header, buf *pool.Buf, r
 	if mine {
 		r.buf, r.live = nil, false
 		c.rd.free = append(c.rd.free, i)
+		c.rd.writing--
 	}
 	c.mu.Unlock()
 	if mine && errors.Is(err, errLate) {
@@ -93,6 +102,7 @@ func (c *Conn) onWriteDone(i int) {
 	r.buf, r.live = nil, false
 	if buf != nil {
 		c.rd.free = append(c.rd.free, i)
+		c.rd.writing--
 	}
 	c.mu.Unlock()
 	if buf != nil {

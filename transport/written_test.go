@@ -3,7 +3,6 @@ package transport
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"testing"
 	"time"
 )
@@ -35,6 +34,9 @@ func TestWrittenResponses(t *testing.T) {
 	for _, fb := range fabrics {
 		for name, h := range handlers {
 			t.Run(fb.name+"/"+name, func(t *testing.T) {
+				if fb.name == "ibv" { // (the ibverbs build adds it)
+					t.Skip("written responses are off on ibv (its device reports no READ crossover); not forced on rxe, where they are untried")
+				}
 				e := newEnv(t, fb, h, Config{})
 				e.client.writable = true // the in-process fabric's READ needs no peer CPU: turned on here
 				for _, size := range []int{n, e.conn.EagerLimit() + 200, 100} {
@@ -88,7 +90,7 @@ func TestWrittenTooLate(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for e.client.Stats().Reclaimed == 0 {
 		if time.Now().After(deadline) {
-			t.Fatal(fmt.Sprintf("the request's window was not reclaimed by the lease: %+v", e.conn.win.ws.Stats()))
+			t.Fatalf("the request's window was not reclaimed by the lease: %+v", e.conn.win.ws.Stats())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

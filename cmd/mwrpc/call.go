@@ -90,12 +90,13 @@ func (cl *caller) unary(ctx context.Context, in io.Reader) error {
 		return fmt.Errorf("request of %s: %w", cl.full, err)
 	}
 	var resp []byte
-	var trailer rpc.MD
-	if err := cl.c.Invoke(ctx, cl.full, req, &resp, rpc.Trailer(&trailer)); err != nil {
-		cl.trailer(trailer)
+	var header, trailer rpc.MD
+	err = cl.c.Invoke(ctx, cl.full, req, &resp, rpc.Header(&header), rpc.Trailer(&trailer))
+	cl.metadata("header", header)
+	cl.metadata("trailer", trailer)
+	if err != nil {
 		return err
 	}
-	cl.trailer(trailer)
 	j, err := cl.s.decode(cl.m.Response, cl.m.RawResponse, resp)
 	if err != nil {
 		return fmt.Errorf("response of %s: %w", cl.full, err)
@@ -142,7 +143,10 @@ func (cl *caller) stream(ctx context.Context, in io.Reader) error {
 		}()
 	}
 	rerr := cl.receive(cs)
-	cl.trailer(cs.Trailer())
+	if h, err := cs.Header(); err == nil {
+		cl.metadata("header", h)
+	}
+	cl.metadata("trailer", cs.Trailer())
 	select {
 	case serr := <-sent:
 		if serr != nil {
@@ -197,12 +201,12 @@ func (cl *caller) receive(cs *rpc.ClientStream) error {
 	}
 }
 
-// trailer prints the response trailer with -v.
-func (cl *caller) trailer(md rpc.MD) {
+// metadata prints the response header or trailer with -v.
+func (cl *caller) metadata(what string, md rpc.MD) {
 	if !cl.o.verbose || len(md) == 0 {
 		return
 	}
-	fmt.Fprintln(cl.stderr, "trailer:")
+	fmt.Fprintf(cl.stderr, "%s:\n", what)
 	for k, vs := range md {
 		for _, v := range vs {
 			fmt.Fprintf(cl.stderr, "  %s: %s\n", k, v)

@@ -53,6 +53,7 @@ func (echoServer) Echo(ctx context.Context, req *allKinds) (*allKinds, error) {
 		req.MD = md["x-test"][0]
 	}
 	_ = rpc.SetTrailer(ctx, rpc.Pairs("x-trailer", "done"))
+	_ = rpc.SetHeader(ctx, rpc.Pairs("x-header", "early"))
 	return req, nil
 }
 
@@ -154,8 +155,8 @@ func TestCallEveryKind(t *testing.T) {
 	if out != want {
 		t.Errorf("output:\n%s\nwant:\n%s", out, want)
 	}
-	if !strings.Contains(errs, "x-trailer: done") {
-		t.Errorf("-v printed no trailer: %q", errs)
+	if !strings.Contains(errs, "header:\n  x-header: early\ntrailer:\n  x-trailer: done\n") {
+		t.Errorf("-v printed no header and trailer: %q", errs)
 	}
 }
 

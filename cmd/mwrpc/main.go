@@ -26,7 +26,7 @@
 //	-tls-ca FILE      use TLS, trusting servers signed by this CA (PEM)
 //	-tls-cert FILE    with -tls-key: a client certificate for mutual TLS
 //	-tls              use TLS with the system's roots
-//	-v                print response trailers to standard error
+//	-v                print response headers and trailers to standard error
 package main
 
 import (

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"os"
 	"testing"
 )
@@ -13,7 +14,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	buildDir = dir
-	code := m.Run()
+	code := leakcheck.Main(m)
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -53,7 +53,7 @@ func newOptions(stderr io.Writer) *options {
 	f.StringVar(&o.tlsCert, "tls-cert", "", "PEM client certificate for mutual TLS (with -tls-key)")
 	f.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of -tls-cert")
 	f.BoolVar(&o.tls, "tls", false, "use TLS with the system's roots")
-	f.BoolVar(&o.verbose, "v", false, "print response trailers to standard error")
+	f.BoolVar(&o.verbose, "v", false, "print response headers and trailers to standard error")
 	return o
 }
 

@@ -30,7 +30,7 @@ func init() {
 		if err != nil {
 			return nil, nil, err
 		}
-		return rpc.WithClientDevice(d), closer(d), nil
+		return rpc.WithDevice(d), closer(d), nil
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"io"
 	"os"
 	"os/exec"
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(leakcheck.Main(m))
 }
 
 // example starts this test binary as the example with args.

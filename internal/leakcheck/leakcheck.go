@@ -1,8 +1,11 @@
 // Package leakcheck fails a test that leaves goroutines behind. It is for this module's
-// tests only.
+// tests only: every package that starts goroutines runs its tests through Main (in its
+// TestMain), and a test that must prove it stops its own goroutines calls Check.
 package leakcheck
 
 import (
+	"fmt"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -30,4 +33,27 @@ func Wait(t testing.TB, base int) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// Main runs m's tests and then fails the test binary, with every goroutine's stack, if
+// more goroutines run than before the tests once 10 s have passed: a goroutine some test
+// started and never stopped. Use it as a package's TestMain: os.Exit(leakcheck.Main(m)).
+// It returns the exit code.
+func Main(m *testing.M) int {
+	base := runtime.NumGoroutine()
+	code := m.Run()
+	if code != 0 {
+		return code
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			fmt.Fprintf(os.Stderr, "leakcheck: %d goroutines still run after the tests (%d before them):\n%s\nFAIL\n",
+				runtime.NumGoroutine()-base, base, buf[:runtime.Stack(buf, true)])
+			return 1
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return code
 }

@@ -439,7 +439,7 @@ func TestHealthCheckNoHealthService(t *testing.T) {
 	leakcheck.Check(t)
 	a, b := startServer(t, "a", "", true), startServer(t, "b", "", false)
 	var log syncBuffer
-	c := dial(t, a.addr+","+b.addr, rpc.WithHealthCheck(""), rpc.WithClientLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	c := dial(t, a.addr+","+b.addr, rpc.WithHealthCheck(""), rpc.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	waitBoth(t, c)
 	if !strings.Contains(log.String(), "no health service") || !strings.Contains(log.String(), b.addr) {
 		t.Fatalf("no log line naming %s: %q", b.addr, log.String())

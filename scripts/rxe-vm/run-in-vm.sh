@@ -23,22 +23,50 @@
 #   RXE_VM_KERNEL   kernel image (the newest /boot/vmlinuz-*)
 #   RXE_VM_ENV      names of variables of this environment to export into CMD's
 #   RXE_VM_LOG      file to copy the raw console log to
+#   RXE_VM_DRY_RUN  1: print the command as the guest would run it, and boot nothing (the
+#                   work directory, named on stderr, is left for the caller to remove)
+#
+# The guest mounts empty tmpfs on /tmp and /run: a file the command names there (relative
+# to a checkout under /tmp, say) is copied into the VM's work directory first and named by
+# that path (stage-args.sh), so every step works from a checkout anywhere.
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
   sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2
   exit 2
 fi
-[ "$(id -u)" -eq 0 ] || { echo "run-in-vm: must run as root (qemu reads /boot, the guest loads modules)" >&2; exit 2; }
-kernel=${RXE_VM_KERNEL:-$(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n1)}
-[ -n "$kernel" ] && [ -r "$kernel" ] || { echo "run-in-vm: no kernel in /boot: apt-get install linux-image-amd64" >&2; exit 2; }
-kver=${kernel#/boot/vmlinuz-}
-command -v qemu-system-x86_64 >/dev/null || { echo "run-in-vm: no qemu: apt-get install qemu-system-x86" >&2; exit 2; }
-[ -x /bin/busybox ] || { echo "run-in-vm: no /bin/busybox: apt-get install busybox-static" >&2; exit 2; }
-modinfo -k "$kver" rdma_rxe >/dev/null 2>&1 || { echo "run-in-vm: kernel $kver has no rdma_rxe module" >&2; exit 2; }
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/stage-args.sh"
+if [ "${RXE_VM_DRY_RUN:-}" != 1 ]; then
+  [ "$(id -u)" -eq 0 ] || { echo "run-in-vm: must run as root (qemu reads /boot, the guest loads modules)" >&2; exit 2; }
+  kernel=${RXE_VM_KERNEL:-$(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n1)}
+  [ -n "$kernel" ] && [ -r "$kernel" ] || { echo "run-in-vm: no kernel in /boot: apt-get install linux-image-amd64" >&2; exit 2; }
+  kver=${kernel#/boot/vmlinuz-}
+  command -v qemu-system-x86_64 >/dev/null || { echo "run-in-vm: no qemu: apt-get install qemu-system-x86" >&2; exit 2; }
+  [ -x /bin/busybox ] || { echo "run-in-vm: no /bin/busybox: apt-get install busybox-static" >&2; exit 2; }
+  modinfo -k "$kver" rdma_rxe >/dev/null 2>&1 || { echo "run-in-vm: kernel $kver has no rdma_rxe module" >&2; exit 2; }
+fi
 
 work=$(mktemp -d /var/tmp/rxe-vm.XXXXXX) # not under /tmp: the guest mounts a tmpfs there
 trap 'rm -rf "$work"' EXIT
+# Files the command names that the guest cannot see (a checkout under /tmp) are copied in.
+stage_args "$work/stage" "$@"
+set -- "${staged[@]}"
+
+# The command, quoted for sh, with the exported variables, in a file the guest reads.
+{
+  for v in ${RXE_VM_ENV:-}; do
+    if [ -n "${!v+x}" ]; then printf 'export %s=%q\n' "$v" "${!v}"; fi
+  done
+  printf '%q ' "$@"
+  echo
+} >"$work/cmd"
+if [ "${RXE_VM_DRY_RUN:-}" = 1 ]; then # the command the guest would run, and no VM
+  trap - EXIT                            # its staged files stay, for the caller to check
+  echo "run-in-vm: dry run: work directory $work" >&2
+  cat "$work/cmd"
+  exit 0
+fi
 mkdir -p "$work"/ir/{bin,mods,proc,sys,dev,newroot}
 cp /bin/busybox "$work"/ir/bin/
 
@@ -54,15 +82,6 @@ for m in $mods; do
     *) ;;
   esac
 done
-
-# The command, quoted for sh, with the exported variables, in a file the guest reads.
-{
-  for v in ${RXE_VM_ENV:-}; do
-    if [ -n "${!v+x}" ]; then printf 'export %s=%q\n' "$v" "${!v}"; fi
-  done
-  printf '%q ' "$@"
-  echo
-} >"$work/cmd"
 
 # Runs in the guest, chrooted into this machine's /: rxe0 on a dummy netdev, then CMD.
 cat >"$work/guest.sh" <<GUEST

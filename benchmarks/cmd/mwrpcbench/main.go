@@ -172,6 +172,7 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		streamChunk = fs.String("stream-chunk", "1MiB", "bytes per message of the streaming cell")
 		listCells   = fs.Bool("list-cells", false, "print how many echo cells -payloads, -concurrency and -max-inflight make, and exit")
 		listSystems = fs.Bool("list-systems", false, "print the systems of the two-process echo matrix that \"all\" runs, one a line, and exit")
+		keepGoing   = fs.Bool("keep-going", false, "a system that fails in a cell leaves that cell (the report's notes say why) instead of ending the run")
 		cpusFlag    = fs.String("cpus", "", "SERVER/CLIENT CPU lists, as 0-7/8-15 (Linux): server processes run on the first, this process (the clients) on the second, GOMAXPROCS the count of each, so that one many-core machine behaves like two hosts")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -352,6 +353,14 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		}
 	}
 	cfg.Progress = bench.NewProgress(stderr, tty, cfg.Rounds)
+	if *keepGoing {
+		cfg.KeepGoing = true
+		cfg.OnFailure = func(cell bench.Cell, system string, err error) {
+			line := fmt.Sprintf("%v: %s left the cell: %v", cell, system, err)
+			fmt.Fprintln(stderr, "mwrpcbench:", line)
+			rep.Setup.Notes = append(rep.Setup.Notes, line)
+		}
+	}
 	if runEcho {
 		rep.Results, err = bench.Run(cfg)
 	}

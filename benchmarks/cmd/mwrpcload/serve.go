@@ -39,7 +39,7 @@ func withDevice(name string) (verbs.Device, func(), error) {
 // dialOptions puts a client on d, if set.
 func dialOptions(d verbs.Device, opts ...rpc.DialOption) []rpc.DialOption {
 	if d != nil {
-		opts = append(opts, rpc.WithClientDevice(d))
+		opts = append(opts, rpc.WithDevice(d))
 	}
 	return opts
 }

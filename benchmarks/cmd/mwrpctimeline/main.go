@@ -251,10 +251,10 @@ func dialMwrpc(sys, addr string, size int) (client, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []rpc.DialOption{rpc.WithClientDevice(dev)}
+	opts := []rpc.DialOption{rpc.WithDevice(dev)}
 	switch sys {
 	case "mwrpc-tuned":
-		opts = append(opts, rpc.WithClientTransport(tuned))
+		opts = append(opts, rpc.WithTransport(tuned))
 	case "mwrpc-lent":
 		opts = append(opts, rpc.WithLentResponses())
 	}

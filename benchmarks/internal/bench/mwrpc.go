@@ -106,7 +106,7 @@ func dialMwrpcTuned(addr string, size, _ int) (Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
 	}
-	return dialMwrpc(dev, addr, size, rpc.WithClientTransport(tunedSoftTCP))
+	return dialMwrpc(dev, addr, size, rpc.WithTransport(tunedSoftTCP))
 }
 
 // serveMwrpcTLS is serveMwrpcTCP with the fabric's stream inside TLS 1.3 (transport
@@ -179,7 +179,7 @@ func dialMwrpcTCP(addr string, size, _ int) (Instance, error) {
 func dialMwrpc(dev verbs.Device, addr string, size int, opts ...rpc.DialOption) (Instance, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client, err := rpc.Dial(ctx, addr, append([]rpc.DialOption{rpc.WithClientDevice(dev)}, opts...)...)
+	client, err := rpc.Dial(ctx, addr, append([]rpc.DialOption{rpc.WithDevice(dev)}, opts...)...)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("rpc.Dial: %w", err), dev.Close())
 	}

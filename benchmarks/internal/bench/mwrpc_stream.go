@@ -99,7 +99,7 @@ func serveMwrpcBulk(ln net.Listener, opts ...rpc.ServerOption) (Server, error) {
 func dialMwrpcStream(addr string) (StreamInstance, error) { return dialMwrpcBulk(addr) }
 
 func dialMwrpcStream16M(addr string) (StreamInstance, error) {
-	return dialMwrpcBulk(addr, rpc.WithClientTransport(mwrpcStream16M))
+	return dialMwrpcBulk(addr, rpc.WithTransport(mwrpcStream16M))
 }
 
 // mwrpcBulkClient is one rpc.Client (one connection), a stream per transfer.
@@ -116,7 +116,7 @@ func dialMwrpcBulk(addr string, opts ...rpc.DialOption) (StreamInstance, error) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client, err := rpc.Dial(ctx, addr, append([]rpc.DialOption{rpc.WithClientDevice(dev)}, opts...)...)
+	client, err := rpc.Dial(ctx, addr, append([]rpc.DialOption{rpc.WithDevice(dev)}, opts...)...)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("rpc.Dial: %w", err), dev.Close())
 	}

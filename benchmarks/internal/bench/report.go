@@ -200,7 +200,7 @@ func (r *Report) cells() []Cell {
 	return cells
 }
 
-// Target is one of issue 7's goals for mwrpc over soft TCP against gRPC-Go, as a factor
+// Target is one of the goals set for mwrpc over soft TCP against gRPC-Go, as a factor
 // by which mwrpc must be better.
 type Target struct {
 	What string
@@ -267,9 +267,9 @@ func (r *Report) writeVersus(ew *errWriter, sys, base string) {
 	}
 	if ts := r.Targets(sys, base); len(ts) > 0 {
 		if r.Setup.Mode == ModeTwoProcess {
-			ew.printf("\nTargets (issue 7, set for in-process figures; issue 17 sets the two-process ones):\n\n")
+			ew.printf("\nTargets (set for in-process figures; the two-process ones are in docs/performance.md):\n\n")
 		} else {
-			ew.printf("\nTargets (issue 7):\n\n")
+			ew.printf("\nTargets:\n\n")
 		}
 		for _, t := range ts {
 			verdict := "**missed**"

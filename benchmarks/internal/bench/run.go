@@ -42,6 +42,13 @@ type Config struct {
 	// min(StreamBytes, 64 MiB) each way.
 	StreamBytes int64
 	StreamChunk int
+
+	// KeepGoing, when set, makes a system that fails in a cell (setup, warm-up, a round
+	// or teardown) leave that cell only, reported to OnFailure, instead of ending the run:
+	// for a run that cannot be repeated (scripts/manycore.sh).
+	KeepGoing bool
+	// OnFailure, with KeepGoing, is told of each system left out of a cell, and why.
+	OnFailure func(cell Cell, system string, err error)
 }
 
 // RunSystems returns the systems of the echo matrix the mode runs, and the names of those
@@ -140,10 +147,28 @@ func Run(cfg Config) ([]Result, error) {
 			return results, fmt.Errorf("%v: %w", cell, err)
 		}
 		for i, s := range cfg.Systems {
-			results = append(results, summarize(s.Name, cell, rounds[i]))
+			if len(rounds[i]) == cfg.Rounds { // all of them, or the system left the cell
+				results = append(results, summarize(s.Name, cell, rounds[i]))
+			}
 		}
 	}
 	return results, nil
+}
+
+// leave takes system i out of cell after err (Config.KeepGoing), closing its instance,
+// or returns err to end the run.
+func (cfg *Config) leave(cell Cell, runners []*runner, i int, err error) error {
+	if !cfg.KeepGoing {
+		return err
+	}
+	if r := runners[i]; r != nil {
+		_ = r.inst.Close()
+		runners[i] = nil
+	}
+	if cfg.OnFailure != nil {
+		cfg.OnFailure(cell, cfg.Systems[i].Name, err)
+	}
+	return nil
 }
 
 // runner is one system set up for one cell, with its callers' latency buffers.
@@ -172,16 +197,22 @@ func runCell(cfg Config, cell Cell, prog Progress) ([][]Round, error) {
 			inst, err = openRemote(cfg.Executable, s, cell.Payload, cell.Concurrency, serverProfile(cfg, s.Name, CellEcho, cell))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: setup: %w", s.Name, err)
+			if err := cfg.leave(cell, runners, i, fmt.Errorf("%s: setup: %w", s.Name, err)); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		runners[i] = &runner{sys: s, inst: inst, lat: make([][]time.Duration, cell.Concurrency)}
 	}
-	for _, r := range runners {
-		if cfg.Warmup > 0 {
+	for i, r := range runners {
+		if r != nil && cfg.Warmup > 0 {
 			prog.Warmup(cell, r.sys.Name)
 			w, err := r.measure(cell.Concurrency, cfg.Warmup)
 			if err != nil {
-				return nil, fmt.Errorf("%s: warm-up: %w", r.sys.Name, err)
+				if err := cfg.leave(cell, runners, i, fmt.Errorf("%s: warm-up: %w", r.sys.Name, err)); err != nil {
+					return nil, err
+				}
+				continue
 			}
 			r.reserve(w, cfg.Duration)
 		}
@@ -191,19 +222,32 @@ func runCell(cfg Config, cell Cell, prog Progress) ([][]Round, error) {
 		for k := range runners {
 			i := (k + round) % len(runners)
 			r := runners[i]
+			if r == nil {
+				continue
+			}
 			prog.Begin(cell, round, r.sys.Name)
 			res, err := r.measure(cell.Concurrency, cfg.Duration)
 			if err != nil {
-				return nil, fmt.Errorf("%s: round %d: %w", r.sys.Name, round+1, err)
+				rounds[i] = nil
+				if err := cfg.leave(cell, runners, i, fmt.Errorf("%s: round %d: %w", r.sys.Name, round+1, err)); err != nil {
+					return nil, err
+				}
+				continue
 			}
 			rounds[i] = append(rounds[i], res)
 			prog.End(cell, round, r.sys.Name, res)
 		}
 	}
 	for i, r := range runners {
+		if r == nil {
+			continue
+		}
 		runners[i] = nil
 		if err := r.inst.Close(); err != nil {
-			return nil, fmt.Errorf("%s: teardown: %w", r.sys.Name, err)
+			rounds[i] = nil
+			if err := cfg.leave(cell, runners, i, fmt.Errorf("%s: teardown: %w", r.sys.Name, err)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return rounds, nil

@@ -12,7 +12,7 @@ import (
 )
 
 // ErrMalformed is wrapped by every parse failure.
-var ErrMalformed = errors.New("mwrpc: malformed message")
+var ErrMalformed = errors.New("malformed message")
 
 // Version is the transport protocol version this package speaks.
 const Version = 4 // 2: control credits in header byte 3; 3: streams; 4: written responses

@@ -20,6 +20,11 @@ type pd struct {
 	dev   *Device
 	c     *C.struct_ibv_pd
 	users verbs.Users // MRs, MWs, QPs and SRQs
+
+	// A parent domain (domains.go) is a pd too: libibverbs takes its ibv_pd wherever a
+	// PD goes. root and td are what it holds busy; nil for a plain PD.
+	root *pd
+	td   *td
 }
 
 // AllocPD allocates a protection domain.
@@ -40,8 +45,14 @@ func (p *pd) unuse()     { p.users.Release() }
 
 func (p *pd) Dealloc() error {
 	err := p.users.Close("ibv: dealloc PD", "MRs, MWs, QPs or SRQs", func() error {
-		if rc := C.ibv_dealloc_pd(p.c); rc != 0 {
+		if rc := C.ibv_dealloc_pd(p.c); rc != 0 { // a parent domain's too
 			return errnoErr("dealloc PD", syscall.Errno(rc))
+		}
+		if p.root != nil {
+			p.root.unuse()
+		}
+		if p.td != nil {
+			p.td.users.Release()
 		}
 		return nil
 	})

@@ -94,7 +94,7 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	var s *srq
 	if a.SRQ != nil {
 		var ok bool
-		if s, ok = a.SRQ.(*srq); !ok || s == nil || s.pd != p {
+		if s, ok = a.SRQ.(*srq); !ok || s == nil || s.pd.protection() != p.protection() {
 			return nil, fmt.Errorf("ibv: create QP: the SRQ must be an SRQ of this PD: %w", verbs.ErrInvalid)
 		}
 		// libibverbs ignores the receive capacities then; they are reported as 0.

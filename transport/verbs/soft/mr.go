@@ -14,6 +14,7 @@ import (
 type mr struct {
 	dev    *Device
 	pd     *pd
+	domain *parentDomain // registered on it (its count), or nil
 	mem    *verbs.Memory
 	buf    []byte
 	addr   uint64 // virtual address of buf[0]
@@ -94,6 +95,7 @@ func (m *mr) Dereg() error {
 	m.dmaMu.Unlock()
 	m.mem.Unpin()
 	m.pd.unuse()
+	m.domain.release()
 	return nil
 }
 
@@ -129,9 +131,10 @@ func (m *mr) slice(addr uint64, length uint64) ([]byte, bool) {
 
 // mw is a memory window. Its binding is guarded by the device's keyMu.
 type mw struct {
-	dev *Device
-	pd  *pd
-	typ verbs.MWType
+	dev    *Device
+	pd     *pd
+	domain *parentDomain // allocated on it (its count), or nil
+	typ    verbs.MWType
 
 	key     uint32 // the NIC's current rkey; keyMu
 	userKey atomic.Uint32
@@ -205,6 +208,7 @@ func (w *mw) Dealloc() error {
 	d.dropKey(verbs.KeyIndex(w.key))
 	d.keyMu.Unlock()
 	w.pd.unuse()
+	w.domain.release()
 	return nil
 }
 

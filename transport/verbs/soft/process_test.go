@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"hash/crc32"
 	"net"
 	"os"
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(leakcheck.Main(m))
 }
 
 // announcement is what the peer SENDs: where its window is.

@@ -37,6 +37,8 @@ var (
 type QP struct {
 	dev     *Device
 	pd      *pd
+	domain  *parentDomain // created on it (its count), or nil
+	td      *td           // the parent domain's thread domain: posts are checked against it
 	typ     verbs.QPType
 	scq     *cq
 	rcq     *cq
@@ -490,6 +492,7 @@ func (q *QP) Destroy() error {
 	q.scq.unuse()
 	q.rcq.unuse()
 	q.pd.unuse()
+	q.domain.release()
 	return nil
 }
 
@@ -554,6 +557,10 @@ func (q *QP) kick() {
 func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	if probe.Enabled && len(wrs) > 0 {
 		probe.MarkN(probe.PostSend, uint32(wrs[0].Opcode))
+	}
+	if q.td != nil {
+		q.td.enter()
+		defer q.td.exit()
 	}
 	q.mu.Lock()
 	var err error
@@ -742,6 +749,10 @@ func (q *QP) checkSend(wr *verbs.SendWR) error {
 
 // PostRecv queues receive work requests.
 func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
+	if q.td != nil {
+		q.td.enter()
+		defer q.td.exit()
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for i := range wrs {

@@ -429,8 +429,7 @@ func (q *QP) onWrite(h *header, src payloadSource) error {
 	if q.state != verbs.QPStateError {
 		q.acknowledge(h.psn)
 	}
-	q.mu.Unlock()
-	q.kick()
+	q.unlockAndKick() // as after a SEND: its ACK waits for a frame of ours, or the timer
 	return nil
 }
 

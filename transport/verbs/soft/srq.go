@@ -17,10 +17,11 @@ const (
 // responders of every QP attached to it (rxe's get_srq_wqe). Its own mutex keeps the QPs'
 // readers from contending on anything else; a responder takes it inside its QP's mu.
 type srq struct {
-	dev   *Device
-	pd    *pd
-	attr  verbs.SRQAttr
-	users verbs.Users // attached QPs
+	dev    *Device
+	pd     *pd
+	domain *parentDomain // created on it (its count), or nil
+	attr   verbs.SRQAttr
+	users  verbs.Users // attached QPs
 
 	mu        sync.Mutex
 	ring      []rwqe
@@ -76,6 +77,10 @@ func (s *srq) PD() verbs.PD { return s.pd }
 
 // PostRecv queues receives for the attached QPs, in order.
 func (s *srq) PostRecv(wrs []verbs.RecvWR) error {
+	if s.domain != nil && s.domain.td != nil {
+		s.domain.td.enter()
+		defer s.domain.td.exit()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range wrs {
@@ -158,6 +163,7 @@ func (s *srq) Destroy() error {
 		return err
 	}
 	s.pd.unuse()
+	s.domain.release()
 	s.dev.unuseSRQ()
 	return nil
 }

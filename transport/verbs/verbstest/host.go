@@ -24,10 +24,12 @@ const (
 	rankMR
 	rankMem
 	rankCQ
+	rankParent // parent domains: after their objects, before their TD and PD
+	rankTD
 	rankPD
 )
 
-var rankNames = [...]string{"QP", "SRQ", "MW", "MR", "mapping", "CQ", "PD"}
+var rankNames = [...]string{"QP", "SRQ", "MW", "MR", "mapping", "CQ", "parent domain", "TD", "PD"}
 
 // resource is one object a host created, released at the end of the case.
 type resource struct {

@@ -21,7 +21,8 @@
 //
 // # Cases
 //
-// The IDs of the brief's table keep their meaning. The other groups are:
+// K1, B1..B6, R1..R6, I1..I5, O1..O4 and S1..S2 are the cases of the conformance table in
+// docs/verbs.md (binding, READ, invalidation, ordering, SEND). The other groups are:
 //
 //	D1..D6  data path: SEND/RECV with several SGEs and byte_len, SEND_WITH_IMM, RDMA WRITE,
 //	        WRITE_WITH_IMM, CQ events, type-1 windows
@@ -41,11 +42,11 @@
 //
 // Most cases open two devices ("hosts") and connect one queue pair on each with cm.Connect
 // over a loopback TCP connection. C owns the memory and binds windows; S issues READs and
-// SEND_WITH_INVs on its QP, as in the brief.
+// SEND_WITH_INVs on its QP, as in the conformance table.
 //
 // # Expectations
 //
-// The expectations are the IBTA's (with the facts from rdma-core and rxe the brief cites):
+// The expectations are the IBTA's (with facts from the rdma-core man pages and rxe's code):
 // an error completion moves the QP to ERR and every work request outstanding or posted
 // afterwards completes with WR_FLUSH_ERR; post-time errors are verbs errors matched with
 // errors.Is (verbs.ErrInvalid, verbs.ErrQueueFull, verbs.ErrClosed, verbs.ErrBusy,
@@ -141,6 +142,7 @@ func allCases() []testCase {
 	cs = append(cs, concurrencyCases()...)
 	cs = append(cs, misuseCases()...)
 	cs = append(cs, srqCases()...)
+	cs = append(cs, domainCases()...)
 	return cs
 }
 
