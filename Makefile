@@ -37,7 +37,7 @@ STATICCHECK         := $(BIN)/staticcheck
 
 # Packages tested with the race detector: the concurrent ones. Patterns whose directory does
 # not exist yet are dropped, so the list can name packages that are still being written.
-RACE_DIRS     := transport pool codec rpc examples
+RACE_DIRS     := transport pool codec rpc mwnet examples
 RACE_PATTERNS := $(strip $(foreach d,$(RACE_DIRS),$(if $(wildcard $(d)/.),./$(d)/...)))
 TEST_TIMEOUT  := 15m
 
@@ -53,7 +53,7 @@ BENCH_PATTERNS := $(strip $(foreach d,$(BENCH_DIRS),$(if $(wildcard $(d)/.),./$(
 
 # The steps of `make test`, in order. A step that cannot run on this machine (test-rxe: not
 # root, not Debian) reports a skip with $(call skip,...), which CI=true turns into a failure.
-TEST_STEPS := fmt vet cross staticcheck generate-check test-race test-norace test-hostile test-benchmarks test-otlp test-readme fuzz-smoke test-scripts test-rxe test-faults
+TEST_STEPS := fmt vet cross staticcheck generate-check test-race test-norace test-hostile test-benchmarks test-otlp test-grpc test-readme fuzz-smoke test-scripts test-rxe test-faults
 
 # $(call header,title) prints a step header, with the time of day so that CI logs show
 # how long each step took.
@@ -82,12 +82,13 @@ vet:
 	$(GO) vet ./...
 
 # cross builds and vets (test files included) the library, the benchmarks module and the
-# OTLP example for every OS the soft provider runs on, besides Linux: `go vet` type-checks
+# examples that are modules of their own (examples/*/go.mod) for every OS the soft
+# provider runs on, besides Linux: `go vet` type-checks
 # each package with its tests for the target, `go build` compiles it (and links the
 # commands, into /dev/null: no binary is left in the tree). Any error fails the
 # step. The ibv provider is Linux's (build tag ibverbs, cgo) and is not built here.
 CROSS_TARGETS ?= darwin/amd64 darwin/arm64 windows/amd64 freebsd/amd64
-CROSS_MODULES := . benchmarks examples/otlp
+CROSS_MODULES := . benchmarks $(patsubst %/go.mod,%,$(sort $(wildcard examples/*/go.mod)))
 
 cross:
 	@$(call header,cross: go build and go vet for $(CROSS_TARGETS))
@@ -161,6 +162,14 @@ test-benchmarks:
 test-otlp:
 	@$(call header,examples/otlp module: go vet, staticcheck and go test)
 	cd examples/otlp && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# examples/grpc is a module of its own (gRPC stays out of the library's go.mod): gRPC-Go's
+# own interop cases over mwnet, on the soft TCP fabric and on shm.
+test-grpc:
+	@$(call header,examples/grpc module: vet + staticcheck + gRPC interop cases over mwnet)
+	$(install-staticcheck)
+	@race=; if [ "$$($(GO) env CGO_ENABLED)" = 1 ]; then race=-race; else echo "no cgo: interop cases without the race detector"; fi; \
+	 cd examples/grpc && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) test $$race -count=1 -timeout 5m ./...
 
 # test-readme follows the README's "Your own service in a new module" in a new module in
 # a temporary directory (go get -tool, go generate, the client started before the server):

@@ -117,3 +117,24 @@ func TestDialNotMwrpc(t *testing.T) {
 		})
 	}
 }
+
+// TestEndedContextNotSent: a call or stream whose context already ended fails with the
+// context's status at once, whatever a fast server would have answered (it is not sent).
+func TestEndedContextNotSent(t *testing.T) {
+	e := start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	served := e.srv.Stats().Served
+	for i := range 20 {
+		if _, err := e.svc.Echo(ctx, &Msg{Text: "late"}); !errors.Is(err, rpc.ErrDeadlineExceeded) {
+			t.Fatalf("call %d with an ended context: %v", i, err)
+		}
+	}
+	if _, err := e.client.NewStream(ctx, "/test.Streams/Count", &Msg{N: 1}); !errors.Is(err, rpc.ErrDeadlineExceeded) {
+		t.Errorf("stream with an ended context: %v", err)
+	}
+	if n := e.srv.Stats().Served - served; n != 0 {
+		t.Errorf("the server served %d requests whose context had ended", n)
+	}
+}

@@ -527,6 +527,10 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 	if req == nil {
 		lent = c.lend.takeRequest(raw)
 	}
+	if err := ctx.Err(); err != nil { // as gRPC: a call whose context already ended is not sent
+		releaseBuf(lent)
+		return nil, nil, StatusOf(err)
+	}
 	ep, conn, err := c.connFor(ctx, ci.waitForReady)
 	if err != nil {
 		releaseBuf(lent)
@@ -569,7 +573,10 @@ func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method s
 	if lent != nil {
 		return c.callLent(ctx, conn, method, deadline, md, lent, len(raw))
 	}
-	if known && size > conn.EagerLimit() {
+	// Over the eager limit the body must be in registered memory anyway; over scratchMax it
+	// goes there too rather than grow a heap scratch buffer per call (the transport copies
+	// one that fits a SEND into its send slot, and releases the buffer).
+	if known && (size > conn.EagerLimit() || size > scratchMax) {
 		resp, err := c.callRegistered(ctx, conn, method, deadline, md, cod, req, raw, size)
 		if !errors.Is(err, errSizeEstimate) {
 			return resp, err
@@ -577,6 +584,9 @@ func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method s
 	}
 	return c.callScratch(ctx, conn, method, deadline, md, cod, req, raw)
 }
+
+// scratchMax is the largest body callScratch encodes on the heap.
+const scratchMax = 16 << 10
 
 // callScratch encodes the request into a pooled scratch buffer and calls conn with it,
 // which copies it into a send slot (or, over the eager limit, into registered memory).

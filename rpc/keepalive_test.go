@@ -183,10 +183,10 @@ func TestKeepaliveTooManyPings(t *testing.T) {
 		t.Fatalf("a call after the GOAWAY: %+v, %v", out, err)
 	}
 
-	permissive := start(t, []rpc.ServerOption{rpc.WithKeepalivePolicy(transport.ServerKeepalive{MinPingInterval: 10 * time.Millisecond, PermitWithoutCalls: true})},
+	permissive := start(t, []rpc.ServerOption{rpc.WithKeepalivePolicy(transport.ServerKeepalive{MinPingInterval: time.Millisecond, PermitWithoutCalls: true})},
 		rpc.WithKeepalive(20*time.Millisecond, time.Second))
 	time.Sleep(300 * time.Millisecond) // about 15 pings
 	if n := permissive.srv.Stats().TooManyPings; n != 0 {
-		t.Errorf("a server that permits a ping every 10ms sent GOAWAY for pings every 20ms %d times", n)
+		t.Errorf("a server that permits a ping every 1ms sent GOAWAY for pings every 20ms %d times", n)
 	}
 }

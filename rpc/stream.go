@@ -241,6 +241,9 @@ func (c *Client) newStream(ctx context.Context, ep *endpoint, conn *transport.Co
 // connFor gives.
 func (cs *ClientStream) open(ctx context.Context, ep *endpoint, conn *transport.Conn, req any, waitForReady bool) error {
 	c := cs.c
+	if err := ctx.Err(); err != nil { // as gRPC: a stream whose context already ended is not opened
+		return StatusOf(err)
+	}
 	md := outgoing(ctx)
 	if err := checkRequest(cs.method, md); err != nil {
 		return &Status{Code: InvalidArgument, Message: err.Error(), cause: err}

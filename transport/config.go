@@ -260,9 +260,9 @@ const (
 // the crossover.
 const envelopeRoom = 2 << 10
 
-// withDefaults fills in the zero fields for a transport on a device with attributes dev,
-// and checks the result.
-func (c Config) withDefaults(dev verbs.DeviceAttr) (Config, error) {
+// sizeReceives fills in SharedReceives, SlotSize and EagerThreshold: on a device that
+// reports a ReadCrossover, shared receives with slots grown to carry it.
+func (c *Config) sizeReceives(dev verbs.DeviceAttr) {
 	crossover := dev.ReadCrossover > DefaultEagerThreshold && dev.MaxSRQ > 0
 	switch {
 	case c.SharedReceives < 0:
@@ -278,14 +278,20 @@ func (c Config) withDefaults(dev verbs.DeviceAttr) (Config, error) {
 			c.SlotSize, grown = dev.ReadCrossover+envelopeRoom, true
 		}
 	}
-	if c.Credits == 0 {
-		c.Credits = DefaultCredits
-	}
 	if c.EagerThreshold == 0 {
 		c.EagerThreshold = min(DefaultEagerThreshold, c.SlotSize-wire.HeaderLen)
 		if grown {
 			c.EagerThreshold = c.SlotSize - wire.HeaderLen
 		}
+	}
+}
+
+// withDefaults fills in the zero fields for a transport on a device with attributes dev,
+// and checks the result.
+func (c Config) withDefaults(dev verbs.DeviceAttr) (Config, error) {
+	c.sizeReceives(dev)
+	if c.Credits == 0 {
+		c.Credits = DefaultCredits
 	}
 	if c.MaxMessage == 0 {
 		c.MaxMessage = DefaultMaxMessage
@@ -341,27 +347,32 @@ func (c Config) withDefaults(dev verbs.DeviceAttr) (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	return c, c.check()
+}
+
+// check says what is wrong with a configuration whose defaults are filled in.
+func (c *Config) check() error {
 	switch {
 	case c.SlotSize < wire.HeaderLen+64 || c.SlotSize > 1<<24:
-		return c, fmt.Errorf("mwrpc: slot size %d outside %d..%d", c.SlotSize, wire.HeaderLen+64, 1<<24)
+		return fmt.Errorf("mwrpc: slot size %d outside %d..%d", c.SlotSize, wire.HeaderLen+64, 1<<24)
 	case c.Credits < 4 || c.Credits > 4096:
-		return c, fmt.Errorf("mwrpc: credits %d outside 4..4096", c.Credits)
+		return fmt.Errorf("mwrpc: credits %d outside 4..4096", c.Credits)
 	case c.EagerThreshold < 0 || c.EagerThreshold > c.SlotSize-wire.HeaderLen:
-		return c, fmt.Errorf("mwrpc: eager threshold %d outside 0..%d (slot size minus the header)", c.EagerThreshold, c.SlotSize-wire.HeaderLen)
+		return fmt.Errorf("mwrpc: eager threshold %d outside 0..%d (slot size minus the header)", c.EagerThreshold, c.SlotSize-wire.HeaderLen)
 	case c.MaxMessage <= 0 || c.MaxMessage > 1<<31-1:
-		return c, fmt.Errorf("mwrpc: max message %d outside 1..%d", c.MaxMessage, 1<<31-1)
+		return fmt.Errorf("mwrpc: max message %d outside 1..%d", c.MaxMessage, 1<<31-1)
 	case c.PeerTimeout < time.Second:
-		return c, fmt.Errorf("mwrpc: peer timeout %v below 1s (TCP keepalive counts in seconds)", c.PeerTimeout)
+		return fmt.Errorf("mwrpc: peer timeout %v below 1s (TCP keepalive counts in seconds)", c.PeerTimeout)
 	case c.SharedReceives < 0 || c.SharedReceives > 1<<20:
-		return c, fmt.Errorf("mwrpc: shared receives %d outside 0..%d", c.SharedReceives, 1<<20)
+		return fmt.Errorf("mwrpc: shared receives %d outside 0..%d", c.SharedReceives, 1<<20)
 	case c.MaxConns < 0 || c.MaxConnsPerHost < 0 || c.ConnRatePerHost < 0:
-		return c, fmt.Errorf("mwrpc: max conns %d, max conns per host %d and conn rate per host %g must not be negative", c.MaxConns, c.MaxConnsPerHost, c.ConnRatePerHost)
+		return fmt.Errorf("mwrpc: max conns %d, max conns per host %d and conn rate per host %g must not be negative", c.MaxConns, c.MaxConnsPerHost, c.ConnRatePerHost)
 	case c.StreamWindow < minStreamWindow || c.StreamWindow > maxStreamWindow:
-		return c, fmt.Errorf("mwrpc: stream window %d outside %d..%d", c.StreamWindow, minStreamWindow, maxStreamWindow)
+		return fmt.Errorf("mwrpc: stream window %d outside %d..%d", c.StreamWindow, minStreamWindow, maxStreamWindow)
 	case c.CQDepth < 0:
-		return c, fmt.Errorf("mwrpc: CQ depth %d is negative", c.CQDepth)
+		return fmt.Errorf("mwrpc: CQ depth %d is negative", c.CQDepth)
 	case c.Windows < 1 || c.Pollers < 1 || c.Handlers < 1:
-		return c, fmt.Errorf("mwrpc: windows %d, pollers %d and handlers %d must be positive", c.Windows, c.Pollers, c.Handlers)
+		return fmt.Errorf("mwrpc: windows %d, pollers %d and handlers %d must be positive", c.Windows, c.Pollers, c.Handlers)
 	}
-	return c, nil
+	return nil
 }

@@ -33,7 +33,7 @@ type poller struct {
 	// handler, a Response) until released; after close, released slots go to the pool.
 	srq          verbs.SRQ
 	shared       []recvSlot
-	sharedMu     sync.Mutex
+	sharedMu     sync.RWMutex // read: a slot taken or released (its holder's alone); write: closing
 	sharedHeld   atomic.Int32 // shared slots held by their messages (sharedCrowded)
 	sharedClosed bool
 

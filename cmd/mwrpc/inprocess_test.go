@@ -49,6 +49,11 @@ func (echoServer) Echo(ctx context.Context, req *allKinds) (*allKinds, error) {
 	if req.S == "fail" {
 		return nil, rpc.Errorf(rpc.FailedPrecondition, "asked to fail")
 	}
+	if req.S == "" && req.I < 0 {
+		st, _ := rpc.NewStatus(rpc.InvalidArgument, "negative I").WithDetails(&rpc.BadRequest{
+			FieldViolations: []rpc.FieldViolation{{Field: "I", Description: "negative"}}})
+		return nil, st
+	}
 	if md, ok := rpc.FromIncomingContext(ctx); ok && len(md["x-test"]) > 0 {
 		req.MD = md["x-test"][0]
 	}
@@ -177,6 +182,7 @@ func TestCallErrors(t *testing.T) {
 		{"bad JSON", []string{"call", addr, "test.Echoer/Echo", `{"S":`}, 1, "reading JSON input"},
 		{"two requests", []string{"call", addr, "test.Echoer/Echo", `{} {}`}, 2, "want one JSON request, got 2"},
 		{"status", []string{"call", addr, "test.Echoer/Echo", `{"S":"fail"}`}, 1, "code = FailedPrecondition desc = asked to fail"},
+		{"status details", []string{"call", addr, "test.Echoer/Echo", `{"I":-1}`}, 1, `detail *rpc.BadRequest: {"FieldViolations":[{"Field":"I","Description":"negative"}]}`},
 		{"deadline", []string{"call", "-timeout", "1ns", addr, "test.Echoer/Echo", `{}`}, 1, "DeadlineExceeded"},
 		{"unknown method", []string{"call", addr, "test.Echoer/Nope", `{}`}, 1, `service test.Echoer has no method "Nope" (it has Echo)`},
 		{"unknown service", []string{"describe", addr, "test.Nope"}, 1, `no service "test.Nope" on this server (it has mwrpc.reflection.v1.Reflection, test.Echoer)`},

@@ -15,8 +15,8 @@
 // server-streaming call sends {} and a client- or bidirectional-streaming call reads its
 // messages from standard input; "-" reads standard input for any call. A stream's
 // messages are JSON values one after another (JSON lines), in and out; a unary response
-// is printed indented. A failed call prints its status to standard error and exits with
-// status 1; a mistake in the command line exits with status 2.
+// is printed indented. A failed call prints its status (and its details, as JSON) to
+// standard error and exits with status 1; a mistake in the command line exits with status 2.
 //
 // Flags (before or after the arguments):
 //
@@ -31,12 +31,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
+
+	"github.com/mwrpc/mwrpc/rpc"
 )
 
 func main() {
@@ -82,7 +85,24 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 2
 	}
 	fmt.Fprintf(stderr, "mwrpc: %v\n", err)
+	printDetails(stderr, err)
 	return 1
+}
+
+// printDetails prints the details a failed call's status carries, one JSON line each
+// after its type.
+func printDetails(w io.Writer, err error) {
+	var st *rpc.Status
+	if !errors.As(err, &st) {
+		return
+	}
+	for _, d := range st.Details() {
+		j, jerr := json.Marshal(d)
+		if jerr != nil {
+			j = []byte(fmt.Sprintf("%q", jerr.Error()))
+		}
+		fmt.Fprintf(w, "  detail %T: %s\n", d, j)
+	}
 }
 
 const usage = `usage:

@@ -14,6 +14,7 @@ import (
 	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/rpc"
 	"github.com/mwrpc/mwrpc/rpc/health"
+	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 )
 
@@ -52,7 +53,9 @@ type server struct {
 // on a loopback port (addr if not "") until the test ends.
 func startServer(t *testing.T, name, addr string, withHealth bool) *server {
 	t.Helper()
-	s := &server{srv: rpc.NewServer()}
+	// The clients of these tests ping every few hundred milliseconds (WithKeepalive):
+	// the servers permit it, as gRPC's must (the default policy would send GOAWAY).
+	s := &server{srv: rpc.NewServer(rpc.WithKeepalivePolicy(transport.ServerKeepalive{MinPingInterval: time.Millisecond, PermitWithoutCalls: true}))}
 	s.srv.RegisterService(&whoDesc, &whoServer{name: name})
 	if withHealth {
 		s.hs = health.Register(s.srv)

@@ -102,6 +102,8 @@ var Systems = []System{
 	{Name: "mwrpc-inproc", Desc: "mwrpc, soft provider over the in-process fabric (one soft.NewFabric; in-process mode only)", Open: openMwrpcInproc},
 	{Name: "grpc", Desc: "gRPC-Go over loopback TCP, hand-written ServiceDesc, raw-bytes codec (no protobuf)", Serve: serveGRPC, Dial: dialGRPC,
 		StreamDesc: grpcStreamDesc, ServeStream: serveGRPCStream, DialStream: dialGRPCStream},
+	{Name: "grpc-mwnet", Desc: grpcMwnetDesc, Serve: serveGRPCMwnet, Dial: dialGRPCMwnet},
+	{Name: "grpc-mwnet-shm", Desc: grpcMwnetSHMDesc, Serve: serveGRPCMwnetSHM, Dial: dialGRPCMwnetSHM},
 	{Name: "drpc", Desc: "DRPC (storj.io/drpc) over loopback TCP, hand-written description, raw-bytes encoding (no protobuf), one connection per caller (a DRPC connection carries one call at a time)", Serve: serveDRPC, Dial: dialDRPC},
 	{Name: "kitex", Desc: "Kitex (cloudwego/kitex) over loopback TCP: its netpoll server and its client's long-connection pool (a connection per caller), Thrift binary with a hand-written FastCodec service as kitex's generator writes it", Serve: serveKitex, Dial: dialKitex},
 	{Name: "netrpc", Desc: "net/rpc (gob) over loopback TCP, one client shared by all callers", Serve: serveNetRPC, Dial: dialNetRPC},

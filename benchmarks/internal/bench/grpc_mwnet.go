@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/mwrpc/mwrpc/mwnet"
+	"github.com/mwrpc/mwrpc/transport/verbs/shm"
+)
+
+// gRPC-Go over mwnet: the grpc system's server and client, unchanged, with mwnet's
+// listener and dialer under them (one mwnet Conn, one queue pair, per grpc.ClientConn).
+
+const grpcMwnetDesc = "gRPC-Go (the grpc system) over mwnet: its HTTP/2 connection is one mwnet stream on a soft-provider queue pair over the TCP fabric (loopback)"
+
+const grpcMwnetSHMDesc = "gRPC-Go (the grpc system) over mwnet on the shm fabric (same host only): one mwnet stream on a queue pair over shared-memory rings"
+
+func serveGRPCMwnet(ln net.Listener) (Server, error) {
+	ml, err := mwnet.NewListener(ln)
+	if err != nil {
+		return nil, err
+	}
+	return serveGRPC(ml)
+}
+
+func dialGRPCMwnet(addr string, size, concurrency int) (Instance, error) {
+	return dialGRPCOver(addr, size, concurrency)
+}
+
+func serveGRPCMwnetSHM(ln net.Listener) (Server, error) {
+	path, err := sameHostSocket("grpc-mwnet-shm", ln.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	sl, err := shm.Listen(path, shm.Config{})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := serveGRPCMwnet(sl)
+	if err != nil {
+		return nil, err
+	}
+	return &sameHostServer{Server: srv, tcp: ln}, nil
+}
+
+func dialGRPCMwnetSHM(addr string, size, concurrency int) (Instance, error) {
+	path, err := sameHostSocket("grpc-mwnet-shm", addr)
+	if err != nil {
+		return nil, err
+	}
+	return dialGRPCOver(shm.Scheme+path, size, concurrency)
+}
+
+// dialGRPCOver is dialGRPC with mwnet's dialer to target.
+func dialGRPCOver(target string, size, concurrency int) (Instance, error) {
+	g := &grpcInstance{req: payload(size), out: make([][]byte, concurrency)}
+	var err error
+	g.conn, err = grpc.NewClient("passthrough:///"+target,
+		grpc.WithContextDialer(mwnet.Dialer()),
+		grpc.WithAuthority("mwnet"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(rawCodecName),
+			grpc.MaxCallRecvMsgSize(grpcMaxMessage), grpc.MaxCallSendMsgSize(grpcMaxMessage)))
+	if err != nil {
+		return nil, fmt.Errorf("grpc.NewClient: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err = g.conn.Invoke(ctx, grpcEchoMethod, &g.req, &g.out[0], grpc.WaitForReady(true))
+	cancel()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("first call: %w", err), g.conn.Close())
+	}
+	return g, nil
+}
