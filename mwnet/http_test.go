@@ -94,3 +94,62 @@ func TestPlainCallRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBacklog: a peer opening streams on one queue pair faster than they are accepted gets
+// refusals beyond Backlog (counted), holds no more handlers than that, and the listener
+// accepts again once the program takes what waits.
+func TestBacklog(t *testing.T) {
+	leakcheck.Check(t)
+	l, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const backlog = 8 // Backlog's behavior, with fewer dialers (each has a transport of its own)
+	l.mu.Lock()
+	l.backlog = backlog
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var conns []*Conn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	const extra = 3
+	for range backlog + extra {
+		c, err := Dial(ctx, l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	refusedReads := 0
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); errors.Is(err, ErrRefused) {
+			refusedReads++
+		}
+	}
+	if got := l.Refused(); got != extra || refusedReads != extra {
+		t.Fatalf("refused %d streams (%d dialers read ErrRefused); want %d", got, refusedReads, extra)
+	}
+	for range backlog {
+		s, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+	}
+	c, err := Dial(ctx, l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns = append(conns, c)
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+}

@@ -488,11 +488,11 @@ func (t *telemetry) observeTransport(tr *transport.Transport) {
 	idle := gauge("mwrpc.handlers.idle", "{handler}", "Handlers the pool can still start before calls get RESOURCE_EXHAUSTED.")
 	conns := gauge("mwrpc.connections.open", "{connection}", "Connections set up and not yet closed.")
 	exposed := gauge("mwrpc.windows.exposed", "{window}", "Windows bound now: memory a peer may still READ.")
-	events := counter("mwrpc.peer.events", "{event}", "What peers made happen that an operator should hear of, by mwrpc.event: refused (connection limits), setup_failed, protocol (the peer broke the protocol), access (of those: a bad rkey), stalled, crowded, overloaded, idle_closed.")
+	events := counter("mwrpc.peer.events", "{event}", "What peers made happen that an operator should hear of, by mwrpc.event: refused (connection limits), setup_failed, protocol (the peer broke the protocol), access (of those: a bad rkey), stalled, crowded, overloaded, idle_closed, too_many_pings.")
 	eventAttrs := func(name string) metric.MeasurementOption {
 		return metric.WithAttributeSet(attribute.NewSet(attribute.String("mwrpc.side", side), attribute.String("mwrpc.event", name)))
 	}
-	eventNames := [...]string{"refused", "setup_failed", "protocol", "access", "stalled", "crowded", "overloaded", "idle_closed"}
+	eventNames := [...]string{"refused", "setup_failed", "protocol", "access", "stalled", "crowded", "overloaded", "idle_closed", "too_many_pings"}
 	var eventSets [len(eventNames)]metric.MeasurementOption
 	for i, n := range eventNames {
 		eventSets[i] = eventAttrs(n)
@@ -517,7 +517,7 @@ func (t *telemetry) observeTransport(tr *transport.Transport) {
 		o.ObserveInt64(idle, int64(st.HandlersCap-st.Handlers), attrs)
 		o.ObserveInt64(conns, int64(st.Conns), attrs)
 		o.ObserveInt64(exposed, int64(st.WindowsExposed), attrs)
-		for i, n := range [len(eventNames)]uint64{st.Refused, st.SetupFailed, st.Protocol, st.Access, st.Stalled, st.Crowded, st.Overloaded, st.IdleClosed} {
+		for i, n := range [len(eventNames)]uint64{st.Refused, st.SetupFailed, st.Protocol, st.Access, st.Stalled, st.Crowded, st.Overloaded, st.IdleClosed, st.TooManyPings} {
 			o.ObserveInt64(events, int64(n), eventSets[i])
 		}
 		return nil

@@ -31,8 +31,10 @@ type options struct {
 // headerFlag collects -H 'key: value'.
 type headerFlag []string
 
+// String lists the metadata given (flag.Value).
 func (h *headerFlag) String() string { return strings.Join(*h, ", ") }
 
+// Set adds one 'key: value' (flag.Value); a value without a key is refused.
 func (h *headerFlag) Set(v string) error {
 	k, _, ok := strings.Cut(v, ":")
 	if !ok || strings.TrimSpace(k) == "" {

@@ -10,7 +10,7 @@ import (
 // fakeInstance answers calls, or fails every one with err.
 type fakeInstance struct{ err error }
 
-func (f fakeInstance) Call(int) error          { return f.err }
+func (f fakeInstance) Call(int) error         { return f.err }
 func (f fakeInstance) Copied() (uint64, bool) { return 0, false }
 func (f fakeInstance) Close() error           { return nil }
 
