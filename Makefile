@@ -1,6 +1,7 @@
 # mwrpc build and test entry points.
 #
 #   make test          everything CI runs (.ci/run calls exactly this)
+#   make cross         go build and go vet for macOS, Windows and FreeBSD (a step of make test)
 #   make fuzz          every native Fuzz target for FUZZTIME each (default 60s)
 #   make bench-verbs   verbs and pool micro-benchmarks, 5 runs each (for benchstat)
 #   make test-faults   the fault suite (netem, kill) in the rxe VM, soft TCP and ibv
@@ -52,7 +53,7 @@ BENCH_PATTERNS := $(strip $(foreach d,$(BENCH_DIRS),$(if $(wildcard $(d)/.),./$(
 
 # The steps of `make test`, in order. A step that cannot run on this machine (test-rxe: not
 # root, not Debian) reports a skip with $(call skip,...), which CI=true turns into a failure.
-TEST_STEPS := fmt vet staticcheck generate-check test-race test-norace test-hostile test-benchmarks test-otlp test-grpc test-readme fuzz-smoke test-scripts test-rxe test-faults
+TEST_STEPS := fmt vet cross staticcheck generate-check test-race test-norace test-hostile test-benchmarks test-otlp test-grpc test-readme fuzz-smoke test-scripts test-rxe test-faults
 
 # $(call header,title) prints a step header, with the time of day so that CI logs show
 # how long each step took.
@@ -79,6 +80,26 @@ fmt:
 vet:
 	@$(call header,vet: go vet ./...)
 	$(GO) vet ./...
+
+# cross builds and vets (test files included) the library, the benchmarks module and the
+# examples that are modules of their own (examples/*/go.mod) for every OS the soft
+# provider runs on, besides Linux: `go vet` type-checks
+# each package with its tests for the target, `go build` compiles it (and links the
+# commands, into /dev/null: no binary is left in the tree). Any error fails the
+# step. The ibv provider is Linux's (build tag ibverbs, cgo) and is not built here.
+CROSS_TARGETS ?= darwin/amd64 darwin/arm64 windows/amd64 freebsd/amd64
+CROSS_MODULES := . benchmarks $(patsubst %/go.mod,%,$(sort $(wildcard examples/*/go.mod)))
+
+cross:
+	@$(call header,cross: go build and go vet for $(CROSS_TARGETS))
+	@for t in $(CROSS_TARGETS); do \
+	   for m in $(CROSS_MODULES); do \
+	     echo "$$t: $$m"; \
+	     (cd $$m && GOOS=$${t%/*} GOARCH=$${t#*/} CGO_ENABLED=0 $(GO) build -o /dev/null ./... && \
+	      GOOS=$${t%/*} GOARCH=$${t#*/} CGO_ENABLED=0 $(GO) vet ./...) || { echo "FAIL: cross: $$t: $$m" >&2; exit 1; }; \
+	   done; \
+	 done; \
+	 echo "ok: $(CROSS_TARGETS) build and vet"
 
 # Generated stubs must be what the generator writes today.
 generate-check:

@@ -21,6 +21,10 @@ const maxChunk = 1 << 20
 // ErrWriteClosed is returned by a Write after CloseWrite.
 var ErrWriteClosed = errors.New("mwnet: write after CloseWrite")
 
+// ErrRefused is returned by a dialer's Read when the listener refused its stream (its
+// backlog was full, or it was closed).
+var ErrRefused = errors.New("stream refused by the listener")
+
 // Conn is a net.Conn over one transport stream on its own queue pair. Read and Write may
 // run at once from two goroutines; several Reads (or Writes) at once are serialized.
 type Conn struct {
@@ -106,7 +110,11 @@ func (c *Conn) readFailed(ctx context.Context, err error) error {
 	}
 	if errors.Is(err, io.EOF) {
 		c.rerr = io.EOF
-		return io.EOF
+		if status, msg, ok := c.st.Final(); c.opener && ok && status != transport.StatusOK {
+			// The listener refused or ended the stream with an error (backlog full, closed).
+			c.rerr = c.opError("read", nil, fmt.Errorf("mwnet: %w: %s", ErrRefused, msg))
+		}
+		return c.rerr
 	}
 	c.rerr = c.opError("read", nil, err)
 	return c.rerr

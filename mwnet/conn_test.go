@@ -17,7 +17,7 @@ import (
 )
 
 // targets are the fabrics every test runs over.
-func targets(t *testing.T) map[string]string {
+func targets(t testing.TB) map[string]string {
 	m := map[string]string{"tcp": "127.0.0.1:0"}
 	if runtime.GOOS == "linux" {
 		m["shm"] = "shm://" + filepath.Join(t.TempDir(), "mwnet.sock")
@@ -28,7 +28,7 @@ func targets(t *testing.T) map[string]string {
 }
 
 // pair listens on target and returns both ends of one connection.
-func pair(t *testing.T, target string) (l *Listener, client, server net.Conn) {
+func pair(t testing.TB, target string) (l *Listener, client, server net.Conn) {
 	t.Helper()
 	l, err := Listen(target)
 	if err != nil {

@@ -94,3 +94,72 @@ func TestPlainCallRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBacklog: a peer opening streams on one queue pair faster than they are accepted gets
+// refusals beyond Backlog (counted), holds no more handlers than that, and the listener
+// accepts again once the program takes what waits.
+func TestBacklog(t *testing.T) {
+	leakcheck.Check(t)
+	l, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const backlog = 8 // Backlog's behavior, with fewer dialers (each has a transport of its own)
+	l.mu.Lock()
+	l.backlog = backlog
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var conns []*Conn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	const extra = 3
+	for range backlog + extra {
+		c, err := Dial(ctx, l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	// Each dialer reads: the refused ones fail with ErrRefused; the others wait until the
+	// end of the test closes them.
+	refused := make(chan error, len(conns))
+	for _, c := range conns {
+		go func() {
+			if _, err := c.Read(make([]byte, 1)); errors.Is(err, ErrRefused) {
+				refused <- err
+			}
+		}()
+	}
+	for range extra {
+		select {
+		case <-refused:
+		case <-ctx.Done():
+			t.Fatalf("%d streams refused (dialers saw %d ErrRefused) in 20 s; want %d", l.Refused(), len(refused), extra)
+		}
+	}
+	if got := l.Refused(); got != extra {
+		t.Fatalf("refused %d streams; want %d", got, extra)
+	}
+	for range backlog {
+		s, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+	}
+	c, err := Dial(ctx, l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns = append(conns, c)
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -25,6 +28,12 @@ func (Addr) Network() string { return network }
 // String returns the target.
 func (a Addr) String() string { return string(a) }
 
+// Backlog bounds the streams waiting for Accept, as a TCP listener's backlog does: each
+// holds one of the transport's handlers, so a peer opening streams faster than the
+// program accepts them could otherwise take them all. Beyond it, a stream is refused
+// (ResourceExhausted: the dialer's first Read fails), counted and logged.
+const Backlog = 128
+
 // Listener accepts Conns: each is a stream a Dial opened on its own queue pair.
 type Listener struct {
 	ln      net.Listener
@@ -36,7 +45,12 @@ type Listener struct {
 	served  chan struct{} // closed when the transport stops accepting
 	mu      sync.Mutex
 	closed  bool
-	active  int  // handlers holding a connection (accepted or being offered)
+	active  int // handlers holding a connection (accepted or being offered)
+	waiting int // streams offered to Accept and not yet taken: at most backlog
+	backlog int // Backlog (tests lower it)
+	refused atomic.Uint64
+	logged  time.Time // when a refusal was last logged
+	logger  *slog.Logger
 	trGone  bool // the transport was closed
 	closeMu sync.Mutex
 }
@@ -75,7 +89,10 @@ func NewListener(ln net.Listener, opts ...Option) (*Listener, error) {
 func newListener(ln net.Listener, addr Addr, opts []Option) (*Listener, error) {
 	o := collect(opts)
 	l := &Listener{ln: ln, addr: addr, accept: make(chan *Conn),
-		done: make(chan struct{}), served: make(chan struct{})}
+		done: make(chan struct{}), served: make(chan struct{}), logger: o.config.Logger, backlog: Backlog}
+	if l.logger == nil {
+		l.logger = slog.Default()
+	}
 	dev := o.device
 	if dev == nil {
 		d, _ := soft.OpenTCP("mwnet-listener")
@@ -147,15 +164,36 @@ func (l *Listener) closeTransport() {
 	}
 }
 
-// enter counts a handler holding a connection; false once the listener is closed.
-func (l *Listener) enter() bool {
+// Refused returns how many streams were refused because Backlog streams waited for
+// Accept already.
+func (l *Listener) Refused() uint64 { return l.refused.Load() }
+
+// enter counts a handler holding a connection, waiting for Accept. It returns the status
+// to refuse the stream with, or StatusOK.
+func (l *Listener) enter(peer net.Addr) transport.Code {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return false
+		return transport.StatusUnavailable
+	}
+	if l.waiting >= l.backlog {
+		l.refused.Add(1)
+		if now := time.Now(); now.Sub(l.logged) > time.Second { // at most one line a second
+			l.logged = now
+			l.logger.Warn("mwnet: stream refused: backlog full", "peer", peer, "backlog", l.backlog, "refused", l.refused.Load())
+		}
+		return transport.StatusResourceExhausted
 	}
 	l.active++
-	return true
+	l.waiting++
+	return transport.StatusOK
+}
+
+// taken uncounts a stream that no longer waits for Accept.
+func (l *Listener) taken() {
+	l.mu.Lock()
+	l.waiting--
+	l.mu.Unlock()
 }
 
 // leave uncounts one; the last one after Close closes the transport, from a goroutine of
@@ -178,20 +216,28 @@ func (l *Listener) serve(ctx context.Context, _ []byte, w *transport.ResponseWri
 		_ = w.Write(transport.StatusUnimplemented, []byte("mwnet: only streams are served here"))
 		return
 	}
-	if !l.enter() {
-		_ = w.Write(transport.StatusUnavailable, []byte("mwnet: listener closed"))
+	switch code := l.enter(w.Peer().Addr); code {
+	case transport.StatusOK:
+	case transport.StatusResourceExhausted:
+		_ = w.Write(code, []byte("mwnet: listener backlog full"))
+		return
+	default:
+		_ = w.Write(code, []byte("mwnet: listener closed"))
 		return
 	}
 	defer l.leave()
 	c := newConn(st, false, l.addr, w.Peer())
 	select {
 	case l.accept <- c:
+		l.taken()
 	case <-l.done:
-		c.Close()
+		l.taken()
+		_ = c.Close()
 		_ = w.Write(transport.StatusUnavailable, []byte("mwnet: listener closed"))
 		return
 	case <-ctx.Done(): // the dialer gave up before Accept took it
-		c.Close()
+		l.taken()
+		_ = c.Close()
 		return
 	}
 	<-c.released

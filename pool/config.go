@@ -85,12 +85,14 @@ type Config struct {
 	Prealloc int
 
 	// HugePages maps slabs with MAP_HUGETLB (in multiples of 2 MiB). When the system has
-	// no huge pages to give, the pool logs a warning once and uses normal pages.
+	// no huge pages to give, and on every OS but Linux, the pool logs a warning once and
+	// uses normal pages.
 	HugePages bool
 
-	// Lock calls mlock on every slab, so its pages are resident before the provider sees
-	// them. A software provider does not pin memory; with Lock the process really holds
-	// it locked, and the kernel's own RLIMIT_MEMLOCK check applies as well.
+	// Lock calls mlock on every slab (VirtualLock on Windows), so its pages are resident
+	// before the provider sees them. A software provider does not pin memory; with Lock
+	// the process really holds it locked, and the kernel's own RLIMIT_MEMLOCK check
+	// applies as well (on Windows, the working-set quota).
 	Lock bool
 
 	// Memlock chooses how the pool checks RLIMIT_MEMLOCK before registering a slab.

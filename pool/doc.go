@@ -53,6 +53,11 @@
 // the limit is in the way the error (ErrMemlock) names the current limit and how to raise
 // it. See Config.Memlock.
 //
+// The limit is read per OS: RLIMIT_MEMLOCK on Linux (where CAP_IPC_LOCK lifts it), on
+// macOS and on the BSDs (where nothing lifts it); Windows has none, so the pool's own check
+// never refuses there, and Config.Lock's VirtualLock is bounded by the process's working
+// set instead.
+//
 // # Memory windows
 //
 // Windows is the per-queue-pair allocator of type-2 memory windows: Next hands out a free

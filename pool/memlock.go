@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"syscall"
-	"unsafe"
 
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
@@ -25,7 +23,7 @@ const unlimited = ^uint64(0)
 // pool's own check refused it (Err is nil), or mmap, mlock or the provider failed with
 // ENOMEM/EAGAIN (Err is that failure). It matches ErrMemlock and verbs.ErrNoMemory.
 type MemlockError struct {
-	Limit  uint64 // the soft RLIMIT_MEMLOCK, in bytes, when the slab was refused
+	Limit  uint64 // the soft RLIMIT_MEMLOCK, in bytes, when the slab was refused (Windows: unlimited)
 	Pinned int64  // bytes all pools of the process had registered
 	Want   int64  // bytes of the slab
 	Class  int    // buffer size of the class that was growing
@@ -34,15 +32,8 @@ type MemlockError struct {
 
 // Error names the limit, what was asked, and the ways to raise the limit.
 func (e *MemlockError) Error() string {
-	lim := "unlimited"
-	if e.Limit != unlimited {
-		lim = fmt.Sprintf("%s (ulimit -l: %d)", sizeString(int64(e.Limit)), e.Limit/1024)
-	}
-	s := fmt.Sprintf("pool: cannot register a %s slab for class %s: RLIMIT_MEMLOCK is %s and the process's pools already hold %s; "+
-		"raise the limit with `ulimit -l unlimited` (or a size in KiB) in the shell that starts the process, "+
-		"LimitMEMLOCK=infinity in its systemd unit, a memlock line in /etc/security/limits.conf, "+
-		"or `--ulimit memlock=-1` for docker; or grant the process CAP_IPC_LOCK",
-		sizeString(e.Want), sizeString(int64(e.Class)), lim, sizeString(e.Pinned))
+	s := fmt.Sprintf("pool: cannot register a %s slab for class %s: %s and the process's pools already hold %s; %s",
+		sizeString(e.Want), sizeString(int64(e.Class)), limitString(e.Limit), sizeString(e.Pinned), memlockHint)
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
@@ -56,44 +47,6 @@ func (e *MemlockError) Unwrap() []error {
 		errs = append(errs, e.Err)
 	}
 	return errs
-}
-
-// memlockLimit returns the soft RLIMIT_MEMLOCK in bytes.
-func memlockLimit() uint64 {
-	var r syscall.Rlimit
-	if err := syscall.Getrlimit(rlimitMemlock, &r); err != nil {
-		return unlimited
-	}
-	return r.Cur
-}
-
-// capIPCLock is the capability that exempts a process from RLIMIT_MEMLOCK.
-const capIPCLock = 14
-
-// capHeader and capData are the arguments of capget(2) and capset(2), version 3.
-type capHeader struct {
-	version uint32
-	pid     int32 // 0: the calling thread
-}
-
-type capData struct{ effective, permitted, inheritable uint32 }
-
-// capget returns the capability sets of the calling thread (two 32-bit words each).
-func capget() ([2]capData, error) {
-	hdr := capHeader{version: 0x20080522} // _LINUX_CAPABILITY_VERSION_3
-	var data [2]capData
-	_, _, e := syscall.RawSyscall(syscall.SYS_CAPGET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
-	if e != 0 {
-		return data, e
-	}
-	return data, nil
-}
-
-// hasCapIPCLock reports whether the calling thread has CAP_IPC_LOCK in its effective set.
-// Capabilities are per thread in Linux, and so is the kernel's check at registration.
-func hasCapIPCLock() bool {
-	data, err := capget()
-	return err == nil && data[0].effective&(1<<capIPCLock) != 0
 }
 
 // memlockEnforced reports whether the pool's policy applies the limit lim now.

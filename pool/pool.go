@@ -435,14 +435,14 @@ func (p *Pool) newSlab(c *class, no int) (*slab, error) {
 	sl := &slab{c: c, no: no, mem: mem}
 	unmap := func() {
 		if sl.locked {
-			_ = syscall.Munlock(mem.Bytes())
+			_ = unlockMemory(mem.Bytes())
 		}
 		_ = mem.Unmap()
 	}
 	if p.cfg.Lock {
-		if err := syscall.Mlock(mem.Bytes()); err != nil {
+		if err := lockMemory(mem.Bytes()); err != nil {
 			unmap()
-			return nil, p.memlockError(c, lim, fmt.Errorf("mlock: %w", err))
+			return nil, p.memlockError(c, lim, fmt.Errorf("%s: %w", lockCall, err))
 		}
 		sl.locked = true
 	}
@@ -484,7 +484,7 @@ func (p *Pool) mapSlab(c *class) (*verbs.Memory, error) {
 			return mem, nil
 		}
 		if p.hugeWarned.CompareAndSwap(false, true) {
-			p.cfg.Logger.Warn("pool: huge pages unavailable, falling back to normal pages (reserve some with sysctl vm.nr_hugepages=N)",
+			p.cfg.Logger.Warn("pool: huge pages unavailable, falling back to normal pages ("+hugePagesHint+")",
 				"slab", sizeString(int64(c.mapBytes)), "err", err)
 		}
 	}
@@ -531,7 +531,7 @@ func (p *Pool) Close() error {
 				continue // leaked buffers: keep the memory mapped
 			}
 			if sl.locked {
-				_ = syscall.Munlock(sl.mem.Bytes())
+				_ = unlockMemory(sl.mem.Bytes())
 			}
 			if err := sl.mem.Unmap(); err != nil {
 				errs = append(errs, fmt.Errorf("pool: unmap slab %d of class %s: %w", no, sizeString(int64(c.size)), err))

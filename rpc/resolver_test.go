@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mwrpc/mwrpc/internal/leakcheck"
+	"github.com/mwrpc/mwrpc/internal/loopback"
 	"github.com/mwrpc/mwrpc/rpc"
 )
 
@@ -60,6 +61,7 @@ func startBackend(t *testing.T) *backend {
 // one name would be: an A record's answer changes the IP only.
 func backendPair(t *testing.T) (a, b *backend, port string) {
 	t.Helper()
+	loopback.Require(t, "127.0.0.2")
 	for range 10 {
 		a = startBackend(t)
 		_, port, _ = net.SplitHostPort(a.addr)

@@ -253,8 +253,8 @@ func TestTelemetry(t *testing.T) {
 			t.Errorf("mwrpc.pool.capacity = %d, want > 0", v)
 		}
 		// One point per event kind, all zero: nobody misbehaved.
-		if ev, ok := findMetric(rm, "mwrpc.peer.events").(metricdata.Sum[int64]); !ok || len(ev.DataPoints) != 8 || sumValue(ev) != 0 {
-			t.Errorf("mwrpc.peer.events = %+v, want 8 points of 0", findMetric(rm, "mwrpc.peer.events"))
+		if ev, ok := findMetric(rm, "mwrpc.peer.events").(metricdata.Sum[int64]); !ok || len(ev.DataPoints) != 9 || sumValue(ev) != 0 {
+			t.Errorf("mwrpc.peer.events = %+v, want 9 points of 0", findMetric(rm, "mwrpc.peer.events"))
 		}
 	}
 }

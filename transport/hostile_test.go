@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/loopback"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
@@ -520,7 +521,7 @@ func TestMain(m *testing.M) {
 // up by hand and gone halfway through a frame. It reports how many of the latter the
 // server set up (the others it refused).
 func churn(addr string) (int, error) {
-	_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, 19)
+	lowerPriority()
 	dev, _ := soft.OpenTCP("churn")
 	defer dev.Close()
 	pd, err := dev.AllocPD()
@@ -555,6 +556,7 @@ func TestHostilePeers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the hostile-peer suite takes about a minute")
 	}
+	loopback.Require(t, attackerIP.String())
 	h := newHostile(t)
 
 	h.attack("garbage hellos", "not an mwrpc peer", 4, func() {

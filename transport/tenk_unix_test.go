@@ -247,12 +247,19 @@ func raiseFileLimit(n uint64) error {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return fmt.Errorf("getrlimit: %w", err)
 	}
-	if lim.Cur >= n {
+	if uint64(lim.Cur) >= n {
 		return nil
 	}
-	want := syscall.Rlimit{Cur: n, Max: max(lim.Max, n)}
+	want := lim
+	setRlim(&want.Cur, n)
+	if uint64(lim.Max) < n {
+		setRlim(&want.Max, n)
+	}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
 		return fmt.Errorf("the file limit is %d (hard %d) and cannot be raised to %d: %w", lim.Cur, lim.Max, n, err)
 	}
 	return nil
 }
+
+// setRlim stores n in an rlimit field: an int64 on FreeBSD and DragonFly, a uint64 elsewhere.
+func setRlim[T int64 | uint64](f *T, n uint64) { *f = T(n) }

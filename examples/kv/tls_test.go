@@ -15,6 +15,7 @@ import (
 // another CA, and without TLS: only the first is served, the others fail saying why, and
 // the server logs each refusal.
 func TestTLSFlags(t *testing.T) {
+	requireInterrupt(t) // and mkcerts.sh is a shell script
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Fatal("openssl is missing: apt-get install -y openssl (mkcerts.sh uses it)")
 	}

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"syscall"
 	"unsafe"
 )
 
 // Memory is an anonymous mapping outside the Go heap, the only memory RegMR accepts. The
 // garbage collector never moves or frees it; Unmap does, and refuses while any memory
-// region is registered over it.
+// region is registered over it. Each OS maps it its own way (memory_linux.go,
+// memory_unix.go, memory_windows.go): mmap on Linux and the BSDs and macOS, VirtualAlloc on
+// Windows; huge pages are Linux's alone.
 type Memory struct {
 	b    []byte
 	addr uintptr
@@ -25,7 +26,8 @@ type Memory struct {
 // MapOptions tune Map.
 type MapOptions struct {
 	// HugePages asks for MAP_HUGETLB. Map fails (wrapping ErrNoMemory) when the system has
-	// no huge pages to give; callers that want a fallback retry without it.
+	// no huge pages to give, and on every OS but Linux (wrapping errors.ErrUnsupported as
+	// well); callers that want a fallback retry without it.
 	HugePages bool
 }
 
@@ -39,13 +41,9 @@ func Map(n int, opt MapOptions) (*Memory, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("verbs: map %d bytes: %w", n, ErrInvalid)
 	}
-	flags := syscall.MAP_PRIVATE | syscall.MAP_ANON
-	if opt.HugePages {
-		flags |= syscall.MAP_HUGETLB
-	}
-	b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, flags)
+	b, err := mapAnon(n, opt.HugePages)
 	if err != nil {
-		return nil, fmt.Errorf("verbs: mmap %d bytes (huge pages %v): %w: %w", n, opt.HugePages, ErrNoMemory, err)
+		return nil, fmt.Errorf("verbs: %s %d bytes (huge pages %v): %w: %w", mapCall, n, opt.HugePages, ErrNoMemory, err)
 	}
 	m := &Memory{b: b, addr: uintptr(unsafe.Pointer(&b[0])), huge: opt.HugePages}
 	mappings.Lock()
@@ -83,7 +81,7 @@ func (m *Memory) Unmap() error {
 	}
 	mappings.Unlock()
 	m.closed = true
-	return syscall.Munmap(m.b)
+	return unmapAnon(m.b)
 }
 
 // Pin finds the live mapping that contains all of buf and counts one registration against

@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -87,7 +86,9 @@ func waitNoneMarked(t *testing.T, tok string, d time.Duration) {
 		if time.Now().After(deadline) {
 			for pid, cmd := range left {
 				t.Errorf("process %d left behind: %s", pid, cmd)
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+				if p, err := os.FindProcess(pid); err == nil {
+					_ = p.Kill()
+				}
 			}
 			return
 		}

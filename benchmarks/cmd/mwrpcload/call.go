@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/mwrpc/mwrpc/benchmarks/internal/load"
@@ -67,7 +66,7 @@ func call(args []string) error {
 	defer done()
 
 	healed := make(chan os.Signal, 1)
-	signal.Notify(healed, syscall.SIGUSR1)
+	notifyHeal(healed)
 	base := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), *duration+*deadline)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -128,6 +129,9 @@ func faultsCmd(args []string) error {
 	sizes := fs.String("sizes", "64,4KiB,64KiB,1MiB", "request sizes, in turn")
 	callers := fs.Int("callers", 4, "concurrent callers")
 	_ = fs.Parse(args)
+	if runtime.GOOS != "linux" {
+		return fmt.Errorf("faults: not on %s: needs Linux (netem, veth pairs, network namespaces), root, inside the rxe VM (make test-faults)", runtime.GOOS)
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("faults: needs root inside the rxe VM (make test-faults)")
 	}
@@ -204,7 +208,7 @@ func startServer(n *fabricNet) (*exec.Cmd, error) {
 		args = append(args, "-device", n.srvDevice)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childSysProcAttr()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -235,7 +239,7 @@ func caller(n *fabricNet, d time.Duration, l workload, out *bytes.Buffer) (*exec
 		args = append(args, "-device", n.cliDevice)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childSysProcAttr()
 	cmd.Stdout, cmd.Stderr = out, os.Stderr
 	return cmd, cmd.Start()
 }
@@ -309,7 +313,7 @@ func runFault(n *fabricNet, f fault, l workload, recoverBound time.Duration) (r 
 		if err := netem(n, ""); err != nil {
 			problem("%v", err)
 		}
-		_ = cl.Process.Signal(syscall.SIGUSR1)
+		_ = sendHeal(cl.Process)
 	case f.kill == "server":
 		_ = srv.Process.Kill()
 		_ = srv.Wait()
@@ -320,7 +324,7 @@ func runFault(n *fabricNet, f fault, l workload, recoverBound time.Duration) (r 
 			_ = cl.Wait()
 			return r
 		}
-		_ = cl.Process.Signal(syscall.SIGUSR1)
+		_ = sendHeal(cl.Process)
 		if before, err = statsFromClientSide(n); err != nil { // the new server's own baseline
 			problem("after the restart: %v", err)
 		}

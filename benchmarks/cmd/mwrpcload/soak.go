@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -72,7 +71,7 @@ func soak(args []string) error {
 	}
 	srv := exec.Command(self, "serve", "-listen", "127.0.0.1:0")
 	srv.Stderr = os.Stderr
-	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	srv.SysProcAttr = childSysProcAttr()
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
 		return err
@@ -90,7 +89,7 @@ func soak(args []string) error {
 	startCaller := func() *exec.Cmd {
 		c := exec.Command(self, "call", "-target", addr, "-duration", maxTime.String(), "-deadline", "5s",
 			"-callers", "2", "-sizes", *sizes)
-		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		c.SysProcAttr = childSysProcAttr()
 		if err := c.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, "mwrpcload soak: starting a caller:", err)
 			return nil

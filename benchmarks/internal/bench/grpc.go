@@ -82,9 +82,13 @@ type grpcServer struct {
 	served chan error
 }
 
-func serveGRPC(ln net.Listener) (Server, error) {
+func serveGRPC(ln net.Listener) (Server, error) { return serveGRPCWith(ln) }
+
+// serveGRPCWith is serveGRPC with more server options (grpc-mwnet's buffers).
+func serveGRPCWith(ln net.Listener, opts ...grpc.ServerOption) (Server, error) {
 	g := &grpcServer{served: make(chan error, 1)}
-	g.srv = grpc.NewServer(grpc.MaxRecvMsgSize(grpcMaxMessage), grpc.MaxSendMsgSize(grpcMaxMessage))
+	opts = append(opts, grpc.MaxRecvMsgSize(grpcMaxMessage), grpc.MaxSendMsgSize(grpcMaxMessage))
+	g.srv = grpc.NewServer(opts...)
 	g.srv.RegisterService(&grpcEchoDesc, echo.Server{})
 	go func() { g.served <- g.srv.Serve(ln) }()
 	return g, nil

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -294,10 +293,9 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 	}
 	runtime.GC()
 	var ms0, ms1 runtime.MemStats
-	var ru0, ru1 syscall.Rusage
 	runtime.ReadMemStats(&ms0)
 	copied0, hasCopied := r.inst.Copied()
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	cpu0 := selfCPU()
 	scpu0, hasSCPU := serverCPU(r.inst)
 	t0 := time.Now()
 	close(start)
@@ -305,7 +303,7 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 	stop.Store(true)
 	wg.Wait()
 	elapsed := time.Since(t0)
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu1 := selfCPU()
 	scpu1, hasSCPU1 := serverCPU(r.inst)
 	copied1, _ := r.inst.Copied()
 	runtime.ReadMemStats(&ms1)
@@ -326,7 +324,7 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 		P999:       quantile(r.all, 999),
 		Mallocs:    ms1.Mallocs - ms0.Mallocs,
 		AllocBytes: ms1.TotalAlloc - ms0.TotalAlloc,
-		CPU:        cpuTime(&ru1) - cpuTime(&ru0),
+		CPU:        cpu1 - cpu0,
 		Copied:     copied1 - copied0,
 		HasCopied:  hasCopied,
 	}
@@ -345,10 +343,6 @@ func serverCPU(inst Instance) (time.Duration, bool) {
 		return s.ServerCPU()
 	}
 	return 0, false
-}
-
-func cpuTime(ru *syscall.Rusage) time.Duration {
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // quantile returns the nearest-rank quantile of sorted for q per mille: the smallest

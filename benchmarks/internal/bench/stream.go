@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"syscall"
 	"time"
 )
 
@@ -256,9 +255,8 @@ func (r *streamRunner) transfer(dir string, total int64, chunk int) (StreamRound
 	}
 	runtime.GC()
 	var ms0, ms1 runtime.MemStats
-	var ru0, ru1 syscall.Rusage
 	runtime.ReadMemStats(&ms0)
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	cpu0 := selfCPU()
 	var scpu0, scpu1 time.Duration
 	var ok0, ok1 bool
 	if r.proc != nil {
@@ -267,7 +265,7 @@ func (r *streamRunner) transfer(dir string, total int64, chunk int) (StreamRound
 	t0 := time.Now()
 	err := do(ctx, total, chunk)
 	elapsed := time.Since(t0)
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu1 := selfCPU()
 	if r.proc != nil {
 		scpu1, ok1 = r.proc.cpu()
 	}
@@ -278,7 +276,7 @@ func (r *streamRunner) transfer(dir string, total int64, chunk int) (StreamRound
 	res := StreamRound{
 		Bytes:      total,
 		Elapsed:    elapsed,
-		CPU:        cpuTime(&ru1) - cpuTime(&ru0),
+		CPU:        cpu1 - cpu0,
 		Mallocs:    ms1.Mallocs - ms0.Mallocs,
 		AllocBytes: ms1.TotalAlloc - ms0.TotalAlloc,
 	}

@@ -323,12 +323,6 @@ type TryWriter interface {
 	TryWrite(p []byte) (int, error)
 }
 
-// tryWrite is tryFlush's one attempt at the raw socket: it never waits for it.
-func (l *tcpLink) tryWrite(fd uintptr) bool {
-	l.tryN, l.tryErr = syscall.Write(int(fd), l.tryBuf)
-	return true
-}
-
 // flushOut writes what a partial tryFlush left, waiting for the socket as needed.
 func (l *tcpLink) flushOut() error {
 	if l.out == nil {

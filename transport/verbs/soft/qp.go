@@ -382,7 +382,7 @@ func (q *QP) connect(remote verbs.Endpoint) error {
 			return fmt.Errorf("soft: modify QP %d to RTR: no stream attached (TCP fabric QPs need AttachStream, which cm.Connect does): %w", q.qpn, verbs.ErrInvalid)
 		}
 		tl := &tcpLink{q: q, conn: q.stream}
-		if tc, ok := q.stream.(*net.TCPConn); ok {
+		if tc, ok := q.stream.(*net.TCPConn); ok && rawWrites {
 			tl.raw, _ = tc.SyscallConn()
 		} else if tw, ok := q.stream.(TryWriter); ok {
 			tl.try = tw
