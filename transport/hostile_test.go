@@ -730,20 +730,34 @@ func TestHostilePeers(t *testing.T) {
 
 	h.attack("request flood that never reads replies", "the peer stopped returning credits", 2, func() {
 		before := h.server.Stats()
-		atk := h.attacker(Config{})
+		// The attacker's connections receive into slots of their own (no shared receives),
+		// so a response it never releases holds its slot and returns no credit: with shared
+		// receives its transport would copy the responses out and return the credits once
+		// half its slots were held, and after two connections the server's handlers would
+		// no longer wait on any credit.
+		atk := h.attacker(Config{SharedReceives: -1})
+		// All connections are set up before the flood begins, so that their calls are held
+		// at once: set up one by one under load, the first ones stalled and failed
+		// (CreditTimeout) before the last ones arrived, and no more than a host's share of
+		// the handlers was ever held at once.
+		conns := make([]*Conn, 8)
+		for i := range conns {
+			var err error
+			if conns[i], err = h.connect(atk); err != nil {
+				h.t.Fatal(err)
+			}
+		}
 		h.begin()
 		var wg sync.WaitGroup
 		var held sync.Mutex
 		var responses []*Response
-		for i := 0; i < 8; i++ { // 8 x 64 calls held: more than the 192 of 256 handlers a host may take
-			c, err := h.connect(atk)
-			if err != nil {
-				h.t.Fatal(err)
-			}
+		start := make(chan struct{})
+		for _, c := range conns { // 8 x 64 calls held: more than the 192 of 256 handlers a host may take
 			for j := 0; j < 160; j++ {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					<-start
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					defer cancel()
 					if resp, err := c.Call(ctx, []byte("never read")); err == nil {
@@ -754,6 +768,7 @@ func TestHostilePeers(t *testing.T) {
 				}()
 			}
 		}
+		close(start)
 		wg.Wait()
 		h.waitStat("the flood", func(s Stats) bool { return s.Stalled > before.Stalled && s.Crowded > before.Crowded })
 		for _, r := range responses {
