@@ -413,16 +413,18 @@ func TestCQCapacity(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The server tears its side down when it notices, and setups it refused may still
-			// be ending: wait until only the first connection's share is committed there.
+			// be ending: wait until only the first connection's share is committed there, and
+			// only it is admitted (MaxConns counts admissions, which end after the commitment
+			// is given back: a dial in between was refused as beyond MaxConns under load).
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 				e.server.mu.Lock()
-				committed := e.server.pollers[0].committed
+				committed, open := e.server.pollers[0].committed, e.server.open
 				e.server.mu.Unlock()
-				if committed == sendWR+recvWR {
+				if committed == sendWR+recvWR && open == 1 {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("the server still has %d completions committed, want %d", committed, sendWR+recvWR)
+					t.Fatalf("the server still has %d completions committed and %d connections admitted, want %d and 1", committed, open, sendWR+recvWR)
 				}
 			}
 			third, err := e.client.Dial(ctx, addr)
