@@ -1,7 +1,7 @@
 # mwrpc build and test entry points.
 #
 #   make test          everything CI runs (.ci/run calls exactly this)
-#   make cross         go build and go vet for macOS, Windows and FreeBSD (a step of make test)
+#   make cross         go build and go vet for macOS, Windows, FreeBSD and Linux on arm64 (a step of make test)
 #   make fuzz          every native Fuzz target for FUZZTIME each (default 60s)
 #   make bench-verbs   verbs and pool micro-benchmarks, 5 runs each (for benchstat)
 #   make test-faults   the fault suite (netem, kill) in the rxe VM, soft TCP and ibv
@@ -83,11 +83,11 @@ vet:
 
 # cross builds and vets (test files included) the library, the benchmarks module and the
 # examples that are modules of their own (examples/*/go.mod) for every OS the soft
-# provider runs on, besides Linux: `go vet` type-checks
+# provider runs on besides Linux, and for Linux on arm64: `go vet` type-checks
 # each package with its tests for the target, `go build` compiles it (and links the
 # commands, into /dev/null: no binary is left in the tree). Any error fails the
 # step. The ibv provider is Linux's (build tag ibverbs, cgo) and is not built here.
-CROSS_TARGETS ?= darwin/amd64 darwin/arm64 windows/amd64 freebsd/amd64
+CROSS_TARGETS ?= darwin/amd64 darwin/arm64 windows/amd64 freebsd/amd64 linux/arm64
 CROSS_MODULES := . benchmarks $(patsubst %/go.mod,%,$(sort $(wildcard examples/*/go.mod)))
 
 cross:
