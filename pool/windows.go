@@ -56,7 +56,7 @@ type Binding struct {
 	Length uint64       // bytes exposed
 	Access verbs.Access // rights granted
 	Buf    *Buf         // the buffer exposed, if bound with BindBufWR
-	Since  time.Time    // when the bind work request was built
+	Since  time.Time    // when the bind work request was built, or the lease began (Announced)
 }
 
 // Window is a type-2 memory window of a Windows ring.
@@ -70,6 +70,7 @@ type Window struct {
 	rkey  uint32 // the rkey of the current (or last) binding; the MW's own before the first
 	prev  uint32 // rkey before Next, restored by Cancel
 	bind  Binding
+	held  bool // bound but not yet announced to the peer (Hold): its lease has not begun
 }
 
 // Windows is the allocator of a queue pair's type-2 memory windows: a ring of windows
@@ -174,6 +175,7 @@ func (ws *Windows) Next() (*Window, error) {
 func (ws *Windows) pushFree(w *Window) {
 	w.state = WindowFree
 	w.bind = Binding{}
+	w.held = false
 	ws.free[(ws.head+ws.nfree)%len(ws.free)] = w.idx
 	ws.nfree++
 }
@@ -216,7 +218,7 @@ func (ws *Windows) bind(w *Window, mr verbs.MR, addr, length uint64, access verb
 	if w.state != WindowReserved {
 		return verbs.SendWR{}, fmt.Errorf("pool: bind window %d (rkey 0x%x): it is %v, not reserved by Next: %w", w.idx, w.rkey, w.state, ErrWindowState)
 	}
-	w.state = WindowBound
+	w.state, w.held = WindowBound, false
 	w.bind = Binding{RKey: w.rkey, MR: mr, Addr: addr, Length: length, Access: access, Buf: b, Since: time.Now()}
 	ws.stats.Binds++
 	return verbs.SendWR{
@@ -321,15 +323,39 @@ func (ws *Windows) Invalidated(rkey uint32) (Binding, error) {
 	return b, nil
 }
 
+// Hold keeps the lease of w's binding from running while its announcement waits to be
+// posted (for a credit, say): Expired skips a held window, and Announced starts the lease.
+// Without it the lease runs from the bind request's making, and a binding that waited
+// longer than the lease for its announcement would be reclaimed as the peer reads it.
+func (ws *Windows) Hold(w *Window) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.own(w, "hold") == nil && w.state == WindowBound {
+		w.held = true
+	}
+}
+
+// Announced starts the lease of w's held binding with rkey now (Since), once the work
+// request that announces it to the peer is posted. By then the peer may have revoked it
+// and w been bound again: a binding of another rkey is left alone.
+func (ws *Windows) Announced(w *Window, rkey uint32) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.own(w, "announced") == nil && w.state == WindowBound && w.held && w.rkey == rkey {
+		w.held, w.bind.Since = false, time.Now()
+	}
+}
+
 // Expired appends to dst the Bound windows whose binding is at least lease old at now,
-// oldest binding first, and returns the extended slice. Reclaim each to revoke it.
+// oldest binding first, and returns the extended slice; held windows (Hold) are not.
+// Reclaim each to revoke it.
 func (ws *Windows) Expired(now time.Time, lease time.Duration, dst []*Window) []*Window {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	first := len(dst)
 	for i := range ws.wins {
 		w := &ws.wins[i]
-		if w.state == WindowBound && now.Sub(w.bind.Since) >= lease {
+		if w.state == WindowBound && !w.held && now.Sub(w.bind.Since) >= lease {
 			dst = append(dst, w)
 		}
 	}

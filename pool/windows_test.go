@@ -206,6 +206,45 @@ func TestWindowsBindChecks(t *testing.T) {
 	}
 }
 
+// TestWindowsHoldAndAnnounced: a held window's lease has not begun, however old its bind
+// request is; Announced starts it then, and leaves a binding of another rkey alone.
+func TestWindowsHoldAndAnnounced(t *testing.T) {
+	p, ws, _ := newTestWindows(t, 1)
+	b := mustGet(t, p, 100)
+	w, err := ws.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws.BindBufWR(w, b, verbs.AccessRemoteRead, 1); err != nil {
+		t.Fatal(err)
+	}
+	ws.Hold(w)
+	later := time.Now().Add(time.Hour)
+	if got := ws.Expired(later, time.Minute, nil); len(got) != 0 {
+		t.Fatalf("a held window expired: %v", got)
+	}
+	ws.Announced(w, w.RKey()+1) // another binding's rkey: still held
+	if got := ws.Expired(later, time.Minute, nil); len(got) != 0 {
+		t.Fatalf("Announced with another rkey released the hold: %v", got)
+	}
+	before := time.Now()
+	ws.Announced(w, w.RKey())
+	if since := w.Binding().Since; since.Before(before) {
+		t.Errorf("Announced left Since at %v, before %v", since, before)
+	}
+	if got := ws.Expired(later, time.Minute, nil); len(got) != 1 || got[0] != w {
+		t.Fatalf("Expired after Announced: %v, want the window", got)
+	}
+	if got := ws.Expired(time.Now(), time.Minute, nil); len(got) != 0 {
+		t.Errorf("the lease did not restart at Announced: %v", got)
+	}
+	bd, err := ws.Invalidated(w.RKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bd.Buf.Release()
+}
+
 func TestWindowsExpiredAndClose(t *testing.T) {
 	p, ws, pd := newTestWindows(t, 3)
 	var bufs []*Buf

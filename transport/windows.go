@@ -58,8 +58,15 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv 
 	}
 	h.Flags, h.Len, h.RKey, h.Addr = h.Flags|wire.FlagLarge, uint32(buf.Len()), w.RKey(), buf.Addr()
 	probe.Mark(probe.Bind)
+	// The lease starts when the announcement is posted, not now: send may wait for a
+	// credit longer than the lease, and the peer may READ the window until half a lease
+	// after the announcement reaches it (see send), so a lease counted from here would
+	// reclaim the window under the peer's READ (REM_ACCESS_ERR there).
+	rkey := w.RKey()
+	c.win.ws.Hold(w)
 	posted, err := c.send(ctx, h, nil, &bind, rv, mode)
 	if posted {
+		c.win.ws.Announced(w, rkey)
 		c.t.counters.bound.Add(1)
 	}
 	if !posted {
