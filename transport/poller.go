@@ -58,6 +58,7 @@ type poller struct {
 	// nothing of the batch is left to dispatch after it.
 	lendable bool
 	lent     atomic.Bool // a handler runs inline, the queue lent: a NIC goroutine reaps it all
+	missed   atomic.Bool // a reapInline found active held (runInline reaps for it once it lets go)
 }
 
 func newPoller(t *Transport, i int) (*poller, error) {
@@ -100,8 +101,15 @@ func newPoller(t *Transport, i int) (*poller, error) {
 // stream reader) has its own connection to serve.
 func (p *poller) reapInline() {
 	if !p.active.TryLock() {
-		p.kick()
-		return
+		// Held: by the poller, which the kick makes look again, or by a reaper about to
+		// run a handler inline with the queue lent, which looks at missed once it let go
+		// (set before trying once more, so that one of the two sees the other).
+		p.missed.Store(true)
+		if !p.active.TryLock() {
+			p.kick()
+			return
+		}
+		p.missed.Store(false)
 	}
 	if p.stopped {
 		p.active.Unlock()
@@ -148,8 +156,20 @@ func (p *poller) runInline(sc *serverCall) {
 	}
 	p.lendable = false
 	p.lent.Store(true)
-	_ = p.cq.ReqNotify()
+	// Armed, the queue tells only of completions added after: one that came since the
+	// batch's Poll would wait for the handler. arm dispatches it (to the handler pool: not
+	// lendable) until the queue is empty and armed.
+	for {
+		if empty, err := p.arm(); err != nil || empty {
+			break
+		}
+	}
 	p.active.Unlock()
+	// A completion added between arming and the Unlock had its reapInline find the token
+	// held: it is reaped now, on a goroutine of its own, as the NIC's would have.
+	if p.missed.Swap(false) {
+		go p.reapInline()
+	}
 	sc.run()
 	p.active.Lock()
 	p.lent.Store(false)
