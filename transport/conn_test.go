@@ -342,7 +342,7 @@ func TestCQGrows(t *testing.T) {
 		t.Run(fb.name, func(t *testing.T) {
 			_, _, sendWR, recvWR := queueSizes(&Config{Credits: DefaultCredits, Windows: DefaultWindows}, wire.Hello{Credits: DefaultCredits})
 			depth := 2*(sendWR+recvWR) + 10 // two connections, then the queue must grow
-			e := newEnv(t, fb, echo, Config{CQDepth: depth, SharedReceives: -1, MaxConns: 16, MaxConnsPerHost: 16})
+			e := newEnv(t, fb, echo, Config{Pollers: 1, CQDepth: depth, SharedReceives: -1, MaxConns: 16, MaxConnsPerHost: 16})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			conns := []*Conn{e.conn}
@@ -390,8 +390,8 @@ func TestCQCapacity(t *testing.T) {
 	for _, fb := range fabrics {
 		t.Run(fb.name, func(t *testing.T) {
 			_, _, sendWR, recvWR := queueSizes(&Config{Credits: DefaultCredits, Windows: DefaultWindows}, wire.Hello{Credits: DefaultCredits})
-			// Two connections per poller, on each side; each with receives of its own.
-			cfg := Config{CQDepth: 2*(sendWR+recvWR) + 10, MaxConnsPerHost: 10, SharedReceives: -1}
+			// Two connections for the one poller, on each side; each with receives of its own.
+			cfg := Config{Pollers: 1, CQDepth: 2*(sendWR+recvWR) + 10, MaxConnsPerHost: 10, SharedReceives: -1}
 			e := newEnv(t, fb, echo, cfg)
 			for _, tr := range []*Transport{e.client, e.server} {
 				tr.mu.Lock()

@@ -74,10 +74,11 @@ func newPoller(t *Transport, i int) (*poller, error) {
 		return nil, fmt.Errorf("mwrpc: poller %d: %w", i, err)
 	}
 	p := &poller{t: t, cq: cq, wake: make(chan struct{}, 1), quit: make(chan struct{}), wcs: make([]verbs.WorkCompletion, 64)}
-	// Adaptive pollers spin only where a core is left over for everything else: on a
-	// small machine a spinning poller takes the core the stream readers, handlers and
-	// callers need, and keeps the scheduler from polling the network.
-	p.spin = t.cfg.PollMode == PollAdaptive && runtime.GOMAXPROCS(0) >= 2*t.cfg.Pollers+2
+	// Adaptive pollers spin only when asked (SpinTime) and where a core is left over for
+	// everything else: a spinning poller keeps its P, so the goroutines it wakes wait for
+	// another P to steal them (the queue of a busy connection on many cores), and on a
+	// small machine it takes the core the stream readers, handlers and callers need.
+	p.spin = t.cfg.PollMode == PollAdaptive && t.cfg.SpinTime > 0 && runtime.GOMAXPROCS(0) >= 2*t.cfg.Pollers+2
 	m, q := map[uint32]*Conn{}, map[uint32]*Conn{}
 	p.conns.Store(&m)
 	p.byQPN.Store(&q)
