@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"os"
-	"os/signal"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -27,8 +26,8 @@ type Summary struct {
 	Hung       int64   `json:"hung"`
 	MaxCallMs  float64 `json:"max_call_ms"` // the longest call, against
 	DeadlineMs float64 `json:"deadline_ms"` // the calls' deadline
-	// RecoverMs is the time from the heal signal (SIGUSR1) to the first call that
-	// succeeded after it; -1 when no heal was signalled, or none succeeded.
+	// RecoverMs is the time from the heal notice (a line "heal" on stdin) to the first
+	// call that succeeded after it; -1 when no heal was told, or none succeeded.
 	RecoverMs float64 `json:"recover_ms"`
 	// What the client holds once the calls have ended and it has closed: windows still
 	// exposed just before Close, and goroutines above the count before Dial.
@@ -65,8 +64,8 @@ func call(args []string) error {
 	}
 	defer done()
 
-	healed := make(chan os.Signal, 1)
-	notifyHeal(healed)
+	healed := make(chan struct{}, 1)
+	go watchHeal(healed) // before base: it may wait on stdin for the whole process
 	base := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), *duration+*deadline)
 	defer cancel()
@@ -87,9 +86,12 @@ func call(args []string) error {
 		inCall    atomic.Int64 // callers inside a call now
 		running   sync.WaitGroup
 	)
+	stopHeal := make(chan struct{})
 	go func() {
-		if _, ok := <-healed; ok {
+		select {
+		case <-healed:
 			healAt.Store(time.Now().UnixNano())
+		case <-stopHeal:
 		}
 	}()
 	end := time.Now().Add(*duration)
@@ -159,8 +161,7 @@ func call(args []string) error {
 		}
 		sum.WindowsExposedAfter = client.Stats().WindowsExposed
 		_ = client.Close()
-		signal.Stop(healed)
-		close(healed)
+		close(stopHeal)
 		for wait := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > base && time.Now().Before(wait); {
 			time.Sleep(10 * time.Millisecond)
 		}

@@ -227,7 +227,7 @@ func startServer(n *fabricNet) (*exec.Cmd, error) {
 }
 
 // caller starts a caller on the client side for d; its summary lands in out.
-func caller(n *fabricNet, d time.Duration, l workload, out *bytes.Buffer) (*exec.Cmd, error) {
+func caller(n *fabricNet, d time.Duration, l workload, out *bytes.Buffer) (*callerProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -241,7 +241,11 @@ func caller(n *fabricNet, d time.Duration, l workload, out *bytes.Buffer) (*exec
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.SysProcAttr = childSysProcAttr()
 	cmd.Stdout, cmd.Stderr = out, os.Stderr
-	return cmd, cmd.Start()
+	stdin, err := cmd.StdinPipe() // closed by Wait
+	if err != nil {
+		return nil, err
+	}
+	return &callerProc{Cmd: cmd, stdin: stdin}, cmd.Start()
 }
 
 // statsFromClientSide asks the server for its Stats from the caller's side.
@@ -313,7 +317,9 @@ func runFault(n *fabricNet, f fault, l workload, recoverBound time.Duration) (r 
 		if err := netem(n, ""); err != nil {
 			problem("%v", err)
 		}
-		_ = sendHeal(cl.Process)
+		if err := sendHeal(cl); err != nil {
+			problem("%v", err)
+		}
 	case f.kill == "server":
 		_ = srv.Process.Kill()
 		_ = srv.Wait()
@@ -324,7 +330,9 @@ func runFault(n *fabricNet, f fault, l workload, recoverBound time.Duration) (r 
 			_ = cl.Wait()
 			return r
 		}
-		_ = sendHeal(cl.Process)
+		if err := sendHeal(cl); err != nil {
+			problem("%v", err)
+		}
 		if before, err = statsFromClientSide(n); err != nil { // the new server's own baseline
 			problem("after the restart: %v", err)
 		}

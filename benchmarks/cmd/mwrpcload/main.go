@@ -11,8 +11,8 @@
 //	mwrpcload faults -fabric soft   # as root, inside the rxe VM only (make test-faults)
 //
 // call stops by itself after -duration (every call then ends within its deadline, or is
-// counted as hung), prints one JSON summary on stdout and exits 0; SIGUSR1 tells it the
-// fault has healed (it reports how long until the next call succeeded).
+// counted as hung), prints one JSON summary on stdout and exits 0; a line "heal" on its
+// stdin tells it the fault has healed (it reports how long until the next call succeeded).
 package main
 
 import (
