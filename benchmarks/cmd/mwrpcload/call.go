@@ -50,6 +50,8 @@ func call(args []string) error {
 	deadline := fs.Duration("deadline", 2*time.Second, "each call's deadline")
 	sizeList := fs.String("sizes", "64,64KiB,1MiB", "request sizes, in turn")
 	callers := fs.Int("callers", 4, "concurrent callers")
+	afterHeal := fs.Duration("after-heal", 0, "keep calling at least this long after the heal notice (0: -duration alone)")
+	untilHeal := fs.Bool("until-heal", false, "stop -after-heal past the heal notice, not at -duration (which still bounds the run)")
 	delay := fs.Duration("delay", 0, "how long the server holds each call (calls are mid-flight when a fault strikes)")
 	backoff := fs.Duration("backoff-max", time.Second, "the reconnection backoff's ceiling")
 	keepalive := fs.Duration("keepalive-timeout", 3*time.Second, "drop a connection whose ping (every second without a response) gets no answer in this")
@@ -86,20 +88,27 @@ func call(args []string) error {
 		inCall    atomic.Int64 // callers inside a call now
 		running   sync.WaitGroup
 	)
+	var endAt atomic.Int64 // unix nanos when calls stop; a heal may move it later
+	bound := time.Now().Add(*duration)
+	endAt.Store(bound.UnixNano())
 	stopHeal := make(chan struct{})
 	go func() {
 		select {
 		case <-healed:
-			healAt.Store(time.Now().UnixNano())
+			now := time.Now()
+			healAt.Store(now.UnixNano())
+			// A heal told late (a slow machine) still leaves time to see service resume.
+			if e := now.Add(*afterHeal).UnixNano(); e > endAt.Load() || *untilHeal {
+				endAt.Store(min(e, bound.UnixNano()))
+			}
 		case <-stopHeal:
 		}
 	}()
-	end := time.Now().Add(*duration)
 	for c := 0; c < *callers; c++ {
 		running.Add(1)
 		go func() {
 			defer running.Done()
-			for i := c; time.Now().Before(end) && (*maxCalls == 0 || nextID.Load() < uint64(*maxCalls)); i++ {
+			for i := c; time.Now().UnixNano() < endAt.Load() && (*maxCalls == 0 || nextID.Load() < uint64(*maxCalls)); i++ {
 				req := make([]byte, sizes[i%len(sizes)])
 				if len(req) < load.RequestHeader {
 					req = make([]byte, load.RequestHeader)
@@ -140,7 +149,7 @@ func call(args []string) error {
 	go func() { running.Wait(); close(finished) }()
 	select {
 	case <-finished:
-	case <-time.After(time.Until(end) + *deadline + HangBound):
+	case <-untilPast(&endAt, *deadline+HangBound, finished):
 		// Calls that outlived their deadline by HangBound are hung (each caller has at
 		// most one call out).
 		mu.Lock()
@@ -172,3 +181,24 @@ func call(args []string) error {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// untilPast returns a channel closed once the time in end (unix nanos, which may move
+// later meanwhile) plus d has passed; it stops watching when done is closed.
+func untilPast(end *atomic.Int64, d time.Duration, done <-chan struct{}) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		for {
+			left := time.Until(time.Unix(0, end.Load()).Add(d))
+			if left <= 0 {
+				close(c)
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(min(left, 100*time.Millisecond)):
+			}
+		}
+	}()
+	return c
+}

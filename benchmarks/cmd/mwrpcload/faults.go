@@ -226,15 +226,20 @@ func startServer(n *fabricNet) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
+// callerAfterHeal is how long a caller goes on after the heal notice at least: the
+// recovery bound, with room for calls to succeed after it.
+const callerAfterHeal = 8 * time.Second
+
 // caller starts a caller on the client side for d; its summary lands in out.
-func caller(n *fabricNet, d time.Duration, l workload, out *bytes.Buffer) (*callerProc, error) {
+// With untilHeal it calls until callerAfterHeal past the heal notice (d bounds it).
+func caller(n *fabricNet, d time.Duration, l workload, out *bytes.Buffer, untilHeal bool) (*callerProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	args := append(append([]string{}, n.cliPrefix...), self, "call", "-target", srvAddr+":"+port,
 		"-duration", d.String(), "-deadline", l.deadline.String(), "-callers", strconv.Itoa(l.callers), "-sizes", l.sizes,
-		"-delay", "50ms", "-backoff-max", "1s")
+		"-delay", "50ms", "-backoff-max", "1s", "-after-heal", callerAfterHeal.String(), "-until-heal="+strconv.FormatBool(untilHeal))
 	if n.cliDevice != "" {
 		args = append(args, "-device", n.cliDevice)
 	}
@@ -302,7 +307,13 @@ func runFault(n *fabricNet, f fault, l workload, recoverBound time.Duration) (r 
 	const lead, tail = 3 * time.Second, 8 * time.Second
 	total := lead + f.length + tail
 	var out bytes.Buffer
-	cl, err := caller(n, total, l, &out)
+	// A row with a heal calls until well after it, however long setting the fault up and
+	// healing it took (tc on a slow machine can take seconds).
+	heals := f.netem != "" || f.kill == "server"
+	if heals {
+		total += time.Minute // a bound only
+	}
+	cl, err := caller(n, total, l, &out, heals)
 	if err != nil {
 		problem("%v", err)
 		return r
@@ -340,7 +351,7 @@ func runFault(n *fabricNet, f fault, l workload, recoverBound time.Duration) (r 
 		_ = cl.Process.Kill() // mid-call: every caller has a call out (the server holds each 50 ms)
 		_ = cl.Wait()
 		out.Reset()
-		if cl, err = caller(n, tail, l, &out); err != nil { // service goes on for a new client
+		if cl, err = caller(n, tail, l, &out, false); err != nil { // service goes on for a new client
 			problem("%v", err)
 			return r
 		}
