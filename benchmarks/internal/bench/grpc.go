@@ -113,16 +113,23 @@ type grpcInstance struct {
 }
 
 func dialGRPC(addr string, size, concurrency int) (Instance, error) {
+	return dialGRPCWith(addr, size, concurrency)
+}
+
+// dialGRPCWith dials a gRPC-Go client to target with extra dial options (the fabric's
+// dialer, buffer sizes) and makes one call, so that the connection is up before anything
+// is measured.
+func dialGRPCWith(target string, size, concurrency int, extra ...grpc.DialOption) (Instance, error) {
 	g := &grpcInstance{req: payload(size), out: make([][]byte, concurrency)}
-	var err error
-	g.conn, err = grpc.NewClient(addr,
+	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(rawCodecName),
-			grpc.MaxCallRecvMsgSize(grpcMaxMessage), grpc.MaxCallSendMsgSize(grpcMaxMessage)))
-	if err != nil {
+			grpc.MaxCallRecvMsgSize(grpcMaxMessage), grpc.MaxCallSendMsgSize(grpcMaxMessage)),
+	}, extra...)
+	var err error
+	if g.conn, err = grpc.NewClient(target, opts...); err != nil {
 		return nil, fmt.Errorf("grpc.NewClient: %w", err)
 	}
-	// One call now, so that the connection is up before anything is measured.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err = g.conn.Invoke(ctx, grpcEchoMethod, &g.req, &g.out[0], grpc.WaitForReady(true))
 	cancel()

@@ -1,14 +1,9 @@
 package bench
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"net"
-	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mwrpc/mwrpc/mwnet"
 	"github.com/mwrpc/mwrpc/transport/verbs/shm"
@@ -64,23 +59,8 @@ func dialGRPCMwnetSHM(addr string, size, concurrency int) (Instance, error) {
 
 // dialGRPCOver is dialGRPC with mwnet's dialer to target.
 func dialGRPCOver(target string, size, concurrency int) (Instance, error) {
-	g := &grpcInstance{req: payload(size), out: make([][]byte, concurrency)}
-	var err error
-	g.conn, err = grpc.NewClient("passthrough:///"+target,
+	return dialGRPCWith("passthrough:///"+target, size, concurrency,
 		grpc.WithContextDialer(mwnet.Dialer()),
 		grpc.WithAuthority("mwnet"),
-		grpc.WithWriteBufferSize(mwnetGRPCBuffer), grpc.WithReadBufferSize(mwnetGRPCBuffer),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(rawCodecName),
-			grpc.MaxCallRecvMsgSize(grpcMaxMessage), grpc.MaxCallSendMsgSize(grpcMaxMessage)))
-	if err != nil {
-		return nil, fmt.Errorf("grpc.NewClient: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	err = g.conn.Invoke(ctx, grpcEchoMethod, &g.req, &g.out[0], grpc.WaitForReady(true))
-	cancel()
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("first call: %w", err), g.conn.Close())
-	}
-	return g, nil
+		grpc.WithWriteBufferSize(mwnetGRPCBuffer), grpc.WithReadBufferSize(mwnetGRPCBuffer))
 }
