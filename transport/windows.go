@@ -45,6 +45,11 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv 
 		buf.Release()
 		return err
 	}
+	if h.Kind == wire.KindRequest && h.Flags&wire.FlagStream == 0 && c.t.writable {
+		if g, ok := c.takePeerGrant(buf.Len()); ok {
+			return c.sendPushed(ctx, h, buf, g, w)
+		}
+	}
 	access := verbs.AccessRemoteRead
 	if h.Kind == wire.KindRequest && h.Flags&wire.FlagStream == 0 && c.t.writable {
 		access |= verbs.AccessRemoteWrite // the response may be written into it (written.go)
@@ -64,7 +69,8 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv 
 	// reclaim the window under the peer's READ (REM_ACCESS_ERR there).
 	rkey := w.RKey()
 	c.win.ws.Hold(w)
-	posted, err := c.send(ctx, h, nil, &bind, rv, mode)
+	pre := [1]verbs.SendWR{bind}
+	posted, err := c.send(ctx, h, nil, pre[:], rv, mode)
 	if posted {
 		c.win.ws.Announced(w, rkey)
 		c.t.counters.bound.Add(1)
@@ -129,6 +135,9 @@ func (c *Conn) revoked(rkey uint32) (pool.Binding, bool) {
 		return pool.Binding{}, false
 	}
 	c.mu.Lock()
+	if c.grant.out == rkey {
+		c.endGrantLocked()
+	}
 	for i, w := range c.win.reclaims { // a peer's revocation can overtake our LOCAL_INV
 		if w.State() != pool.WindowInvalidating {
 			delete(c.win.reclaims, i)
