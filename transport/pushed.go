@@ -198,9 +198,13 @@ func (c *Conn) sendPushed(ctx context.Context, h *wire.Header, buf *pool.Buf, g 
 	sge := [1]verbs.SGE{buf.SGE()}
 	pre := [2]verbs.SendWR{bind, {WRID: wrid(wrPush, c.id, w.Index()), Opcode: verbs.WRRDMAWrite,
 		SGL: sge[:], RemoteAddr: g.addr, RKey: g.rkey}}
+	wrs := pre[:]
+	if c.t.testHookPushUnwritten.Load() {
+		wrs = pre[:1]
+	}
 	probe.Mark(probe.Bind)
 	c.win.ws.Hold(w)
-	posted, err := c.send(ctx, h, nil, pre[:], revoke{g.rkey, g.at}, sendWait)
+	posted, err := c.send(ctx, h, nil, wrs, revoke{g.rkey, g.at}, sendWait)
 	if posted {
 		c.win.ws.Announced(w, rkey)
 		c.t.counters.bound.Add(1)

@@ -49,6 +49,9 @@ type Transport struct {
 	testHookWC    atomic.Pointer[func(*verbs.WorkCompletion)]
 	// testHookBeforeRelease runs before a caller queues the revocation of a response window.
 	testHookBeforeRelease atomic.Pointer[func(*Conn)]
+	// testHookPushUnwritten: a written request is announced without its WRITE (a hostile
+	// caller's lie).
+	testHookPushUnwritten atomic.Bool
 
 	counters counters
 	events   eventLog

@@ -171,3 +171,65 @@ func waitGrant(t *testing.T, c *Conn) {
 		}
 	}
 }
+
+// TestGrantBounds: a grant nobody uses is reclaimed by the server's lease, and the caller
+// does not write into it after half the lease (it READs as before); grants of all
+// connections together stay within Config.GrantBytes, whatever the callers ask.
+func TestGrantBounds(t *testing.T) {
+	const n = 1 << 20
+	t.Run("lease", func(t *testing.T) {
+		const lease = 200 * time.Millisecond
+		e := newEnv(t, fabrics[1], echo, Config{Lease: lease})
+		req := payload(n, 3)
+		call := func() {
+			t.Helper()
+			resp, err := e.conn.Call(context.Background(), req)
+			if err != nil || !bytes.Equal(resp.Bytes(), req) {
+				t.Fatalf("call: %v", err)
+			}
+			resp.Release()
+		}
+		call()
+		waitGrant(t, e.conn)
+		for deadline := time.Now().Add(5 * time.Second); e.server.Stats().Grants != 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the unused grant was not reclaimed: %+v", e.server.Stats())
+			}
+		}
+		if st := e.server.Stats(); st.Reclaimed == 0 {
+			t.Fatalf("the grant ended without a reclaim: %+v", st)
+		}
+		pushed := e.client.Stats().Pushed
+		call()
+		if e.client.Stats().Pushed != pushed {
+			t.Fatal("the caller wrote into a grant older than half the lease")
+		}
+	})
+	t.Run("budget", func(t *testing.T) {
+		e := newEnv(t, fabrics[1], echo, Config{GrantBytes: 2 * n})
+		conns := []*Conn{e.conn}
+		for range 3 {
+			c, err := e.client.Dial(context.Background(), e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		req := payload(n, 4)
+		for round := range 3 {
+			for _, c := range conns {
+				resp, err := c.Call(context.Background(), req)
+				if err != nil || !bytes.Equal(resp.Bytes(), req) {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				resp.Release()
+				if g := e.server.Stats().Grants; g > 2 {
+					t.Fatalf("round %d: %d grants of 1 MiB out, budget 2 MiB", round, g)
+				}
+			}
+		}
+		if e.server.Stats().PushedIn == 0 {
+			t.Fatal("no request was written into a grant")
+		}
+	})
+}
