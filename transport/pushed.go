@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/mwrpc/mwrpc/internal/probe"
@@ -73,6 +74,10 @@ func (c *Conn) grantFor(n int) {
 	}
 	c.grant.giving = true
 	c.mu.Unlock()
+	// The response's post has just readied the NIC engine that transmits it; on a busy
+	// machine it would wait behind the zeroing below (the timeline showed the 1 MiB
+	// response leave 80 µs late): it goes first.
+	runtime.Gosched()
 	buf, w, size, ok := c.takeGrantBuf(n)
 	if !ok {
 		c.mu.Lock()
@@ -195,9 +200,16 @@ func (c *Conn) sendPushed(ctx context.Context, h *wire.Header, buf *pool.Buf, g 
 	}
 	rkey := w.RKey()
 	h.Flags, h.Len, h.RKey, h.Addr = wire.FlagPushed|wire.FlagWritable, uint32(buf.Len()), rkey, buf.Addr()
-	sge := [1]verbs.SGE{buf.SGE()}
-	pre := [2]verbs.SendWR{bind, {WRID: wrid(wrPush, c.id, w.Index()), Opcode: verbs.WRRDMAWrite,
-		SGL: sge[:], RemoteAddr: g.addr, RKey: g.rkey}}
+	i := w.Index()
+	c.mu.Lock()
+	if c.win.pushSGE == nil {
+		c.win.pushSGE = make([]verbs.SGE, c.win.ws.Len())
+	}
+	sge := c.win.pushSGE[i : i+1 : i+1]
+	c.mu.Unlock()
+	sge[0] = buf.SGE()
+	pre := [2]verbs.SendWR{bind, {WRID: wrid(wrPush, c.id, i), Opcode: verbs.WRRDMAWrite,
+		SGL: sge, RemoteAddr: g.addr, RKey: g.rkey}}
 	wrs := pre[:]
 	if c.t.testHookPushUnwritten.Load() {
 		wrs = pre[:1]

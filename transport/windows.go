@@ -25,6 +25,10 @@ import (
 type windowRing struct {
 	ws       *pool.Windows
 	reclaims map[int]*pool.Window // LOCAL_INVs in flight, by window index; nil until one is
+	// pushSGE holds, by window index, the source of a written request's WRITE from the
+	// buffer bound in that window (pushed.go): it lives as long as the binding, without an
+	// allocation per call. Made on first use; the window's binder alone touches its entry.
+	pushSGE []verbs.SGE
 }
 
 // sendLarge exposes buf (n bytes) through the next window and announces it. The window
