@@ -145,23 +145,15 @@ func (c *Conn) dropGrantBuf(buf *pool.Buf, size int) {
 	c.mu.Unlock()
 }
 
-// endGrantLocked forgets the grant given to the peer (revoked, reclaimed or torn down; its
-// buffer is released with its window) and returns its budget. Conn.mu is held.
+// endGrantLocked forgets the grant given to the peer (revoked, reclaimed or torn down: see
+// revoked and releaseAll; its buffer goes with its window) and returns its budget. Conn.mu
+// is held.
 func (c *Conn) endGrantLocked() {
 	if c.grant.out != 0 {
 		c.t.grantBudget.Add(int64(c.grant.outLen))
 		c.t.grants.Add(-1)
 		c.grant.out, c.grant.outLen = 0, 0
 	}
-}
-
-// endedGrant is called with the rkey of every window of ours revoked: the grant's ends.
-func (c *Conn) endedGrant(rkey uint32) {
-	c.mu.Lock()
-	if rkey != 0 && c.grant.out == rkey {
-		c.endGrantLocked()
-	}
-	c.mu.Unlock()
 }
 
 // onGrant records a grant the peer gave: it replaces any before it.
