@@ -17,6 +17,9 @@ import (
 type qpPair struct {
 	qa, qb verbs.QP
 	a, b   *Conn
+	devs   [2]*soft.Device
+	pds    [2]verbs.PD
+	cqs    [2]verbs.CQ
 }
 
 func newQPPair(t *testing.T) *qpPair {
@@ -38,7 +41,7 @@ func newQPPair(t *testing.T) *qpPair {
 		if err != nil {
 			t.Fatal(err)
 		}
-		qps[i] = qp
+		qps[i], p.devs[i], p.pds[i], p.cqs[i] = qp, dev, pd, cq
 		t.Cleanup(func() {
 			for _, err := range []error{qp.Destroy(), cq.Destroy(), pd.Dealloc(), dev.Close()} {
 				if err != nil {
