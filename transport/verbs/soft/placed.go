@@ -136,11 +136,11 @@ func (q *QP) placeInto(l link, src payloadSource, b []byte) error {
 	if sw == nil {
 		return fmt.Errorf("%w: a placed READ on a wire without shared memory", errFrame)
 	}
-	var d [placementLen]byte
-	if err := src.fill(q, d[:]); err != nil {
+	d := q.rxPlace[:] // not a local array: through the interface it would escape
+	if err := src.fill(q, d); err != nil {
 		return err
 	}
-	p, err := parsePlacement(d[:])
+	p, err := parsePlacement(d)
 	if err != nil {
 		return err
 	}
@@ -201,11 +201,11 @@ func (q *QP) pullWrite(src payloadSource, b []byte) error {
 	if sw == nil {
 		return fmt.Errorf("%w: a placed WRITE on a wire without shared memory", errFrame)
 	}
-	var d [placementLen]byte
-	if err := src.fill(q, d[:]); err != nil {
+	d := q.rxPlace[:] // not a local array: through the interface it would escape
+	if err := src.fill(q, d); err != nil {
 		return err
 	}
-	p, err := parsePlacement(d[:])
+	p, err := parsePlacement(d)
 	if err != nil {
 		return err
 	}

@@ -130,6 +130,7 @@ type QP struct {
 	txPlace []byte // a placed READ's payload
 	rxSegs  [][]byte
 	rxMRs   []*mr
+	rxPlace [placementLen]byte // a placed READ's or WRITE's placement, read by the responder
 }
 
 type swqe struct {
