@@ -111,14 +111,4 @@ func TestHostileSHM(t *testing.T) {
 	}
 }
 
-// waitFor polls cond for 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s for %s", what)
-		}
-	}
-}
-
 var _ net.Conn = injector{}
