@@ -9,6 +9,7 @@ import (
 	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
+	"github.com/mwrpc/mwrpc/transport/verbs/internal/qptest"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
@@ -29,26 +30,8 @@ func newQPPair(t *testing.T) *qpPair {
 	var qps [2]verbs.QP
 	for i := range qps {
 		dev, _ := soft.OpenTCP("qp")
-		pd, err := dev.AllocPD()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cq, err := dev.CreateCQ(16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		qps[i], p.devs[i], p.pds[i], p.cqs[i] = qp, dev, pd, cq
-		t.Cleanup(func() {
-			for _, err := range []error{qp.Destroy(), cq.Destroy(), pd.Dealloc(), dev.Close()} {
-				if err != nil {
-					t.Error(err)
-				}
-			}
-		})
+		qp, cq := qptest.NewWithCQ(t, dev)
+		qps[i], p.devs[i], p.pds[i], p.cqs[i] = qp, dev, qp.PD(), cq
 	}
 	p.qa, p.qb = qps[0], qps[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
