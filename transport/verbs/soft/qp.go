@@ -39,6 +39,7 @@ type QP struct {
 	pd      *pd
 	domain  *parentDomain // created on it (its count), or nil
 	td      *td           // the parent domain's thread domain: posts are checked against it
+	db      doorbell      // mu; from the parent domain's allocator, if it has one
 	typ     verbs.QPType
 	scq     *cq
 	rcq     *cq
@@ -481,7 +482,10 @@ func (q *QP) Destroy() error {
 	q.destroyed = true
 	q.shutdownLocked()
 	q.dropOutput()
+	db := q.db
+	q.db = doorbell{}
 	q.mu.Unlock()
+	db.free() // outside mu: the allocator is the application's code
 	d := q.dev
 	d.mu.Lock()
 	delete(d.qps, q.qpn)
@@ -571,6 +575,9 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 			break
 		}
 		posted++
+	}
+	if posted > 0 {
+		q.db.ring(q.sqTail, q.rqTail)
 	}
 	l := q.link
 	q.mu.Unlock()
@@ -755,6 +762,7 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	defer func() { q.db.ring(q.sqTail, q.rqTail) }()
 	for i := range wrs {
 		if err := q.postRecv(&wrs[i]); err != nil {
 			return &verbs.PostError{Op: "post_recv", Index: i, Err: err}
