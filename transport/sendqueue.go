@@ -256,6 +256,7 @@ func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload []byte, pre 
 	b := s.buf.Bytes()[:cap(s.buf.Bytes())]
 	wire.PutHeader(b, h)
 	n := copy(b[wire.HeaderLen:], payload)
+	c.t.counters.sends.Add(1)
 	if n > 0 {
 		c.t.counters.eagerBytes.Add(uint64(n))
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"time"
 
@@ -26,9 +27,15 @@ import (
 // KiB; the server in its first KindStreamAck), and a sender may have at most that many
 // bytes sent and not yet consumed — or one message of any size when nothing is
 // outstanding, so that a message larger than the window still goes. The receiver returns
-// consumed bytes in KindStreamAcks: once a quarter of the window is consumed, and whenever
-// its reader finds nothing more to read. A peer that sends past its window fails the
-// connection (ErrProtocol).
+// consumed bytes on the stream messages it sends the other way (an eager message's rkey
+// field: an ack riding it costs no SEND), and in a KindStreamAck of its own only when one
+// is worth a SEND: once a quarter of the window is consumed, or when the sender said it is
+// waiting for window (a KindStreamAck with status streamBlockedStatus, sent once per
+// wait, as QUIC's STREAM_DATA_BLOCKED). So request/response traffic on a stream sends no
+// acks of its own, a one-way flow one per quarter window, and a sender blocked on a
+// message larger than what its window has left is never left waiting: its signal makes
+// the receiver ack as soon as it consumed anything. A peer that sends past its window
+// fails the connection (ErrProtocol).
 //
 // Memory: a received message is copied out of its receive slot into a pool buffer (a
 // large one is READ straight into one), so a slow reader holds none of the connection's
@@ -75,11 +82,13 @@ type Stream struct {
 	// Receiving: bytes arrived, released by Recv, and announced to the peer as consumed.
 	window                    int
 	received, consumed, acked int64
+	peerBlocked               bool // the peer waits for window: what is consumed is acked at once
 
 	// Sending: bytes sent and the peer's consumed and window, as its acks say.
 	peerWindow         int
 	sent, peerConsumed int64
 	sendEnded          bool // this side ended its half
+	saidBlocked        bool // this side told the peer it waits for window, and no ack came since
 	peerEnded          bool // the opener's: the response arrived, so sending is over
 }
 
@@ -243,9 +252,23 @@ func (s *Stream) sendKind(ctx context.Context, eager []byte, large *pool.Buf, st
 		mode = sendResponse // a handler waits for a credit at most CreditTimeout
 	}
 	if large != nil {
-		return s.c.sendLarge(ctx, &h, large, revoke{}, mode)
+		return s.c.sendLarge(ctx, &h, large, revoke{}, mode) // its rkey field is the window's
 	}
-	_, err := s.c.send(ctx, &h, eager, nil, revoke{}, mode)
+	return s.sendWithAck(ctx, &h, eager, mode)
+}
+
+// sendWithAck sends an eager stream message with what this side consumed and has not
+// acknowledged riding in its rkey field. An ack taken for a message that could not go
+// (a deadline while waiting for a credit) is sent alone: the peer may be waiting for it.
+func (s *Stream) sendWithAck(ctx context.Context, h *wire.Header, eager []byte, mode sendMode) error {
+	s.mu.Lock()
+	ack := s.takeAckLocked()
+	s.mu.Unlock()
+	h.RKey = uint32(ack)
+	_, err := s.c.send(ctx, h, eager, nil, revoke{}, mode)
+	if err != nil {
+		s.sendAck(ack, 0, 0)
+	}
 	return err
 }
 
@@ -273,6 +296,14 @@ func (s *Stream) reserve(ctx context.Context, n int) error {
 		if out := s.sent - s.peerConsumed; out == 0 || out+int64(n+msgCost) <= int64(s.peerWindow) {
 			s.sent += int64(n + msgCost)
 			return nil
+		}
+		if !s.saidBlocked { // the peer acks only what is worth a SEND unless told this side waits
+			s.saidBlocked = true
+			ack := s.takeAckLocked()
+			s.mu.Unlock()
+			s.sendAck(ack, 0, streamBlockedStatus)
+			s.mu.Lock()
+			continue
 		}
 		if err := s.waitLocked(ctx); err != nil {
 			return err
@@ -304,8 +335,7 @@ func (s *Stream) CloseSend(ctx context.Context) error {
 	}
 	h := s.header(wire.KindStreamMsg)
 	h.Flags |= wire.FlagEnd
-	_, err := s.c.send(ctx, &h, nil, nil, revoke{}, sendWait)
-	return err
+	return s.sendWithAck(ctx, &h, nil, sendWait)
 }
 
 // Recv returns the next message, valid until the next Recv or Close. At the peer's end
@@ -333,7 +363,7 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 			s.q[0] = nil
 			s.q = s.q[1:]
 			s.hdrSet = true // a message came first: no header precedes it
-			ack := s.ackDueLocked(len(s.q) == 0)
+			ack := s.ackDueLocked()
 			if m.end {
 				s.eof = true
 				s.final = m
@@ -341,7 +371,7 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 				s.held = m
 			}
 			s.mu.Unlock()
-			s.sendAck(ack, 0)
+			s.sendAck(ack, 0, 0)
 			if m.end {
 				return nil, io.EOF
 			}
@@ -356,11 +386,11 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 			s.mu.Unlock()
 			return nil, err
 		}
-		// Nothing to read: what was consumed goes back now, so that the sender is never
-		// left waiting for an ack while this side waits for a message.
-		if ack := s.ackDueLocked(true); ack > 0 {
+		// Nothing to read: what was consumed goes back now if the sender waits for it (or
+		// a quarter of the window is due); otherwise it rides this side's next message.
+		if ack := s.ackDueLocked(); ack > 0 {
 			s.mu.Unlock()
-			s.sendAck(ack, 0)
+			s.sendAck(ack, 0, 0)
 			s.mu.Lock()
 			continue
 		}
@@ -466,28 +496,48 @@ func (s *Stream) fail(err error) {
 	s.mu.Unlock()
 }
 
-// ackDueLocked returns how many consumed bytes to announce now: at a quarter of the
-// window, or any when idle (the reader found nothing more). s.mu is held.
-func (s *Stream) ackDueLocked(idle bool) int64 {
-	n := s.consumed - s.acked
-	if n > 0 && (idle || n >= int64(s.window/4)) && !s.closed {
-		s.acked = s.consumed
-		return n
+// streamBlockedStatus marks, in a KindStreamAck's status field, a sender waiting for
+// window: the receiver acks what it consumed at once, and the next it consumes.
+const streamBlockedStatus = 1
+
+// ackDueLocked returns how many consumed bytes are worth an ack of their own now: a
+// quarter of the window, or any while the peer waits for window. s.mu is held.
+func (s *Stream) ackDueLocked() int64 {
+	if n := s.consumed - s.acked; n >= int64(s.window/4) || n > 0 && s.peerBlocked {
+		return s.takeAckLocked()
 	}
 	return 0
 }
 
-// sendAck announces consumed bytes and, when window is not zero, the window granted.
-func (s *Stream) sendAck(consumed int64, window int) {
-	if consumed == 0 && window == 0 {
+// takeAckLocked takes what was consumed and not yet acknowledged, for an ack about to be
+// sent (alone or riding a message): at most what the ack's u32 field holds. s.mu is held.
+func (s *Stream) takeAckLocked() int64 {
+	if s.closed {
+		return 0
+	}
+	n := min(s.consumed-s.acked, math.MaxUint32)
+	if n > 0 {
+		s.acked += n
+		s.peerBlocked = false
+	}
+	return n
+}
+
+// sendAck sends a KindStreamAck: consumed bytes, the window granted when not zero, and
+// status (streamBlockedStatus: this side waits for window). Without a credit now, the
+// poller sends it when one returns.
+func (s *Stream) sendAck(consumed int64, window int, status uint16) {
+	if consumed == 0 && window == 0 && status == 0 {
 		return
 	}
 	var p [wire.StreamAckLen]byte
 	binary.LittleEndian.PutUint32(p[0:], uint32(consumed))
 	binary.LittleEndian.PutUint32(p[4:], uint32(window))
 	h := s.header(wire.KindStreamAck)
+	h.Status = status
+	s.c.t.counters.streamAcks.Add(1)
 	if _, err := s.c.send(bg, &h, p[:], nil, revoke{}, sendTry); errors.Is(err, errNoCredit) {
-		s.c.queueCtrl(s.header(wire.KindStreamAck), revoke{}, string(p[:])) // the poller sends it when a credit returns
+		s.c.queueCtrl(h, revoke{}, string(p[:]))
 	}
 }
 
@@ -562,20 +612,40 @@ func (s *Stream) fill(m *streamMsg, buf *pool.Buf) {
 
 // onAck takes the peer's ack: consumed bytes, and its window when not zero. false means
 // the peer acknowledged more than was sent.
-func (s *Stream) onAck(p []byte) bool {
-	consumed := int64(binary.LittleEndian.Uint32(p[0:]))
-	window := int(binary.LittleEndian.Uint32(p[4:]))
+func (s *Stream) onAck(consumed int64, window int) bool {
+	if consumed == 0 && window == 0 {
+		return true
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.peerConsumed += consumed
 	if s.peerConsumed > s.sent {
 		return false
 	}
+	if consumed > 0 {
+		s.saidBlocked = false // if still short of window, the next wait says so again
+	}
 	if window != 0 {
 		s.peerWindow = min(max(window, minStreamWindow), maxStreamWindow)
 	}
 	s.wakeLocked()
 	return true
+}
+
+// onPeerBlocked takes the peer's word that it waits for window: what this side consumed
+// is acked now (by the poller, which never waits for a credit), and what it consumes
+// next as soon as its reader releases it.
+func (s *Stream) onPeerBlocked() {
+	s.mu.Lock()
+	s.peerBlocked = true
+	ack := s.ackDueLocked()
+	s.mu.Unlock()
+	if ack > 0 {
+		var p [wire.StreamAckLen]byte
+		binary.LittleEndian.PutUint32(p[0:], uint32(ack))
+		s.c.t.counters.streamAcks.Add(1)
+		s.c.queueCtrl(s.header(wire.KindStreamAck), revoke{}, string(p[:]))
+	}
 }
 
 // copyOut copies a received payload out of its receive slot into a pool buffer; with
@@ -632,6 +702,7 @@ func (c *Conn) openInStream(h *wire.Header) bool {
 	c.mu.Unlock()
 	var p [wire.StreamAckLen]byte
 	binary.LittleEndian.PutUint32(p[4:], uint32(c.t.cfg.StreamWindow))
+	c.t.counters.streamAcks.Add(1)
 	c.queueCtrl(st.header(wire.KindStreamAck), revoke{}, string(p[:]))
 	return true
 }
@@ -656,9 +727,18 @@ func (c *Conn) onStreamMsg(h *wire.Header, payload []byte) {
 	if st == nil {
 		return // the stream ended: the late message is dropped
 	}
+	consumed, window := int64(h.RKey), 0 // an ack riding a stream message
 	if h.Kind == wire.KindStreamAck {
-		if !st.onAck(payload) {
-			c.fail(fmt.Errorf("%w: it sent a bad message: it acknowledged more of stream %d than was sent", ErrProtocol, h.CallID))
+		consumed = int64(binary.LittleEndian.Uint32(payload[0:]))
+		window = int(binary.LittleEndian.Uint32(payload[4:]))
+	}
+	if !st.onAck(consumed, window) {
+		c.fail(fmt.Errorf("%w: it sent a bad message: it acknowledged more of stream %d than was sent", ErrProtocol, h.CallID))
+		return
+	}
+	if h.Kind == wire.KindStreamAck {
+		if h.Status == streamBlockedStatus {
+			st.onPeerBlocked()
 		}
 		return
 	}

@@ -501,3 +501,129 @@ func TestStreamStress(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamBlockedSender: a sender whose next message is larger than what its window has
+// left waits for an ack while the reader, having consumed everything, waits for that
+// message. Acks of their own go only to a sender that says it waits, so this stalls (and
+// the test fails at its deadline) if that signal or its answer is lost, whether the reader
+// was idle when the signal came or consumed the last message only after it.
+func TestStreamBlockedSender(t *testing.T) {
+	const window = minStreamWindow
+	for _, fb := range fabrics {
+		for _, late := range []bool{false, true} {
+			name := fb.name + "/reader_idle"
+			if late {
+				name = fb.name + "/reader_late"
+			}
+			t.Run(name, func(t *testing.T) { testStreamBlockedSender(t, fb, window, late) })
+		}
+	}
+}
+
+func testStreamBlockedSender(t *testing.T, fb fabric, window int, late bool) {
+	small, big := payload(100, 1), payload(window-msgCost, 2) // big fits the window only when nothing is outstanding
+	goRead := make(chan struct{})
+	got := make(chan error, 1)
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		st := w.Stream()
+		<-goRead
+		for _, want := range [][]byte{small, big} {
+			m, err := st.Recv(ctx)
+			if err == nil && !bytes.Equal(m, want) {
+				err = fmt.Errorf("got %d bytes, want %d", len(m), len(want))
+			}
+			if err != nil {
+				got <- err
+				_ = w.Write(StatusInternal, nil)
+				return
+			}
+		}
+		got <- nil
+		_ = w.Write(StatusOK, nil)
+	})
+	e := newEnv(t, fb, h, Config{StreamWindow: window})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := e.conn.OpenStream(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if !late {
+		close(goRead) // the reader takes small and waits, idle, for big
+	}
+	if err := st.Send(ctx, small); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server's window ack", func() bool { st.mu.Lock(); defer st.mu.Unlock(); return st.peerWindow == window })
+	sent := make(chan error, 1)
+	go func() { sent <- st.Send(ctx, big) }()
+	if late {
+		waitFor(t, "the sender to say it waits", func() bool { st.mu.Lock(); defer st.mu.Unlock(); return st.saidBlocked })
+		close(goRead) // the reader consumes small only now
+	}
+	for _, ch := range []chan error{sent, got} {
+		if err := <-ch; err != nil {
+			t.Fatalf("stalled or failed: %v", err)
+		}
+	}
+	if _, err := st.Recv(ctx); err != io.EOF {
+		t.Fatalf("end: %v, want io.EOF", err)
+	}
+	if n := e.client.Stats().StreamAcks; n != 1 {
+		t.Errorf("the client sent %d stream acks of its own, want 1 (its wait signal)", n)
+	}
+}
+
+// waitFor polls cond for 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+	}
+}
+
+// TestStreamAcksRide: request/response traffic on a stream returns its window on the
+// messages going back: no stream ack of its own, two SENDs per exchange.
+func TestStreamAcksRide(t *testing.T) {
+	const n = 200
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			e := newEnv(t, fb, streamEcho, Config{})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			st, err := e.conn.OpenStream(ctx, []byte("echo"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			msg := payload(64, 5)
+			exchange := func() {
+				if err := st.Send(ctx, msg); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := st.Recv(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exchange() // the server's first ack (its window) is behind us
+			c0, s0 := e.client.Stats(), e.server.Stats()
+			for range n {
+				exchange()
+			}
+			c1, s1 := e.client.Stats(), e.server.Stats()
+			sends := float64(c1.Sends-c0.Sends+s1.Sends-s0.Sends) / n
+			t.Logf("%.2f SENDs per exchange (client %d, server %d), stream acks: client %d, server %d",
+				sends, c1.Sends-c0.Sends, s1.Sends-s0.Sends, c1.StreamAcks-c0.StreamAcks, s1.StreamAcks-s0.StreamAcks)
+			if c1.StreamAcks != c0.StreamAcks || s1.StreamAcks != s0.StreamAcks {
+				t.Errorf("stream acks of their own in request/response traffic: client %d, server %d; want none",
+					c1.StreamAcks-c0.StreamAcks, s1.StreamAcks-s0.StreamAcks)
+			}
+			if sends > 2.1 { // a credit release now and then, no more
+				t.Errorf("%.2f SENDs per exchange, want 2", sends)
+			}
+		})
+	}
+}

@@ -709,6 +709,8 @@ type Stats struct {
 	Pushed       uint64 // large requests written into the peer's grant (RDMA WRITE) instead of exposed for a READ
 	PushedIn     uint64 // large requests the peer wrote into a grant of ours
 	Unshared     uint64 // messages copied out of their shared receive slot rather than hold it: a stream's opening request, or any while the slots are crowded (SharedReceives)
+	Sends        uint64 // messages sent: SENDs posted (with or without invalidation), every kind
+	StreamAcks   uint64 // stream acks sent as messages of their own (an ack riding a stream message is not one)
 	Conns        int    // connections set up and not yet closed
 	// WindowsExposed are the windows of live connections bound now (or being revoked):
 	// memory a peer may still READ. It returns to 0 when no call is in flight.
@@ -723,6 +725,7 @@ type Stats struct {
 
 type counters struct {
 	calls, served, streams, inline, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed, unshared, written, granted, pushed, pushedIn atomic.Uint64
+	sends, streamAcks                                                                                                                                         atomic.Uint64
 	events                                                                                                                                                    [numEvents]atomic.Uint64
 }
 
@@ -747,6 +750,6 @@ func (t *Transport) Stats() Stats {
 		Refused: c.events[evRefused].Load(), SetupFailed: c.events[evSetup].Load(), Protocol: c.events[evProtocol].Load(),
 		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(), Unshared: c.unshared.Load(), Written: c.written.Load(),
 		Granted: c.granted.Load(), Pushed: c.pushed.Load(), PushedIn: c.pushedIn.Load(),
-		TooManyPings: c.events[evPings].Load(),
-		Handlers:     t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
+		TooManyPings: c.events[evPings].Load(), Sends: c.sends.Load(), StreamAcks: c.streamAcks.Load(),
+		Handlers: t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }

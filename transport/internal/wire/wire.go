@@ -15,7 +15,7 @@ import (
 var ErrMalformed = errors.New("malformed message")
 
 // Version is the transport protocol version this package speaks.
-const Version = 5 // 2: control credits in header byte 3; 3: streams; 4: written responses; 5: written requests
+const Version = 6 // 2: control credits in header byte 3; 3: streams; 4: written responses; 5: stream acks ride stream messages; 6: written requests
 
 // HeaderLen is the size of a message header.
 const HeaderLen = 32
@@ -34,10 +34,12 @@ const (
 	KindGoAway   Kind = 7 // the sender accepts no new calls; calls below CallID complete
 	// KindStreamMsg is one message of the stream CallID (a request with FlagStream opened
 	// it): eager or large like a request. FlagEnd marks the sender's last (no payload).
+	// An eager one's RKey, when not zero, is a stream ack riding it: the bytes of the
+	// other direction the sender has consumed.
 	KindStreamMsg Kind = 8
 	// KindStreamAck returns flow-control credit for the stream CallID: its StreamAckLen
 	// payload says how many bytes the sender has consumed and, when not zero, the window
-	// it grants.
+	// it grants. Status 1 says the sender waits for window.
 	KindStreamAck Kind = 9
 	// KindGrant gives the caller memory it may write one request into (RDMA WRITE): Len
 	// bytes at Addr, in the window whose rkey is RKey. It replaces any grant before it.
@@ -105,7 +107,7 @@ const magic = 0xA7
 //	6  status u16       the handler's status (responses)
 //	8  call id u64
 //	16 len u32          payload bytes: after the header (eager) or in the window (large)
-//	20 rkey u32         the window's rkey (large)
+//	20 rkey u32         the window's rkey (large); bytes consumed (an eager stream message)
 //	24 addr u64         the window's first byte (large)
 type Header struct {
 	Kind        Kind
@@ -192,7 +194,7 @@ func ParseHeader(b []byte, h *Header, maxLen uint32) (payload []byte, err error)
 		if uint64(h.Len) != uint64(len(rest)) {
 			return nil, fmt.Errorf("%w: %v announces %d payload bytes, carries %d", ErrMalformed, h.Kind, h.Len, len(rest))
 		}
-		if h.RKey != 0 || h.Addr != 0 {
+		if h.Addr != 0 || h.RKey != 0 && h.Kind != KindStreamMsg {
 			return nil, fmt.Errorf("%w: eager %v with a window address", ErrMalformed, h.Kind)
 		}
 		if h.Kind == KindStreamAck && len(rest) != StreamAckLen {

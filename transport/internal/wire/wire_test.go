@@ -32,7 +32,10 @@ func seedHeaders() []struct {
 		{Header{Kind: KindStreamMsg, Flags: FlagCaller, CallID: 12, Len: 3}, []byte("abc")},
 		{Header{Kind: KindStreamMsg, Flags: FlagLarge, CallID: 12, Len: 1 << 20, RKey: 5, Addr: 0x2000}, nil},
 		{Header{Kind: KindStreamMsg, Flags: FlagCaller | FlagEnd, CallID: 12}, nil},
+		{Header{Kind: KindStreamMsg, CallID: 12, Len: 2, RKey: 4160}, []byte("ok")},
+		{Header{Kind: KindStreamMsg, Flags: FlagCaller | FlagEnd, CallID: 12, RKey: 128}, nil},
 		{Header{Kind: KindStreamAck, CallID: 12, Len: StreamAckLen}, make([]byte, StreamAckLen)},
+		{Header{Kind: KindStreamAck, Status: 1, CallID: 12, Len: StreamAckLen}, make([]byte, StreamAckLen)},
 	}
 }
 
@@ -53,6 +56,7 @@ func TestParseHeaderRejects(t *testing.T) {
 	large := AppendHeader(nil, &Header{Kind: KindResponse, Flags: FlagLarge, Len: 100, RKey: 1, Addr: 2})
 	pushed := AppendHeader(nil, &Header{Kind: KindRequest, Flags: FlagPushed | FlagWritable, Len: 100, RKey: 0x101, Addr: 0x202})
 	grant := AppendHeader(nil, &Header{Kind: KindGrant, Len: 100, RKey: 0x101, Addr: 0x202})
+	ack := append(AppendHeader(nil, &Header{Kind: KindStreamAck, Len: StreamAckLen}), make([]byte, StreamAckLen)...)
 	mut := func(b []byte, f func(b []byte)) []byte { c := append([]byte(nil), b...); f(c); return c }
 	for _, tc := range []struct {
 		name string
@@ -92,6 +96,8 @@ func TestParseHeaderRejects(t *testing.T) {
 		{"short stream ack", mut(eager, func(b []byte) { b[1] = byte(KindStreamAck) }), false},
 		{"length mismatch", eager[:len(eager)-1], false},
 		{"eager with window", mut(eager, func(b []byte) { b[20] = 1 }), false},
+		{"eager stream message with an address", mut(eager, func(b []byte) { b[1], b[20], b[24] = byte(KindStreamMsg), 1, 1 }), false},
+		{"stream ack with an rkey", mut(ack, func(b []byte) { b[20] = 1 }), false},
 		{"large cancel", mut(large, func(b []byte) { b[1] = byte(KindCancel) }), false},
 		{"large with eager bytes", append(append([]byte(nil), large...), 1), false},
 		{"large of zero", mut(large, func(b []byte) { b[16] = 0 }), true},
