@@ -18,6 +18,9 @@ import (
 type qpPair struct {
 	qa, qb verbs.QP
 	a, b   *Conn
+	devs   [2]*soft.Device
+	pds    [2]verbs.PD
+	cqs    [2]verbs.CQ
 }
 
 func newQPPair(t *testing.T) *qpPair {
@@ -27,7 +30,8 @@ func newQPPair(t *testing.T) *qpPair {
 	var qps [2]verbs.QP
 	for i := range qps {
 		dev, _ := soft.OpenTCP("qp")
-		qps[i] = qptest.New(t, dev)
+		qp, cq := qptest.NewWithCQ(t, dev)
+		qps[i], p.devs[i], p.pds[i], p.cqs[i] = qp, dev, qp.PD(), cq
 	}
 	p.qa, p.qb = qps[0], qps[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -125,11 +125,13 @@ type QP struct {
 	lastRx atomic.Int64 // unix nanos of the last frame received, for the ACK timeout
 
 	// Scratch, owned by the holder of txMu (tx*) and by the holder of rxMu (rx*).
-	txHdr  header
-	txSegs [][]byte
-	txMRs  []*mr
-	rxSegs [][]byte
-	rxMRs  []*mr
+	txHdr   header
+	txSegs  [][]byte
+	txMRs   []*mr
+	txPlace []byte // a placed READ's payload
+	rxSegs  [][]byte
+	rxMRs   []*mr
+	rxPlace [placementLen]byte // a placed READ's or WRITE's placement, read by the responder
 }
 
 type swqe struct {
@@ -144,6 +146,7 @@ type swqe struct {
 	byteLen uint32
 	rnrLeft int
 	rdGot   uint32 // READ: response bytes placed so far (segments come in order)
+	placed  bool   // READ: its last transmission asked the responder to place it (placed.go)
 }
 
 type rwqe struct {
@@ -388,6 +391,7 @@ func (q *QP) connect(remote verbs.Endpoint) error {
 		} else if tw, ok := q.stream.(TryWriter); ok {
 			tl.try = tw
 		}
+		tl.shared, _ = q.stream.(SharedMemoryWire)
 		q.stream = nil
 		q.stallLimit.CompareAndSwap(0, int64(defaultTimeout)*(7+1)) // until RTS sets its own
 		l = tl

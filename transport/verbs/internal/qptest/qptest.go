@@ -14,6 +14,13 @@ import (
 // destroyed and dev is closed, each failure reported: New owns dev from here on.
 func New(t testing.TB, dev verbs.Device) verbs.QP {
 	t.Helper()
+	qp, _ := NewWithCQ(t, dev)
+	return qp
+}
+
+// NewWithCQ is New, also returning the QP's CQ, for tests that poll it.
+func NewWithCQ(t testing.TB, dev verbs.Device) (verbs.QP, verbs.CQ) {
+	t.Helper()
 	pd, err := dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -33,5 +40,5 @@ func New(t testing.TB, dev verbs.Device) verbs.QP {
 			}
 		}
 	})
-	return qp
+	return qp, cq
 }
