@@ -218,7 +218,7 @@ RXE_TESTBIN  := /var/tmp/mwrpc-ibv.test
 RXE_TESTDIR  := /var/tmp/mwrpc-ibv
 # The transport's end-to-end tests that range over the fabrics, only their ibv subtests
 # (the soft fabrics are tested by `make test`).
-RXE_RUN_TRANSPORT := ^(TestIBVFabric|TestEchoSizes|TestConcurrentCalls|TestRevocation|TestDeadPeer|TestLeaseReclaim|TestBootstrapLiveness|TestReleasesWaitForReposts|TestSharedReceives|TestStreamEcho|TestStreamFlowControl|TestStreamEnds)$$/^ibv$$
+RXE_RUN_TRANSPORT := ^(TestIBVFabric|TestEchoSizes|TestConcurrentCalls|TestRevocation|TestDeadPeer|TestLeaseReclaim|TestBootstrapLiveness|TestReleasesWaitForReposts|TestSharedReceives|TestStreamEcho|TestStreamFlowControl|TestStreamEnds|TestStreamBlockedSender|TestStreamAcksRide)$$/^ibv$$
 
 # $(call rxe-prereqs,step): skip (or fail in CI) unless root on Debian, then install the
 # VM's packages when missing. The rest of the recipe line follows it.
