@@ -475,10 +475,12 @@ func (p *Pool) newSlab(c *class, no int) (*slab, error) {
 	return sl, nil
 }
 
-// mapSlab maps a slab for c, on huge pages if configured and available.
+// mapSlab maps a slab for c, on huge pages if configured and available. Slabs are shared
+// mappings (a sealed memfd on Linux): over the shm fabric the peer maps them and places
+// READs straight into them (one copy); elsewhere they are ordinary memory.
 func (p *Pool) mapSlab(c *class) (*verbs.Memory, error) {
 	if p.cfg.HugePages {
-		mem, err := verbs.Map(c.mapBytes, verbs.MapOptions{HugePages: true})
+		mem, err := verbs.Map(c.mapBytes, verbs.MapOptions{HugePages: true, Shared: true})
 		if err == nil {
 			c.hugeSlabs++
 			return mem, nil
@@ -488,7 +490,7 @@ func (p *Pool) mapSlab(c *class) (*verbs.Memory, error) {
 				"slab", sizeString(int64(c.mapBytes)), "err", err)
 		}
 	}
-	return verbs.Map(c.mapBytes, verbs.MapOptions{})
+	return verbs.Map(c.mapBytes, verbs.MapOptions{Shared: true})
 }
 
 // Close deregisters and unmaps every slab and fails later Gets with ErrClosed. Buffers

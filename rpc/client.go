@@ -289,109 +289,154 @@ func (c *Client) maintain(ep *endpoint) {
 	defer c.wg.Done()
 	c.wg.Add(1)
 	go c.maintainLanes(ep)
+	pings := newPingSchedule(c.opts.keepaliveTime)
+	defer pings.stop()
 	backoff := c.opts.backoffBase
-	var tick <-chan time.Time // nil when keepalive is off: never fires
-	var ticker *time.Ticker
-	interval := c.opts.keepaliveTime // doubled when a server says we ping too often
-	if interval > 0 {
-		ticker = time.NewTicker(interval)
-		defer ticker.Stop()
-		tick = ticker.C
-	}
 	for {
-		conn := ep.conn.Load()
-		if conn == nil {
-			if ep.leaving.Load() && c.dropLeaving(ep) {
-				return
-			}
-			ctx, cancel := context.WithTimeout(ep.ctx, 10*time.Second)
-			nc, err := c.tr.Dial(ctx, ep.addr)
-			cancel()
-			if err != nil && ep.ctx.Err() != nil { // removed, or the client is closing
-				return
-			}
-			if err != nil {
-				ep.setLastErr(err)
-				ep.tried.Store(true)
-				c.signalUp() // Dial may be waiting to see that every endpoint refuses us
-				c.reresolve()
-			}
-			if err == nil {
-				ep.conn.Store(nc)
-				ep.tried.Store(true)
-				backoff = c.opts.backoffBase
-				if c.opts.healthCheck { // after the Store: it records health for nc only while nc is ep's
-					c.wg.Add(1)
-					go c.watchHealth(ep, nc)
-				}
-				c.signalUp()
-				if c.resolver != nil {
-					c.settle() // endpoints removed from the answer may wait for this one
-				}
-				continue
-			}
-			wait := backoff/2 + rand.N(backoff/2+1)
-			backoff = min(2*backoff, c.opts.backoffMax)
-			select {
-			case <-time.After(wait):
-				continue
-			case <-ep.ctx.Done():
-				return
-			}
+		var more bool
+		if conn := ep.conn.Load(); conn == nil {
+			more = c.connect(ep, &backoff)
+		} else {
+			more = c.watch(ep, conn, pings)
 		}
-		select {
-		case <-ep.ctx.Done():
-			c.retire(ep)
+		if !more {
 			return
-		case <-conn.Done():
-			if err := conn.Err(); err != nil {
-				ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, err))
-			}
-			ep.conn.CompareAndSwap(conn, nil)
-			c.reresolve()
-		case <-conn.GoingAway():
-			// New calls go elsewhere (or to a new connection); this one finishes its own.
-			interval = c.wentAway(ep, conn, interval, ticker)
-			ep.conn.CompareAndSwap(conn, nil)
-			c.reresolve()
-			go func() { // this connection's own calls finish, then it closes
-				for conn.InFlight() > 0 && conn.Err() == nil {
-					time.Sleep(time.Millisecond)
-				}
-				_ = conn.Close()
-			}()
-		case <-tick:
-			// Only a response proves the connection works: calls that all time out (a
-			// wedged path) must not keep the ping away.
-			if time.Since(time.Unix(0, ep.lastHeard.Load())) < interval {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), c.opts.keepaliveTimeout)
-			err := conn.Ping(ctx)
-			cancel()
-			if err != nil {
-				interval = c.wentAway(ep, conn, interval, ticker) // the server may have said why
-				ep.conn.CompareAndSwap(conn, nil)
-				_ = conn.Close()
-				c.reresolve()
-			}
 		}
 	}
 }
 
-// wentAway records why conn's server sent GOAWAY, if it said, and returns the keepalive
-// interval from now on: doubled when the server said we ping too often.
-func (c *Client) wentAway(ep *endpoint, conn *transport.Conn, interval time.Duration, ticker *time.Ticker) time.Duration {
+// pingSchedule is when one endpoint's maintainer pings its connection: every interval,
+// doubled when a server says we ping too often. Owned by that maintainer goroutine.
+type pingSchedule struct {
+	interval time.Duration
+	ticker   *time.Ticker     // nil when keepalive is off
+	tick     <-chan time.Time // the ticker's channel; nil (never fires) when keepalive is off
+}
+
+func newPingSchedule(interval time.Duration) *pingSchedule {
+	p := &pingSchedule{interval: interval}
+	if interval > 0 {
+		p.ticker = time.NewTicker(interval)
+		p.tick = p.ticker.C
+	}
+	return p
+}
+
+func (p *pingSchedule) stop() {
+	if p.ticker != nil {
+		p.ticker.Stop()
+	}
+}
+
+// connect dials ep once, for maintain; after a failure it waits out the backoff (which it
+// grows; a success resets it). It returns false when maintain should return: the endpoint
+// was removed (or is leaving and dropped), or the client is closing.
+func (c *Client) connect(ep *endpoint, backoff *time.Duration) bool {
+	if ep.leaving.Load() && c.dropLeaving(ep) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ep.ctx, 10*time.Second)
+	nc, err := c.tr.Dial(ctx, ep.addr)
+	cancel()
+	if err != nil && ep.ctx.Err() != nil { // removed, or the client is closing
+		return false
+	}
+	if err == nil {
+		c.connected(ep, nc)
+		*backoff = c.opts.backoffBase
+		return true
+	}
+	ep.setLastErr(err)
+	ep.tried.Store(true)
+	c.signalUp() // Dial may be waiting to see that every endpoint refuses us
+	c.reresolve()
+	b := *backoff
+	wait := b/2 + rand.N(b/2+1)
+	*backoff = min(2*b, c.opts.backoffMax)
+	select {
+	case <-time.After(wait):
+		return true
+	case <-ep.ctx.Done():
+		return false
+	}
+}
+
+// connected makes nc ep's connection and tells whoever waits for one.
+func (c *Client) connected(ep *endpoint, nc *transport.Conn) {
+	ep.conn.Store(nc)
+	ep.tried.Store(true)
+	if c.opts.healthCheck { // after the Store: it records health for nc only while nc is ep's
+		c.wg.Add(1)
+		go c.watchHealth(ep, nc)
+	}
+	c.signalUp()
+	if c.resolver != nil {
+		c.settle() // endpoints removed from the answer may wait for this one
+	}
+}
+
+// watch waits, for maintain, until ep's connection conn needs something: it failed or its
+// server sent GOAWAY (ep loses it: the next round dials), or it is due a ping. It returns
+// false when the endpoint was removed (or the client is closing): conn is retired then.
+func (c *Client) watch(ep *endpoint, conn *transport.Conn, pings *pingSchedule) bool {
+	select {
+	case <-ep.ctx.Done():
+		c.retire(ep)
+		return false
+	case <-conn.Done():
+		if err := conn.Err(); err != nil {
+			ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, err))
+		}
+		ep.conn.CompareAndSwap(conn, nil)
+		c.reresolve()
+	case <-conn.GoingAway():
+		// New calls go elsewhere (or to a new connection); this one finishes its own.
+		c.wentAway(ep, conn, pings)
+		ep.conn.CompareAndSwap(conn, nil)
+		c.reresolve()
+		go func() { // this connection's own calls finish, then it closes
+			for conn.InFlight() > 0 && conn.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
+			_ = conn.Close()
+		}()
+	case <-pings.tick:
+		c.ping(ep, conn, pings)
+	}
+	return true
+}
+
+// ping checks, on keepalive's tick, that conn still answers, unless a response came
+// within the interval; a connection that does not answer in time is closed and ep loses
+// it. Only a response proves the connection works: calls that all time out (a wedged
+// path) must not keep the ping away.
+func (c *Client) ping(ep *endpoint, conn *transport.Conn, pings *pingSchedule) {
+	if time.Since(time.Unix(0, ep.lastHeard.Load())) < pings.interval {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.keepaliveTimeout)
+	err := conn.Ping(ctx)
+	cancel()
+	if err != nil {
+		c.wentAway(ep, conn, pings) // the server may have said why
+		ep.conn.CompareAndSwap(conn, nil)
+		_ = conn.Close()
+		c.reresolve()
+	}
+}
+
+// wentAway records why conn's server sent GOAWAY, if it said, and slows pings down when
+// the server said we ping too often.
+func (c *Client) wentAway(ep *endpoint, conn *transport.Conn, pings *pingSchedule) {
 	why := conn.GoAwayErr()
 	if why == nil {
-		return interval
+		return
 	}
 	ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, why))
-	if errors.Is(why, transport.ErrTooManyPings) && ticker != nil {
-		interval = c.slowerPings(ep, interval, why)
-		ticker.Reset(interval)
+	if errors.Is(why, transport.ErrTooManyPings) && pings.ticker != nil {
+		pings.interval = c.slowerPings(ep, pings.interval, why)
+		pings.ticker.Reset(pings.interval)
 	}
-	return interval
 }
 
 // slowerPings answers a server's GOAWAY for too many pings as gRPC's client does: it

@@ -42,26 +42,11 @@ func TestIBV(t *testing.T) {
 		return []rpc.ServerOption{rpc.WithDevice(open(t))}, []rpc.DialOption{rpc.WithDevice(open(t))}
 	}
 	defer func() { withDevices = nil }()
-	for _, tc := range []struct {
-		name string
-		f    func(*testing.T)
-	}{
-		{"MixedSizes", TestMixedSizes},
-		{"DeadlineExceeded", TestDeadlineExceeded},
-		{"CancelPropagates", TestCancelPropagates},
-		{"StatusCodesRoundTrip", TestStatusCodesRoundTrip},
-		{"PanicIsInternal", TestPanicIsInternal},
-		{"MetadataAndInterceptors", TestMetadataAndInterceptors},
-		{"ServerRestart", TestServerRestart},
-		{"Telemetry", TestTelemetry},
-		{"TelemetryDroppedConnection", TestTelemetryDroppedConnection},
-		{"TLS", TestTLS},
-		{"Evolution", TestEvolution},
-		{"DialWaits", TestDialWaits},
-		{"StreamKinds", TestStreamKinds},
-		{"StreamFlowControl", TestStreamFlowControl},
-		{"StreamEnds", TestStreamEnds},
-	} {
-		t.Run(tc.name, tc.f)
-	}
+	runFabricSuite(t,
+		fabricTest{"Telemetry", TestTelemetry},
+		fabricTest{"TelemetryDroppedConnection", TestTelemetryDroppedConnection},
+		fabricTest{"TLS", TestTLS},
+		fabricTest{"Evolution", TestEvolution},
+		fabricTest{"DialWaits", TestDialWaits},
+	)
 }

@@ -35,25 +35,10 @@ func TestSHM(t *testing.T) {
 	}
 	target = func(ln net.Listener) string { return ln.Addr().String() }
 	defer func() { listen, target = tcpListen, tcpTarget }()
-	for _, tc := range []struct {
-		name string
-		f    func(*testing.T)
-	}{
-		{"MixedSizes", TestMixedSizes},
-		{"DeadlineExceeded", TestDeadlineExceeded},
-		{"CancelPropagates", TestCancelPropagates},
-		{"StatusCodesRoundTrip", TestStatusCodesRoundTrip},
-		{"PanicIsInternal", TestPanicIsInternal},
-		{"MetadataAndInterceptors", TestMetadataAndInterceptors},
-		{"ServerRestart", TestServerRestart},
-		{"GracefulStop", TestGracefulStop},
-		{"StreamKinds", TestStreamKinds},
-		{"StreamFlowControl", TestStreamFlowControl},
-		{"StreamEnds", TestStreamEnds},
-		{"StreamBuffer", TestStreamBuffer},
-	} {
-		t.Run(tc.name, tc.f)
-	}
+	runFabricSuite(t,
+		fabricTest{"GracefulStop", TestGracefulStop},
+		fabricTest{"StreamBuffer", TestStreamBuffer},
+	)
 }
 
 // TestSHMListenAndServe: ListenAndServe and Dial take shm:///path targets; a target with a

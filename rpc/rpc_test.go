@@ -144,6 +144,34 @@ var listen = func(addr string) (net.Listener, error) {
 // target is the target a client dials to reach ln.
 var target = func(ln net.Listener) string { return ln.Addr().String() }
 
+// fabricTest is one of this package's tests, by name, that a fabric suite (TestSHM,
+// TestIBV) runs again with listen, target or withDevices set for its fabric.
+type fabricTest struct {
+	name string
+	f    func(*testing.T)
+}
+
+// runFabricSuite runs, as subtests of t, the tests every fabric suite runs (calls of each
+// size, deadlines, cancellation, status codes, panics, metadata, restarts, streams), then
+// the suite's own extra tests.
+func runFabricSuite(t *testing.T, extra ...fabricTest) {
+	tests := []fabricTest{
+		{"MixedSizes", TestMixedSizes},
+		{"DeadlineExceeded", TestDeadlineExceeded},
+		{"CancelPropagates", TestCancelPropagates},
+		{"StatusCodesRoundTrip", TestStatusCodesRoundTrip},
+		{"PanicIsInternal", TestPanicIsInternal},
+		{"MetadataAndInterceptors", TestMetadataAndInterceptors},
+		{"ServerRestart", TestServerRestart},
+		{"StreamKinds", TestStreamKinds},
+		{"StreamFlowControl", TestStreamFlowControl},
+		{"StreamEnds", TestStreamEnds},
+	}
+	for _, tc := range append(tests, extra...) {
+		t.Run(tc.name, tc.f)
+	}
+}
+
 // deviceServerOpts returns sopts after the server-side device option, if any.
 func deviceServerOpts(t testing.TB, sopts ...rpc.ServerOption) []rpc.ServerOption {
 	if withDevices == nil {

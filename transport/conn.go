@@ -49,8 +49,9 @@ func wrid(kind uint64, conn uint32, idx int) uint64 {
 type Conn struct {
 	t       *Transport
 	p       *poller
-	id      uint32
+	id      uint32 // in its work request ids: the poller's key to it (connTable)
 	qp      verbs.QP
+	qpn     uint32 // qp.Num(): whose a shared receive is (connTable)
 	eager   int    // largest payload sent inside a SEND
 	maxSend int    // largest payload sent at all
 	maxRecv uint32 // largest payload accepted
@@ -124,6 +125,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mwrpc: create QP: %w", err)
 	}
+	c.qpn = c.qp.Num()
 	if c.win.ws, err = pool.NewWindows(t.pd, c.qp, cfg.Windows); err != nil {
 		c.abort()
 		return nil, fmt.Errorf("mwrpc: %w", err)

@@ -15,7 +15,11 @@
 // posted, else alone); a server revokes a request window with the SEND_WITH_INV that
 // carries the response. The owner frees the buffer when the receive completion shows the
 // invalidation. A window the peer never releases is reclaimed with LOCAL_INV when its lease
-// expires, or when the connection dies; no window is invalidated twice.
+// expires, or when the connection dies; no window is invalidated twice. Where a READ costs
+// a round trip through the peer's CPU (the soft TCP fabric), a caller exposes a large
+// request's window for writing too, and a response no longer than the request is written
+// into it (RDMA WRITE) and announced by the SEND_WITH_INV that revokes it
+// (docs/protocol.md, "Written responses").
 //
 // Every SEND consumes one of the peer's receive slots: credits, returned in every header,
 // bound what each side may have outstanding, so no SEND ever meets an empty receive queue.
@@ -31,8 +35,9 @@
 //
 // # Completions
 //
-// Completions are reaped by poller goroutines locked to OS threads (PollBusy, PollAdaptive,
-// PollEvent). Requests go to a bounded handler pool (github.com/panjf2000/ants/v2); when it
+// Completions are reaped by poller goroutines (PollBusy, PollAdaptive, PollEvent), each
+// locked to its OS thread while it spins; on the soft TCP fabric the stream reader that
+// delivered a message into a parked poller's queue dispatches it itself. Requests go to a bounded handler pool (github.com/panjf2000/ants/v2); when it
 // is full the caller gets StatusResourceExhausted. A handler known to be short runs to
 // completion on the goroutine that reaped its request instead: a method whose last runs
 // all took less than Config.InlineBudget (on by default, for handlers that implement

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
@@ -29,38 +27,13 @@ func (i injector) inject(b []byte) error { _, err := i.Conn.Write(b); return err
 // logged with the parser's reason); a good client's calls over shm go on throughout, and
 // the server returns to one connection, no window exposed, no handler running.
 func TestHostileSHM(t *testing.T) {
-	leakcheck.Check(t)
 	var logs strings.Builder
 	var mu sync.Mutex
-	cfg := hostileConfig(lockedWriter{&mu, &logs})
-	sdev, _ := soft.OpenTCP("server")
-	defer sdev.Close()
-	srv, err := New(sdev, echo, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	path := filepath.Join(t.TempDir(), "srv.sock")
-	ln, err := shm.Listen(path, shm.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go srv.Serve(ln)
-
-	cdev, _ := soft.OpenTCP("client")
-	defer cdev.Close()
-	cli, err := New(cdev, nil, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	e := newEnv(t, fabricNamed(t, "shm"), echo, hostileConfig(lockedWriter{&mu, &logs}), withClient(Config{}))
+	srv, good := e.server, e.conn
+	path, _ := shm.ParseTarget(e.addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	good, err := cli.Dial(ctx, shm.Scheme+path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	stop := make(chan struct{})
 	goodErr := make(chan error, 1)
 	go func() {

@@ -64,14 +64,14 @@ func hostileConfig(logs io.Writer) Config {
 // server's per-host limits tell it from the good client.
 var attackerIP = net.IPv4(127, 0, 0, 2)
 
+// hostile is the suite's fixture: newEnv's server (hostileConfig, serving echo on the soft
+// TCP fabric) and its client, the good client, which keeps calling while the attacks run;
+// the attackers' own devices and transports beside them.
 type hostile struct {
+	*env     // server, the good client (client) and its connection (conn)
 	t        *testing.T
-	server   *Transport
-	addr     string
 	logMu    sync.Mutex
 	logs     bytes.Buffer // the server's log (lockedWriter)
-	good     *Transport
-	goodConn *Conn
 	atk      *soft.Device // raw attackers' device
 	atkPD    verbs.PD
 	base     baseline
@@ -134,39 +134,22 @@ func (h *hostile) settle(what string) {
 
 func newHostile(t *testing.T) *hostile {
 	h := &hostile{t: t}
-	sdev, _ := soft.OpenTCP("server")
-	gdev, _ := soft.OpenTCP("good")
+	h.env = newEnv(t, tcpFabric, echo, hostileConfig(lockedWriter{&h.logMu, &h.logs}), withClient(Config{}))
+	// Raw peers SEND without credits (the churn attacker's cut-off frames on connections it
+	// set up by hand): the server's receiver-not-ready NAKs answer them.
+	h.allowRNR = true
 	h.atk, _ = soft.OpenTCP("attacker")
 	var err error
-	if h.server, err = New(sdev, echo, hostileConfig(lockedWriter{&h.logMu, &h.logs})); err != nil {
-		t.Fatal(err)
-	}
-	if h.good, err = New(gdev, nil, Config{}); err != nil {
-		t.Fatal(err)
-	}
 	if h.atkPD, err = h.atk.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- h.server.Serve(ln) }()
-	h.addr = ln.Addr().String()
-	t.Cleanup(func() {
-		ln.Close()
-		for _, err := range []error{h.good.Close(), h.server.Close(), <-served, h.atkPD.Dealloc(), h.atk.Close(), gdev.Close(), sdev.Close()} {
+	t.Cleanup(func() { // before newEnv's: the attackers' queue pairs are gone by now
+		for _, err := range []error{h.atkPD.Dealloc(), h.atk.Close()} {
 			if err != nil {
 				t.Error(err)
 			}
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if h.goodConn, err = h.good.Dial(ctx, h.addr); err != nil {
-		t.Fatal(err)
-	}
 	if _, err = h.goodCalls(2000, nil); err != nil { // warm up
 		t.Fatal(err)
 	}
@@ -222,16 +205,16 @@ func (h *hostile) goodCalls(n int, stop <-chan struct{}) ([]time.Duration, error
 // layer does. The old one closes.
 func (h *hostile) goodConnNow(ctx context.Context) (*Conn, error) {
 	select {
-	case <-h.goodConn.GoingAway():
+	case <-h.conn.GoingAway():
 	default:
-		return h.goodConn, nil
+		return h.conn, nil
 	}
-	h.goodConn.Close()
-	c, err := h.good.Dial(ctx, h.addr)
+	h.conn.Close()
+	c, err := h.client.Dial(ctx, h.addr)
 	if err != nil {
 		return nil, fmt.Errorf("the good client's redial after GOAWAY: %w", err)
 	}
-	h.goodConn = c
+	h.conn = c
 	return c, nil
 }
 
@@ -662,7 +645,7 @@ func TestHostilePeers(t *testing.T) {
 		// A new good connection is still taken (another host), and works.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		c, err := h.good.Dial(ctx, h.addr)
+		c, err := h.client.Dial(ctx, h.addr)
 		if err != nil {
 			h.t.Fatalf("a good client's new connection during the attack: %v", err)
 		}

@@ -25,8 +25,8 @@ type poller struct {
 	t  *Transport
 	cq verbs.CQ
 
-	conns atomic.Pointer[map[uint32]*Conn] // copy on write
-	byQPN atomic.Pointer[map[uint32]*Conn] // the same, by QP number: whose a shared receive is
+	conns connTable // by Conn.id, in the work request ids; written under mu
+	byQPN connTable // the same, by QP number: whose a shared receive is
 
 	// Shared receives (Config.SharedReceives): one SRQ and its slots for every connection
 	// of the poller. A slot is the queue's while posted, then its message's holder's (a
@@ -79,9 +79,7 @@ func newPoller(t *Transport, i int) (*poller, error) {
 	// another P to steal them (the queue of a busy connection on many cores), and on a
 	// small machine it takes the core the stream readers, handlers and callers need.
 	p.spin = t.cfg.PollMode == PollAdaptive && t.cfg.SpinTime > 0 && runtime.GOMAXPROCS(0) >= 2*t.cfg.Pollers+2
-	m, q := map[uint32]*Conn{}, map[uint32]*Conn{}
-	p.conns.Store(&m)
-	p.byQPN.Store(&q)
+	p.byQPN.byQPN = true
 	if n := t.cfg.SharedReceives; n > 0 {
 		if err := p.openShared(n); err != nil {
 			_ = cq.Destroy()
@@ -189,35 +187,21 @@ func (p *poller) arm() (empty bool, err error) {
 	return true, nil
 }
 
+// add makes c's completions reach it: O(1) amortized, the lookups never locked.
 func (p *poller) add(c *Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.conns.Store(withConn(*p.conns.Load(), c.id, c))
-	p.byQPN.Store(withConn(*p.byQPN.Load(), c.qp.Num(), c))
+	p.conns.add(c)
+	p.byQPN.add(c)
 }
 
+// remove makes c's completions, from now on, those of a connection torn down.
 func (p *poller) remove(c *Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if (*p.conns.Load())[c.id] != c {
-		return
+	if p.conns.remove(c) {
+		p.byQPN.remove(c)
 	}
-	p.conns.Store(withConn(*p.conns.Load(), c.id, nil))
-	p.byQPN.Store(withConn(*p.byQPN.Load(), c.qp.Num(), nil))
-}
-
-// withConn returns a copy of m with k mapped to c, or without k if c is nil.
-func withConn(m map[uint32]*Conn, k uint32, c *Conn) *map[uint32]*Conn {
-	out := make(map[uint32]*Conn, len(m)+1)
-	for key, v := range m {
-		if key != k {
-			out[key] = v
-		}
-	}
-	if c != nil {
-		out[k] = c
-	}
-	return &out
 }
 
 // retire queues a failed connection for teardown on the poller goroutine.
@@ -269,7 +253,7 @@ func (p *poller) run() {
 	for {
 		n, err := p.cq.Poll(p.wcs)
 		if err != nil { // a CQ overrun loses completions: no connection on it can go on
-			for _, c := range *p.conns.Load() {
+			for c := range p.conns.all() {
 				c.fail(err)
 			}
 		}
@@ -370,7 +354,7 @@ func (p *poller) housekeeping() {
 
 func (p *poller) drainRetired() {
 	p.housekeeping()
-	for _, c := range *p.conns.Load() {
+	for c := range p.conns.all() {
 		c.fail(errClosed)
 	}
 	p.housekeeping()
@@ -381,7 +365,7 @@ func (p *poller) drainRetired() {
 func (p *poller) reap(now time.Time) {
 	var buf [16]*pool.Window
 	idle := p.t.cfg.IdleTimeout
-	for _, c := range *p.conns.Load() {
+	for c := range p.conns.all() {
 		for _, w := range c.win.ws.Expired(now, p.t.cfg.Lease, buf[:0]) {
 			c.reclaim(w)
 		}
@@ -409,7 +393,7 @@ func (p *poller) dispatch(wc *verbs.WorkCompletion) {
 	kind, id, idx := wc.WRID>>56, uint32(wc.WRID>>32)&0xffffff, int(uint32(wc.WRID))
 	var c *Conn
 	if id == sharedConnID && kind == wrRecv { // a shared receive: the QP says whose
-		c = (*p.byQPN.Load())[wc.QPNum]
+		c = p.byQPN.get(wc.QPNum)
 		if c == nil || wc.Status != verbs.WCSuccess {
 			// Its connection is gone, or the receive was flushed while being filled: the
 			// slot goes back to the queue (and the connection fails below, if any).
@@ -421,7 +405,7 @@ func (p *poller) dispatch(wc *verbs.WorkCompletion) {
 			}
 		}
 	} else {
-		c = (*p.conns.Load())[id]
+		c = p.conns.get(id)
 	}
 	if c == nil {
 		return // a completion of a connection already torn down

@@ -6,157 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
-
-// fabric opens the two devices of a test: in-process or TCP (or shm, on Linux).
-type fabric struct {
-	name string
-	open func(t testing.TB) (client, server verbs.Device)
-}
-
-// fabricListeners, by fabric name, make the listener a test's server serves and the
-// address its client dials where they are not TCP's on loopback (the shm fabric's Unix
-// socket).
-var fabricListeners = map[string]func(t testing.TB) (net.Listener, string){}
-
-// listenOn returns the listener a test's server serves on and the address to dial.
-func (fb fabric) listenOn(t testing.TB) (net.Listener, string) {
-	t.Helper()
-	if listen := fabricListeners[fb.name]; listen != nil {
-		return listen(t)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln, ln.Addr().String()
-}
-
-var fabrics = []fabric{
-	{"inproc", func(t testing.TB) (verbs.Device, verbs.Device) {
-		f := soft.NewFabric()
-		a, _ := f.Open("client")
-		b, _ := f.Open("server")
-		return a, b
-	}},
-	{"tcp", func(t testing.TB) (verbs.Device, verbs.Device) {
-		a, _ := soft.OpenTCP("client")
-		b, _ := soft.OpenTCP("server")
-		return a, b
-	}},
-}
-
-// env is a client connected to a server, torn down at cleanup with the checks every test
-// gets: no window left bound, every pool buffer returned, no goroutine left behind.
-type env struct {
-	client, server *Transport
-	conn           *Conn
-	addr           string // where the server listens
-	cdev, sdev     verbs.Device
-	allowRNR       bool // shared receives: more SENDs in flight than slots is allowed
-}
-
-func newEnv(t testing.TB, fb fabric, h Handler, cfg Config) *env {
-	t.Helper()
-	base := runtime.NumGoroutine()
-	cdev, sdev := fb.open(t)
-	e := &env{cdev: cdev, sdev: sdev}
-
-	var err error
-	if e.server, err = New(sdev, h, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if e.client, err = New(cdev, nil, cfg); err != nil {
-		t.Fatal(err)
-	}
-	ln, addr := fb.listenOn(t)
-	served := make(chan error, 1)
-	go func() { served <- e.server.Serve(ln) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	e.addr = addr
-	if e.conn, err = e.client.Dial(ctx, e.addr); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		e.checkWindows(t)
-		ln.Close()
-		if err := e.client.Close(); err != nil {
-			t.Errorf("client close: %v", err)
-		}
-		if err := e.server.Close(); err != nil {
-			t.Errorf("server close: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		for _, d := range []verbs.Device{cdev, sdev} {
-			// Credits keep a receive posted for every SEND the transport makes.
-			if sd, ok := d.(*soft.Device); ok && sd.Stats().RNRNaks > 0 && !e.allowRNR {
-				t.Errorf("%s sent %d receiver-not-ready NAKs: a SEND found no receive posted", d.Name(), sd.Stats().RNRNaks)
-			}
-			if err := d.Close(); err != nil {
-				t.Errorf("device close: %v", err)
-			}
-		}
-		leakcheck.Wait(t, base)
-	})
-	return e
-}
-
-// serverConn returns the server's side of the connection.
-func (e *env) serverConn(t testing.TB) *Conn {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		e.server.mu.Lock()
-		for c := range e.server.conns {
-			e.server.mu.Unlock()
-			return c
-		}
-		e.server.mu.Unlock()
-	}
-	// What the client's side knows helps tell a setup that never ended from a connection
-	// that was torn down again.
-	st := e.server.Stats()
-	t.Fatalf("the server has no connection after 5s; the client's: err %v, %d calls in flight; server: %d requests served", e.conn.Err(), e.conn.InFlight(), st.Served)
-	return nil
-}
-
-// checkWindows fails if a window of either side is still bound once calls are done.
-func (e *env) checkWindows(t testing.TB) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		bound := 0
-		for _, tr := range []*Transport{e.client, e.server} {
-			tr.mu.Lock()
-			for c := range tr.conns {
-				st := c.win.ws.Stats()
-				bound += st.Bound + st.Invalidating + st.Reserved
-			}
-			tr.mu.Unlock()
-		}
-		if bound == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%d windows still bound after the calls returned", bound)
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // echo answers with the request, built in registered memory.
 var echo = HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {

@@ -7,6 +7,7 @@ import (
 	"go/types"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -150,27 +151,11 @@ type analyzer struct {
 // writes nothing.
 func analyzePackage(ld *loader, pkg *packages.Package, names []string) *pkgResult {
 	res := &pkgResult{pkg: pkg, found: make(map[string]bool)}
-	var fatal []diag
-	for _, e := range pkg.Errors {
-		switch {
-		case e.Kind == packages.TypeError:
-			// Judged below: they may be about what is to be generated.
-		case e.Kind == packages.ListError && strings.HasPrefix(e.Msg, "# "+pkg.PkgPath+"\n"):
-			// The go command failed to compile the package (go/packages asks it for
-			// export data): these are the type errors again, seen by the compiler.
-		default:
-			fatal = append(fatal, packageError(e))
-		}
-	}
-	if len(fatal) > 0 || pkg.Types == nil || pkg.TypesInfo == nil {
-		if len(fatal) == 0 {
-			fatal = append(fatal, diag{msg: fmt.Sprintf("package %s: no type information", pkg.PkgPath)})
-		}
+	if fatal := loadErrors(pkg); len(fatal) > 0 {
 		res.diags = fatal
 		res.loadFailed = true
 		return res
 	}
-
 	a := &analyzer{
 		pkg:       pkg,
 		fset:      pkg.Fset,
@@ -181,46 +166,10 @@ func analyzePackage(ld *loader, pkg *packages.Package, names []string) *pkgResul
 		files:     make(map[string]*ast.File),
 	}
 	a.indexDecls()
-
-	if len(names) > 0 {
-		for _, name := range names {
-			obj := a.self.Scope().Lookup(name)
-			if obj == nil {
-				continue
-			}
-			res.found[name] = true
-			a.addNamed(name, obj)
-		}
-	} else {
-		var marked []*types.TypeName
-		for tn := range a.marked {
-			marked = append(marked, tn)
-		}
-		sort.Slice(marked, func(i, j int) bool { return a.before(marked[i].Pos(), marked[j].Pos()) })
-		for _, tn := range marked {
-			a.addMarked(tn)
-		}
-	}
+	a.addServices(names, res.found)
 	a.checkNames()
-
 	if a.invalid || a.typeErrorInService() {
-		// The declarations are incomplete: show the type errors, not their consequences,
-		// leaving out uses of what is about to be generated.
-		generated := make(map[string]bool)
-		for _, s := range a.services {
-			for _, n := range s.generatedNames() {
-				generated["undefined: "+n] = true
-			}
-		}
-		n := len(a.diags)
-		for _, e := range pkg.TypeErrors {
-			if !generated[e.Msg] {
-				a.diags = append(a.diags, diag{pos: e.Fset.Position(e.Pos), msg: e.Msg})
-			}
-		}
-		if len(a.diags) == n {
-			a.diags = append(a.diags, diag{msg: fmt.Sprintf("package %s: a service declaration does not type-check", pkg.PkgPath)})
-		}
+		a.addTypeErrors()
 	}
 	res.services = len(a.services)
 	res.warnings = sortDiags(a.warnings)
@@ -238,6 +187,72 @@ func analyzePackage(ld *loader, pkg *packages.Package, names []string) *pkgResul
 		res.stale = a.staleFiles(ld, res.files)
 	}
 	return res
+}
+
+// loadErrors returns what keeps pkg from being analyzed at all: errors of loading it other
+// than type errors (judged later: they may be about what is to be generated), or no type
+// information.
+func loadErrors(pkg *packages.Package) []diag {
+	var fatal []diag
+	for _, e := range pkg.Errors {
+		switch {
+		case e.Kind == packages.TypeError: // judged once the services are known
+		case e.Kind == packages.ListError && strings.HasPrefix(e.Msg, "# "+pkg.PkgPath+"\n"):
+			// The go command failed to compile the package (go/packages asks it for
+			// export data): these are the type errors again, seen by the compiler.
+		default:
+			fatal = append(fatal, packageError(e))
+		}
+	}
+	if len(fatal) == 0 && (pkg.Types == nil || pkg.TypesInfo == nil) {
+		fatal = append(fatal, diag{msg: fmt.Sprintf("package %s: no type information", pkg.PkgPath)})
+	}
+	return fatal
+}
+
+// addServices adds the services to check: the types named, if any (found records which
+// exist), or else those marked with //mwrpc:service, in source order.
+func (a *analyzer) addServices(names []string, found map[string]bool) {
+	if len(names) > 0 {
+		for _, name := range names {
+			obj := a.self.Scope().Lookup(name)
+			if obj == nil {
+				continue
+			}
+			found[name] = true
+			a.addNamed(name, obj)
+		}
+		return
+	}
+	var marked []*types.TypeName
+	for tn := range a.marked {
+		marked = append(marked, tn)
+	}
+	sort.Slice(marked, func(i, j int) bool { return a.before(marked[i].Pos(), marked[j].Pos()) })
+	for _, tn := range marked {
+		a.addMarked(tn)
+	}
+}
+
+// addTypeErrors reports the package's type errors where a service's declaration is
+// incomplete: the errors, not their consequences, leaving out uses of what is about to be
+// generated.
+func (a *analyzer) addTypeErrors() {
+	generated := make(map[string]bool)
+	for _, s := range a.services {
+		for _, n := range s.generatedNames() {
+			generated["undefined: "+n] = true
+		}
+	}
+	n := len(a.diags)
+	for _, e := range a.pkg.TypeErrors {
+		if !generated[e.Msg] {
+			a.diags = append(a.diags, diag{pos: e.Fset.Position(e.Pos), msg: e.Msg})
+		}
+	}
+	if len(a.diags) == n {
+		a.diags = append(a.diags, diag{msg: fmt.Sprintf("package %s: a service declaration does not type-check", a.pkg.PkgPath)})
+	}
 }
 
 // indexDecls records the files of the package, the declaration of each package-level
@@ -431,17 +446,9 @@ func (a *analyzer) checkMethod(s *service, m *types.Func) *method {
 	name := s.name + "." + m.Name()
 	pos := m.Pos()
 	sig := m.Signature()
-	for v := range sig.Params().Variables() {
-		if hasInvalid(v.Type()) {
-			a.invalid = true
-			return nil
-		}
-	}
-	for v := range sig.Results().Variables() {
-		if hasInvalid(v.Type()) {
-			a.invalid = true
-			return nil
-		}
+	if sigHasInvalid(sig) {
+		a.invalid = true
+		return nil
 	}
 	if !m.Exported() {
 		a.errorf(pos, "%s: unexported methods cannot be called remotely; export it or remove it from the interface", name)
@@ -451,81 +458,119 @@ func (a *analyzer) checkMethod(s *service, m *types.Func) *method {
 		a.errorf(pos, "%s: the generated client has a method of that name (it sets call options); rename the method", name)
 		return nil
 	}
-	shape := m.Name() + "(ctx context.Context, req T) (R, error)"
-	streamShapes := "or with streams of T, iter.Seq2[T, error] in place of req (client streaming), of (R, error) (server streaming), or both"
-	ok := true
-	params, results := sig.Params(), sig.Results()
-	mm := &method{name: m.Name()}
-	if n := params.Len(); n != 2 {
-		a.errorf(pos, "%s: has %s; want 2, as in %s", name, plural(n, "parameter"), shape)
-		ok = false
-	} else {
-		if !isContext(params.At(0).Type()) {
-			a.errorf(pos, "%s: the first parameter has type %s; want context.Context", name, a.typeString(params.At(0).Type()))
-			ok = false
+	c := methodCheck{a: a, pos: pos, name: name, shape: m.Name() + "(ctx context.Context, req T) (R, error)", mm: &method{name: m.Name()}}
+	ok := c.params(sig)
+	respType, resultsOK := c.results(sig.Results())
+	ok = resultsOK && ok
+	if sig.Params().Len() == 2 && !sig.Variadic() {
+		ok = c.request(sig.Params().At(1).Type()) && ok
+	}
+	if respType != nil {
+		what := "response"
+		if c.mm.serverStream {
+			what = "stream message"
 		}
-		if sig.Variadic() {
-			a.errorf(pos, "%s: a variadic request is not supported; want %s", name, shape)
-			ok = false
+		p, good := a.checkParam(pos, name, what, respType)
+		c.mm.resp, ok = p, ok && good
+	}
+	if !ok {
+		return nil
+	}
+	return c.mm
+}
+
+// sigHasInvalid reports whether a parameter or result of sig did not type-check.
+func sigHasInvalid(sig *types.Signature) bool {
+	for _, vars := range []*types.Tuple{sig.Params(), sig.Results()} {
+		for v := range vars.Variables() {
+			if hasInvalid(v.Type()) {
+				return true
+			}
 		}
 	}
-	var respType types.Type
+	return false
+}
+
+// methodCheck is checkMethod's state for one method: where it is, its name as errors say
+// it (Service.Method), the shape it should have, and the method it fills in.
+type methodCheck struct {
+	a     *analyzer
+	pos   token.Pos
+	name  string
+	shape string
+	mm    *method
+}
+
+// streamShapes says, after a method's shape, how streams are written.
+const streamShapes = "or with streams of T, iter.Seq2[T, error] in place of req (client streaming), of (R, error) (server streaming), or both"
+
+// params checks the count of sig's parameters, the context first and no variadic one.
+func (c *methodCheck) params(sig *types.Signature) bool {
+	params := sig.Params()
+	if n := params.Len(); n != 2 {
+		c.a.errorf(c.pos, "%s: has %s; want 2, as in %s", c.name, plural(n, "parameter"), c.shape)
+		return false
+	}
+	ok := true
+	if !isContext(params.At(0).Type()) {
+		c.a.errorf(c.pos, "%s: the first parameter has type %s; want context.Context", c.name, c.a.typeString(params.At(0).Type()))
+		ok = false
+	}
+	if sig.Variadic() {
+		c.a.errorf(c.pos, "%s: a variadic request is not supported; want %s", c.name, c.shape)
+		ok = false
+	}
+	return ok
+}
+
+// results checks the results: (R, error), or a server stream iter.Seq2[R, error] alone.
+// It returns the response (or stream message) type, nil when there is none to check.
+func (c *methodCheck) results(results *types.Tuple) (types.Type, bool) {
 	switch n := results.Len(); {
 	case n == 1:
 		elem, isSeq, problem := seqElem(results.At(0).Type())
 		switch {
 		case !isSeq:
-			a.errorf(pos, "%s: has 1 result; want 2, as in %s, %s", name, shape, streamShapes)
-			ok = false
+			c.a.errorf(c.pos, "%s: has 1 result; want 2, as in %s, %s", c.name, c.shape, streamShapes)
 		case problem != "":
-			a.errorf(pos, "%s: the result %s: %s", name, a.typeString(results.At(0).Type()), problem)
-			ok = false
+			c.a.errorf(c.pos, "%s: the result %s: %s", c.name, c.a.typeString(results.At(0).Type()), problem)
 		default:
-			mm.serverStream, mm.out, respType = true, results.At(0).Type(), elem
+			c.mm.serverStream, c.mm.out = true, results.At(0).Type()
+			return elem, true
 		}
 	case n != 2:
-		a.errorf(pos, "%s: has %s; want 2, as in %s, %s", name, plural(n, "result"), shape, streamShapes)
-		ok = false
+		c.a.errorf(c.pos, "%s: has %s; want 2, as in %s, %s", c.name, plural(n, "result"), c.shape, streamShapes)
 	default:
 		if _, isSeq, _ := seqElem(results.At(0).Type()); isSeq {
-			a.errorf(pos, "%s: a server stream is returned alone, as iter.Seq2[R, error]: its errors are yielded in it", name)
-			ok = false
+			c.a.errorf(c.pos, "%s: a server stream is returned alone, as iter.Seq2[R, error]: its errors are yielded in it", c.name)
 		} else if !isError(results.At(1).Type()) {
-			a.errorf(pos, "%s: the second result has type %s; want error", name, a.typeString(results.At(1).Type()))
-			ok = false
+			c.a.errorf(c.pos, "%s: the second result has type %s; want error", c.name, c.a.typeString(results.At(1).Type()))
 		} else {
-			mm.out, respType = results.At(0).Type(), results.At(0).Type()
+			c.mm.out = results.At(0).Type()
+			return c.mm.out, true
 		}
 	}
-	if params.Len() == 2 && !sig.Variadic() {
-		reqType := params.At(1).Type()
-		elem, isSeq, problem := seqElem(reqType)
-		switch {
-		case isSeq && problem != "":
-			a.errorf(pos, "%s: the parameter %s: %s", name, a.typeString(reqType), problem)
-			ok = false
-		case isSeq:
-			mm.clientStream, mm.in = true, reqType
-			p, good := a.checkParam(pos, name, "stream message", elem)
-			mm.req, ok = p, ok && good
-		default:
-			mm.in = reqType
-			p, good := a.checkParam(pos, name, "request", reqType)
-			mm.req, ok = p, ok && good
-		}
+	return nil, false
+}
+
+// request checks the request parameter: a value, or a client stream iter.Seq2[T, error].
+func (c *methodCheck) request(reqType types.Type) bool {
+	elem, isSeq, problem := seqElem(reqType)
+	switch {
+	case isSeq && problem != "":
+		c.a.errorf(c.pos, "%s: the parameter %s: %s", c.name, c.a.typeString(reqType), problem)
+		return false
+	case isSeq:
+		c.mm.clientStream, c.mm.in = true, reqType
+		p, good := c.a.checkParam(c.pos, c.name, "stream message", elem)
+		c.mm.req = p
+		return good
+	default:
+		c.mm.in = reqType
+		p, good := c.a.checkParam(c.pos, c.name, "request", reqType)
+		c.mm.req = p
+		return good
 	}
-	if respType != nil {
-		what := "response"
-		if mm.serverStream {
-			what = "stream message"
-		}
-		p, good := a.checkParam(pos, name, what, respType)
-		mm.resp, ok = p, ok && good
-	}
-	if !ok {
-		return nil
-	}
-	return mm
 }
 
 // seqElem reports whether t is an iterator type from package iter, and for
@@ -599,98 +644,119 @@ func classify(t types.Type) (param, bool) {
 // (or returns ""): t refers to an unexported type or field of another package, or to a
 // type of the service's package named like a local name of the generated code.
 func (a *analyzer) unnameable(t types.Type) string {
-	seen := make(map[types.Type]bool)
-	var walk func(t types.Type) string
-	checkObj := func(obj *types.TypeName) string {
-		if obj.Pkg() == nil {
-			return ""
-		}
-		if obj.Pkg().Path() != a.self.Path() {
-			if !obj.Exported() {
-				return fmt.Sprintf("%s.%s is not exported", obj.Pkg().Name(), obj.Name())
-			}
-			return ""
-		}
-		if localNames[obj.Name()] {
-			return fmt.Sprintf("the type name %s is also a local name in the generated code; rename the type", obj.Name())
-		}
+	sp := spelling{self: a.self.Path(), seen: make(map[types.Type]bool)}
+	return sp.walk(t)
+}
+
+// spelling is unnameable's walk through a type: self is the service's package, seen the
+// types already walked (types may refer to themselves).
+type spelling struct {
+	self string
+	seen map[types.Type]bool
+}
+
+// walk returns the first reason found in t, or "".
+func (sp *spelling) walk(t types.Type) string {
+	if sp.seen[t] {
 		return ""
 	}
-	walk = func(t types.Type) string {
-		if seen[t] {
-			return ""
+	sp.seen[t] = true
+	switch t := t.(type) {
+	case *types.Alias:
+		return sp.named(t.Obj(), t.TypeArgs())
+	case *types.Named:
+		return sp.named(t.Obj(), t.TypeArgs())
+	case *types.Pointer:
+		return sp.walk(t.Elem())
+	case *types.Slice:
+		return sp.walk(t.Elem())
+	case *types.Array:
+		return sp.walk(t.Elem())
+	case *types.Map:
+		return sp.first(t.Key(), t.Elem())
+	case *types.Chan:
+		return sp.walk(t.Elem())
+	case *types.Struct:
+		return sp.fields(t)
+	case *types.Signature:
+		return sp.first(tupleTypes(t.Params(), t.Results())...)
+	case *types.Interface:
+		return sp.methods(t)
+	}
+	return ""
+}
+
+// first walks ts in order and returns the first reason found.
+func (sp *spelling) first(ts ...types.Type) string {
+	for _, t := range ts {
+		if p := sp.walk(t); p != "" {
+			return p
 		}
-		seen[t] = true
-		switch t := t.(type) {
-		case *types.Alias:
-			if p := checkObj(t.Obj()); p != "" {
-				return p
-			}
-			for arg := range t.TypeArgs().Types() {
-				if p := walk(arg); p != "" {
-					return p
-				}
-			}
-		case *types.Named:
-			if p := checkObj(t.Obj()); p != "" {
-				return p
-			}
-			for arg := range t.TypeArgs().Types() {
-				if p := walk(arg); p != "" {
-					return p
-				}
-			}
-		case *types.Pointer:
-			return walk(t.Elem())
-		case *types.Slice:
-			return walk(t.Elem())
-		case *types.Array:
-			return walk(t.Elem())
-		case *types.Map:
-			if p := walk(t.Key()); p != "" {
-				return p
-			}
-			return walk(t.Elem())
-		case *types.Chan:
-			return walk(t.Elem())
-		case *types.Struct:
-			for f := range t.Fields() {
-				if !f.Exported() && f.Pkg() != nil && f.Pkg().Path() != a.self.Path() {
-					return fmt.Sprintf("its field %s is unexported in package %s", f.Name(), f.Pkg().Path())
-				}
-				if p := walk(f.Type()); p != "" {
-					return p
-				}
-			}
-		case *types.Signature:
-			for v := range t.Params().Variables() {
-				if p := walk(v.Type()); p != "" {
-					return p
-				}
-			}
-			for v := range t.Results().Variables() {
-				if p := walk(v.Type()); p != "" {
-					return p
-				}
-			}
-		case *types.Interface:
-			for m := range t.ExplicitMethods() {
-				if !m.Exported() && m.Pkg() != nil && m.Pkg().Path() != a.self.Path() {
-					return fmt.Sprintf("its method %s is unexported in package %s", m.Name(), m.Pkg().Path())
-				}
-				if p := walk(m.Type()); p != "" {
-					return p
-				}
-			}
-			for e := range t.EmbeddedTypes() {
-				if p := walk(e); p != "" {
-					return p
-				}
-			}
+	}
+	return ""
+}
+
+// named checks a named type (or alias) and its type arguments.
+func (sp *spelling) named(obj *types.TypeName, args *types.TypeList) string {
+	if p := sp.object(obj); p != "" {
+		return p
+	}
+	return sp.first(slices.Collect(args.Types())...)
+}
+
+// object checks the name of a type: unexported in another package, or in the service's
+// package named like a local name of the generated code.
+func (sp *spelling) object(obj *types.TypeName) string {
+	switch {
+	case obj.Pkg() == nil:
+		return ""
+	case obj.Pkg().Path() != sp.self:
+		if !obj.Exported() {
+			return fmt.Sprintf("%s.%s is not exported", obj.Pkg().Name(), obj.Name())
 		}
 		return ""
+	case localNames[obj.Name()]:
+		return fmt.Sprintf("the type name %s is also a local name in the generated code; rename the type", obj.Name())
 	}
-	return walk(t)
+	return ""
+}
+
+// fields checks a struct's fields: none unexported in another package, each type spelled.
+func (sp *spelling) fields(t *types.Struct) string {
+	for f := range t.Fields() {
+		if !f.Exported() && f.Pkg() != nil && f.Pkg().Path() != sp.self {
+			return fmt.Sprintf("its field %s is unexported in package %s", f.Name(), f.Pkg().Path())
+		}
+		if p := sp.walk(f.Type()); p != "" {
+			return p
+		}
+	}
+	return ""
+}
+
+// methods checks an interface's methods (none unexported in another package, each
+// signature spelled), then what it embeds.
+func (sp *spelling) methods(t *types.Interface) string {
+	for m := range t.ExplicitMethods() {
+		if !m.Exported() && m.Pkg() != nil && m.Pkg().Path() != sp.self {
+			return fmt.Sprintf("its method %s is unexported in package %s", m.Name(), m.Pkg().Path())
+		}
+		if p := sp.walk(m.Type()); p != "" {
+			return p
+		}
+	}
+	return sp.first(slices.Collect(t.EmbeddedTypes())...)
+}
+
+// tupleTypes returns the types of the variables of each tuple in turn.
+func tupleTypes(tuples ...*types.Tuple) []types.Type {
+	var ts []types.Type
+	for _, tup := range tuples {
+		for v := range tup.Variables() {
+			ts = append(ts, v.Type())
+		}
+	}
+	return ts
 }
 
 // hasInvalid reports whether t is, or is built directly from, the invalid type that

@@ -1,6 +1,9 @@
 package verbs
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // TD is a thread domain (ibv_alloc_td(3)): a promise by the application that the objects
 // created in a parent domain carrying it are used by one thread at a time, never by two
@@ -23,6 +26,38 @@ type ParentDomainAttr struct {
 	PD PD
 	// TD, if not nil, is the thread domain the parent domain's objects are used in.
 	TD TD
+	// Allocator, if not nil, gives the provider the memory of the buffers it allocates
+	// for the parent domain's objects (IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS); nil
+	// leaves them all to the provider.
+	Allocator Allocator
+}
+
+// ResourceType says what a provider buffer is for: the resource_type argument of
+// ibv_parent_domain_init_attr's alloc and free. Its values are the provider's (mlx5dv:
+// MLX5DV_RES_TYPE_QP, _DBR, _SRQ, _CQ; soft: soft.ResDoorbell).
+type ResourceType uint64
+
+// ErrUseDefault, returned by Allocator.Alloc, has the provider allocate that buffer
+// itself (IBV_ALLOCATOR_USE_DEFAULT).
+var ErrUseDefault = errors.New("verbs: allocator: use the provider's default")
+
+// Allocator is a parent domain's custom allocator (ibv_alloc_parent_domain(3)): the
+// provider asks it for the buffers of the objects created on the parent domain (queue
+// rings, doorbell records) instead of allocating them itself, so that the application
+// chooses where they live (huge pages, a NUMA node, memory it already registered).
+//
+// The provider calls Alloc and Free on the goroutine that creates or destroys the object
+// (inside the verb: ibv calls them from C, through cgo), so they must not block for long
+// nor call verbs on the object being created. The provider zeroes what Alloc returns
+// before use and never copies out of it: the object's buffer is that memory until Free.
+type Allocator interface {
+	// Alloc returns size bytes aligned to alignment (a power of two) for a buffer of
+	// type typ; ErrUseDefault has the provider allocate it itself, any other error fails
+	// the verb (ENOMEM).
+	Alloc(size, alignment int, typ ResourceType) ([]byte, error)
+	// Free gives back a buffer Alloc returned, with the same type, once the object it
+	// was for is destroyed.
+	Free(buf []byte, typ ResourceType)
 }
 
 // ThreadDomains is implemented by devices that have thread domains and parent domains

@@ -17,6 +17,7 @@ type Memory struct {
 	b    []byte
 	addr uintptr
 	huge bool
+	fd   int // the memfd behind a shared mapping (MapOptions.Shared), else -1
 
 	mu     sync.Mutex
 	pins   int // registrations over this mapping
@@ -29,6 +30,11 @@ type MapOptions struct {
 	// no huge pages to give, and on every OS but Linux (wrapping errors.ErrUnsupported as
 	// well); callers that want a fallback retry without it.
 	HugePages bool
+	// Shared backs the mapping with a sealed memfd (Linux) that a same-host fabric may pass
+	// to its peer, so that the peer's NIC code copies into or out of it directly (see
+	// transport/verbs/shm). Off Linux, or if the memfd cannot be made, the mapping is
+	// private, as without it: sharing is an optimization, never a requirement.
+	Shared bool
 }
 
 var mappings struct {
@@ -41,11 +47,17 @@ func Map(n int, opt MapOptions) (*Memory, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("verbs: map %d bytes: %w", n, ErrInvalid)
 	}
-	b, err := mapAnon(n, opt.HugePages)
+	b, fd, err := []byte(nil), -1, error(nil)
+	if opt.Shared {
+		b, fd, err = mapShared(n, opt.HugePages)
+	}
+	if b == nil {
+		b, err = mapAnon(n, opt.HugePages)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("verbs: %s %d bytes (huge pages %v): %w: %w", mapCall, n, opt.HugePages, ErrNoMemory, err)
 	}
-	m := &Memory{b: b, addr: uintptr(unsafe.Pointer(&b[0])), huge: opt.HugePages}
+	m := &Memory{b: b, addr: uintptr(unsafe.Pointer(&b[0])), huge: opt.HugePages, fd: fd}
 	mappings.Lock()
 	i := sort.Search(len(mappings.byAddr), func(i int) bool { return mappings.byAddr[i].addr > m.addr })
 	mappings.byAddr = append(mappings.byAddr, nil)
@@ -60,6 +72,12 @@ func (m *Memory) Bytes() []byte { return m.b }
 
 // HugePages reports whether the mapping uses huge pages.
 func (m *Memory) HugePages() bool { return m.huge }
+
+// SharedFile returns the descriptor of the sealed memfd behind a shared mapping
+// (MapOptions.Shared), valid until Unmap, or -1 for a private one. A fabric that passes it
+// to a peer (SCM_RIGHTS) gives the peer its own reference: the peer's mapping outlives
+// Unmap, and what it writes there afterwards reaches no one.
+func (m *Memory) SharedFile() int { return m.fd }
 
 // Unmap releases the mapping. It fails with ErrBusy while a memory region is registered
 // over it, and with ErrClosed the second time.
@@ -81,6 +99,9 @@ func (m *Memory) Unmap() error {
 	}
 	mappings.Unlock()
 	m.closed = true
+	if m.fd >= 0 {
+		return unmapShared(m.b, m.fd)
+	}
 	return unmapAnon(m.b)
 }
 
@@ -92,18 +113,8 @@ func Pin(buf []byte) (*Memory, error) {
 		return nil, fmt.Errorf("verbs: register 0 bytes: %w", ErrInvalid)
 	}
 	start := uintptr(unsafe.Pointer(&buf[0]))
-	end := start + uintptr(len(buf))
-	mappings.RLock()
-	i := sort.Search(len(mappings.byAddr), func(i int) bool { return mappings.byAddr[i].addr > start }) - 1
-	var m *Memory
-	if i >= 0 {
-		c := mappings.byAddr[i]
-		if end <= c.addr+uintptr(len(c.b)) {
-			m = c
-		}
-	}
-	mappings.RUnlock()
-	if m == nil {
+	m, _, ok := Lookup(buf)
+	if !ok {
 		return nil, fmt.Errorf("verbs: register %d bytes at 0x%x: %w (allocate registered memory with verbs.Map; Go heap memory may be freed under the NIC)", len(buf), start, ErrNotMapped)
 	}
 	m.mu.Lock()
@@ -113,6 +124,27 @@ func Pin(buf []byte) (*Memory, error) {
 	}
 	m.pins++
 	return m, nil
+}
+
+// Lookup returns the live mapping (from Map) that contains all of buf, and buf's offset
+// in it; false when none does. It pins nothing: the caller holds buf's registration.
+func Lookup(buf []byte) (*Memory, int, bool) {
+	if len(buf) == 0 {
+		return nil, 0, false
+	}
+	start := uintptr(unsafe.Pointer(&buf[0]))
+	end := start + uintptr(len(buf))
+	mappings.RLock()
+	defer mappings.RUnlock()
+	i := sort.Search(len(mappings.byAddr), func(i int) bool { return mappings.byAddr[i].addr > start }) - 1
+	if i < 0 {
+		return nil, 0, false
+	}
+	c := mappings.byAddr[i]
+	if end > c.addr+uintptr(len(c.b)) {
+		return nil, 0, false
+	}
+	return c, int(start - c.addr), true
 }
 
 // Unpin drops one registration counted by Pin.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mwrpc/mwrpc/transport/verbs"
+	"github.com/mwrpc/mwrpc/transport/verbs/internal/qptest"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
@@ -61,7 +62,7 @@ func FuzzParseEndpoint(f *testing.F) {
 func newQP(t *testing.T) verbs.QP {
 	t.Helper()
 	dev, _ := soft.OpenTCP("cm")
-	return newQPOn(t, dev)
+	return qptest.New(t, dev)
 }
 
 // newFabricQPs returns two fresh RC QPs on two devices of an in-process fabric (not
@@ -71,31 +72,7 @@ func newFabricQPs(t *testing.T) (verbs.QP, verbs.QP) {
 	f := soft.NewFabric()
 	da, _ := f.Open("cm-a")
 	db, _ := f.Open("cm-b")
-	return newQPOn(t, da), newQPOn(t, db)
-}
-
-func newQPOn(t *testing.T, dev verbs.Device) verbs.QP {
-	t.Helper()
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := dev.CreateCQ(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, err := range []error{qp.Destroy(), cq.Destroy(), pd.Dealloc(), dev.Close()} {
-			if err != nil {
-				t.Error(err)
-			}
-		}
-	})
-	return qp
+	return qptest.New(t, da), qptest.New(t, db)
 }
 
 // TestConnectBadPeer: garbage, a wrong version, a peer that hangs up and a silent peer

@@ -11,14 +11,6 @@ static struct ibv_td *mwibv_alloc_td(struct ibv_context *ctx) {
 	memset(&attr, 0, sizeof attr);
 	return ibv_alloc_td(ctx, &attr);
 }
-
-static struct ibv_pd *mwibv_alloc_parent_domain(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_td *td) {
-	struct ibv_parent_domain_init_attr attr;
-	memset(&attr, 0, sizeof attr);
-	attr.pd = pd;
-	attr.td = td;
-	return ibv_alloc_parent_domain(ctx, &attr);
-}
 */
 import "C"
 
@@ -97,8 +89,15 @@ func (d *Device) AllocParentDomain(a verbs.ParentDomainAttr) (verbs.PD, error) {
 			return nil, err
 		}
 	}
-	c, err := C.mwibv_alloc_parent_domain(d.ctx, root.c, tc)
+	var pa *parentAlloc
+	var h C.uintptr_t
+	if a.Allocator != nil {
+		pa = newParentAlloc(a.Allocator)
+		h = C.uintptr_t(pa.handle)
+	}
+	c, err := C.mwibv_alloc_parent_domain(d.ctx, root.c, tc, h)
 	if c == nil {
+		pa.close()
 		if t != nil {
 			t.users.Release()
 		}
@@ -106,7 +105,7 @@ func (d *Device) AllocParentDomain(a verbs.ParentDomainAttr) (verbs.PD, error) {
 		d.unuse()
 		return nil, errnoErr(d.name+": alloc parent domain", cErr(err))
 	}
-	return &pd{dev: d, c: c, root: root, td: t}, nil
+	return &pd{dev: d, c: c, root: root, td: t, alloc: pa}, nil
 }
 
 // protection is the protection domain p's objects belong to: p, or a parent domain's PD.

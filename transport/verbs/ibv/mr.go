@@ -23,8 +23,9 @@ type pd struct {
 
 	// A parent domain (domains.go) is a pd too: libibverbs takes its ibv_pd wherever a
 	// PD goes. root and td are what it holds busy; nil for a plain PD.
-	root *pd
-	td   *td
+	root  *pd
+	td    *td
+	alloc *parentAlloc // the parent domain's custom allocator, or nil
 }
 
 // AllocPD allocates a protection domain.
@@ -54,6 +55,7 @@ func (p *pd) Dealloc() error {
 		if p.td != nil {
 			p.td.users.Release()
 		}
+		p.alloc.close()
 		return nil
 	})
 	if err != nil {

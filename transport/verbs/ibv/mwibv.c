@@ -368,3 +368,45 @@ int mwibv_async_event(struct ibv_context *ctx, int *type, int64_t *qpn, uintptr_
 	ibv_ack_async_event(&ev);
 	return 0;
 }
+
+// The parent domain's allocator callbacks: libibverbs calls them inside the verb that
+// creates or destroys an object of the parent domain, on the thread that called it, and
+// they call the Go allocator (allocator.go) named by pd_context, a cgo.Handle.
+extern int mwibvGoAlloc(uintptr_t h, size_t size, size_t align, uint64_t type, void **out);
+extern void mwibvGoFree(uintptr_t h, void *ptr, uint64_t type);
+
+static void *mwibv_pd_alloc(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment, uint64_t type)
+{
+	void *p = NULL;
+	(void)pd;
+	switch (mwibvGoAlloc((uintptr_t)pd_context, size, alignment, type, &p)) {
+	case MWIBV_ALLOC_OK:
+		return p;
+	case MWIBV_ALLOC_DEFAULT:
+		return IBV_ALLOCATOR_USE_DEFAULT;
+	default:
+		return NULL;
+	}
+}
+
+static void mwibv_pd_free(struct ibv_pd *pd, void *pd_context, void *ptr, uint64_t type)
+{
+	(void)pd;
+	mwibvGoFree((uintptr_t)pd_context, ptr, type);
+}
+
+struct ibv_pd *mwibv_alloc_parent_domain(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_td *td, uintptr_t allocator)
+{
+	struct ibv_parent_domain_init_attr attr;
+
+	memset(&attr, 0, sizeof attr);
+	attr.pd = pd;
+	attr.td = td;
+	if (allocator) {
+		attr.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+		attr.alloc = mwibv_pd_alloc;
+		attr.free = mwibv_pd_free;
+		attr.pd_context = (void *)allocator;
+	}
+	return ibv_alloc_parent_domain(ctx, &attr);
+}

@@ -83,6 +83,13 @@ int mwibv_query_port(struct ibv_context *ctx, uint8_t port, struct mwibv_port *o
 // entry of the GID table, or an errno.
 int mwibv_gid(struct ibv_context *ctx, uint8_t port, int index, uint8_t *raw, int *type);
 int mwibv_probe_inline(struct ibv_context *ctx, int want);
+
+// What the Go allocator answered (mwibvGoAlloc): memory, IBV_ALLOCATOR_USE_DEFAULT, NULL.
+enum { MWIBV_ALLOC_OK = 0, MWIBV_ALLOC_DEFAULT = 1, MWIBV_ALLOC_FAIL = 2 };
+
+// mwibv_alloc_parent_domain allocates a parent domain of pd with td (or NULL) and, where
+// allocator is not 0 (a cgo.Handle of the Go allocator), the custom allocator callbacks.
+struct ibv_pd *mwibv_alloc_parent_domain(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_td *td, uintptr_t allocator);
 struct ibv_mr *mwibv_reg_mr(struct ibv_pd *pd, uintptr_t addr, size_t len, int access, int zero_based);
 int mwibv_bind_type1(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t wr_id,
 		     uint32_t send_flags, uint64_t addr, uint64_t length, uint32_t access);

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mwrpc/mwrpc/transport/verbs"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,6 +47,12 @@ type Conn struct {
 	txMem      []byte
 	txBell     *bell // a writer sleeps here; the peer rings it after reading
 	peerRxBell int   // the peer's reader sleeps there; rung after writing
+
+	shareMu     sync.Mutex // announced (regions_linux.go)
+	announced   map[*verbs.Memory]*localRegion
+	peerMu      sync.RWMutex // held (read) by a copy into peerRegions
+	peerRegions []peerRegion // by id
+	peerClosed  bool         // unmapped at Close
 
 	closed    atomic.Bool
 	peerGone  atomic.Bool
@@ -249,19 +256,38 @@ func closeFDs(fds []int) {
 	}
 }
 
-// watch waits for the socket's end: the peer closed the connection or its process died
-// (the kernel closes its descriptors). Then sleepers are woken to see it. Anything the
-// peer sends on the socket after the hello breaks the protocol.
+// watch handles the peer's control messages (control.go) until the socket's end: the peer
+// closed the connection or its process died (the kernel closes its descriptors). Then
+// sleepers are woken to see it. A control message that is not what it should be breaks the
+// protocol.
 func (c *Conn) watch() {
 	defer close(c.watching)
-	var b [16]byte
-	n, _ := c.sock.Read(b[:])
-	if n > 0 {
-		c.fail(fmt.Errorf("%d bytes on the socket after the hello: %w", n, ErrProtocol))
+	b := make([]byte, controlLen+1) // one more: a longer message is refused, not cut
+	oob := make([]byte, unix.CmsgSpace(4*2))
+	for {
+		n, oobn, flags, _, err := c.sock.ReadMsgUnix(b, oob)
+		if err != nil || n == 0 && oobn == 0 {
+			break
+		}
+		if err := c.control(b[:n], oob[:oobn], flags); err != nil {
+			c.fail(err)
+			break
+		}
 	}
 	c.peerGone.Store(true)
 	ringBell(c.rxBell.fd)
 	ringBell(c.txBell.fd)
+}
+
+// control takes a control message's descriptors and handles it; those it does not keep
+// are closed.
+func (c *Conn) control(b, oob []byte, flags int) error {
+	fds, err := takeFDs(oob, flags)
+	if err != nil {
+		return err
+	}
+	defer closeFDs(fds)
+	return c.onControl(b, fds)
 }
 
 // fail breaks the connection for err (the first error is kept): the peer is told by the
@@ -462,6 +488,7 @@ func (c *Conn) release() {
 		}
 	}
 	c.rx, c.tx = nil, nil
+	c.releasePeerRegions()
 	for _, b := range []**bell{&c.rxBell, &c.txBell} {
 		if *b != nil {
 			(*b).close()

@@ -9,6 +9,7 @@ import (
 	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
+	"github.com/mwrpc/mwrpc/transport/verbs/internal/qptest"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
@@ -17,6 +18,9 @@ import (
 type qpPair struct {
 	qa, qb verbs.QP
 	a, b   *Conn
+	devs   [2]*soft.Device
+	pds    [2]verbs.PD
+	cqs    [2]verbs.CQ
 }
 
 func newQPPair(t *testing.T) *qpPair {
@@ -26,26 +30,8 @@ func newQPPair(t *testing.T) *qpPair {
 	var qps [2]verbs.QP
 	for i := range qps {
 		dev, _ := soft.OpenTCP("qp")
-		pd, err := dev.AllocPD()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cq, err := dev.CreateCQ(16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		qps[i] = qp
-		t.Cleanup(func() {
-			for _, err := range []error{qp.Destroy(), cq.Destroy(), pd.Dealloc(), dev.Close()} {
-				if err != nil {
-					t.Error(err)
-				}
-			}
-		})
+		qp, cq := qptest.NewWithCQ(t, dev)
+		qps[i], p.devs[i], p.pds[i], p.cqs[i] = qp, dev, qp.PD(), cq
 	}
 	p.qa, p.qb = qps[0], qps[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -13,8 +13,13 @@
 // windows and every check of a remote access (rkey, key8, PD, the QP a type-2 window is
 // bound to, rights, window and region bounds) are the soft NIC's, executed by the side that
 // owns the memory, so the rules are enforced where the memory lives, as a NIC enforces
-// them. The rings only replace the socket: a READ response is copied into the ring by its
-// owner's engine and out of it by the requester's reader.
+// them. The rings replace the socket, and one thing more: registered memory mapped with
+// verbs.MapOptions.Shared (the pool's slabs) is passed to the peer, which maps it, so that a
+// READ into it is placed: the owner of the source copies the bytes straight into the
+// requester's destination, after its checks, and sends a completion without payload
+// (regions_linux.go, soft.SharedMemoryWire). A READ into other memory, or into a mapping
+// the peer has not mapped yet, is copied into the ring by its owner's engine and out of it
+// by the requester's reader.
 //
 // # What a peer can do
 //
@@ -47,11 +52,12 @@ import (
 
 // Errors of the shm fabric. Match them with errors.Is.
 var (
-	// ErrProtocol is a peer that broke the ring protocol: a position outside the ring, a
-	// hello or a ring header that is not what it should be, a file that is not a sealed
-	// memfd. It wraps verbs.ErrPeerProtocol, so a queue pair whose stream failed so
-	// reports it as its fault.
-	ErrProtocol = fmt.Errorf("shm: the peer broke the ring protocol: %w", verbs.ErrPeerProtocol)
+	// ErrProtocol is a peer that broke the shm protocol: a position outside the ring, a
+	// hello, ring header or region announcement that is not what it should be, a file that
+	// is not a sealed memfd of the size announced, a placed READ whose destination is
+	// outside what the peer shared. It wraps verbs.ErrPeerProtocol, so a queue pair whose
+	// stream failed so reports it as its fault.
+	ErrProtocol = fmt.Errorf("shm: the peer broke the shm protocol: %w", verbs.ErrPeerProtocol)
 	// ErrCredentials is a peer whose user is not allowed (Config.PeerUIDs).
 	ErrCredentials = errors.New("shm: peer credentials refused")
 	// ErrUnsupported is returned on systems without the fabric (all but Linux).

@@ -173,10 +173,14 @@ type Stats struct {
 	// RNRNaks counts receiver-not-ready NAKs this device's QPs sent: a SEND arrived with no
 	// receive posted, and its sender must retry it after the RNR timer.
 	RNRNaks uint64
+	// PlacedBytes are payload bytes this device's QPs copied straight between their own
+	// memory and a same-host peer's shared memory: placed READs they served and placed
+	// WRITEs they received (one copy each, counted nowhere else).
+	PlacedBytes uint64
 }
 
 type stats struct {
-	socketTx, socketRx, copied, discarded, rnrNaks atomic.Uint64
+	socketTx, socketRx, copied, discarded, rnrNaks, placed atomic.Uint64
 }
 
 // Stats returns the device's copy counters.
@@ -184,7 +188,7 @@ func (d *Device) Stats() Stats {
 	return Stats{
 		SocketTxBytes: d.stats.socketTx.Load(), SocketRxBytes: d.stats.socketRx.Load(),
 		CopyBytes: d.stats.copied.Load(), DiscardBytes: d.stats.discarded.Load(),
-		RNRNaks: d.stats.rnrNaks.Load(),
+		RNRNaks: d.stats.rnrNaks.Load(), PlacedBytes: d.stats.placed.Load(),
 	}
 }
 

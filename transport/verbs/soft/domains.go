@@ -57,7 +57,8 @@ func (t *td) exit() { t.inPost.Add(-1) }
 // its thread domain, if any. It counts them, so that it cannot be deallocated under them.
 type parentDomain struct {
 	root  *pd
-	td    *td // nil: none
+	td    *td             // nil: none
+	alloc verbs.Allocator // nil: none; its objects' doorbell records come from it
 	users verbs.Users
 }
 
@@ -83,7 +84,7 @@ func (d *Device) AllocParentDomain(a verbs.ParentDomainAttr) (verbs.PD, error) {
 			return nil, err
 		}
 	}
-	return &parentDomain{root: root, td: t}, nil
+	return &parentDomain{root: root, td: t, alloc: a.Allocator}, nil
 }
 
 // Dealloc releases the parent domain, and with it its hold on its PD and TD; it fails
@@ -146,6 +147,16 @@ func (p *parentDomain) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	}
 	qp := q.(*QP)
 	qp.domain, qp.td = p, p.td
+	if p.alloc != nil {
+		db, err := newDoorbell(p.alloc, ResQPDoorbell)
+		if err != nil {
+			_ = qp.Destroy()
+			return nil, fmt.Errorf("soft: create QP on a parent domain: %w", err)
+		}
+		qp.mu.Lock()
+		qp.db = db
+		qp.mu.Unlock()
+	}
 	return qp, nil
 }
 
@@ -160,8 +171,19 @@ func (p *parentDomain) CreateSRQ(a verbs.SRQAttr) (verbs.SRQ, error) {
 		p.users.Release()
 		return nil, err
 	}
-	s.(*srq).domain = p
-	return s, nil
+	sq := s.(*srq)
+	sq.domain = p
+	if p.alloc != nil {
+		db, err := newDoorbell(p.alloc, ResSRQDoorbell)
+		if err != nil {
+			_ = sq.Destroy()
+			return nil, fmt.Errorf("soft: create SRQ on a parent domain: %w", err)
+		}
+		sq.mu.Lock()
+		sq.db = db
+		sq.mu.Unlock()
+	}
+	return sq, nil
 }
 
 var (

@@ -315,7 +315,7 @@ func (q *QP) prepare(w *swqe) (header, [][]byte, bool) {
 			m.release()
 			h.rlen += s.Length
 		}
-		return h, nil, true
+		return h, q.placeRead(q.link, w, &h), true
 	}
 	if w.wr.Flags&verbs.SendInline != 0 {
 		if len(w.inline) > 0 {
@@ -338,6 +338,9 @@ func (q *QP) prepare(w *swqe) (header, [][]byte, bool) {
 		h.len += s.Length
 	}
 	w.byteLen = h.len
+	if w.wr.Opcode == verbs.WRRDMAWrite {
+		segs = q.placeWrite(q.link, &h, segs)
+	}
 	return h, segs, true
 }
 

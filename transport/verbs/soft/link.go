@@ -96,7 +96,9 @@ type tcpLink struct {
 	// writes first.
 	raw syscall.RawConn
 	try TryWriter // the same, on a stream that has its own (the shm fabric's)
-	out []byte
+	// shared: the stream's ends share registered memory (the shm fabric): READs are placed.
+	shared SharedMemoryWire
+	out    []byte
 	// While trying (a stream reader transmits), frames larger than batchFrameMax are copied
 	// to stage, behind pend's frames sealed in their wire form, for tryFlush's one write.
 	trying bool

@@ -39,6 +39,7 @@ type QP struct {
 	pd      *pd
 	domain  *parentDomain // created on it (its count), or nil
 	td      *td           // the parent domain's thread domain: posts are checked against it
+	db      doorbell      // mu; from the parent domain's allocator, if it has one
 	typ     verbs.QPType
 	scq     *cq
 	rcq     *cq
@@ -124,11 +125,13 @@ type QP struct {
 	lastRx atomic.Int64 // unix nanos of the last frame received, for the ACK timeout
 
 	// Scratch, owned by the holder of txMu (tx*) and by the holder of rxMu (rx*).
-	txHdr  header
-	txSegs [][]byte
-	txMRs  []*mr
-	rxSegs [][]byte
-	rxMRs  []*mr
+	txHdr   header
+	txSegs  [][]byte
+	txMRs   []*mr
+	txPlace []byte // a placed READ's payload
+	rxSegs  [][]byte
+	rxMRs   []*mr
+	rxPlace [placementLen]byte // a placed READ's or WRITE's placement, read by the responder
 }
 
 type swqe struct {
@@ -143,6 +146,7 @@ type swqe struct {
 	byteLen uint32
 	rnrLeft int
 	rdGot   uint32 // READ: response bytes placed so far (segments come in order)
+	placed  bool   // READ: its last transmission asked the responder to place it (placed.go)
 }
 
 type rwqe struct {
@@ -387,6 +391,7 @@ func (q *QP) connect(remote verbs.Endpoint) error {
 		} else if tw, ok := q.stream.(TryWriter); ok {
 			tl.try = tw
 		}
+		tl.shared, _ = q.stream.(SharedMemoryWire)
 		q.stream = nil
 		q.stallLimit.CompareAndSwap(0, int64(defaultTimeout)*(7+1)) // until RTS sets its own
 		l = tl
@@ -481,7 +486,10 @@ func (q *QP) Destroy() error {
 	q.destroyed = true
 	q.shutdownLocked()
 	q.dropOutput()
+	db := q.db
+	q.db = doorbell{}
 	q.mu.Unlock()
+	db.free() // outside mu: the allocator is the application's code
 	d := q.dev
 	d.mu.Lock()
 	delete(d.qps, q.qpn)
@@ -571,6 +579,9 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 			break
 		}
 		posted++
+	}
+	if posted > 0 {
+		q.db.ring(q.sqTail, q.rqTail)
 	}
 	l := q.link
 	q.mu.Unlock()
@@ -755,6 +766,7 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) error {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	defer func() { q.db.ring(q.sqTail, q.rqTail) }()
 	for i := range wrs {
 		if err := q.postRecv(&wrs[i]); err != nil {
 			return &verbs.PostError{Op: "post_recv", Index: i, Err: err}

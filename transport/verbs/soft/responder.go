@@ -173,6 +173,9 @@ func (q *QP) onReadResponse(h *header, src payloadSource) error {
 		q.mu.Unlock()
 		return nil
 	}
+	if h.flags&flagPlaced != 0 {
+		return q.onPlacedReadResponse(h, w)
+	}
 	total := sgeBytes(w.sges)
 	if h.raddr != uint64(w.rdGot) || h.raddr+uint64(h.len) > total {
 		q.mu.Unlock() // the responder broke the protocol: the link goes down
@@ -273,7 +276,7 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 	}
 	switch h.op {
 	case opReadReq:
-		return q.onRead(h)
+		return q.onRead(h, src)
 	case opWrite:
 		return q.onWrite(h, src)
 	}
@@ -409,17 +412,26 @@ func (q *QP) onWrite(h *header, src payloadSource) error {
 	}
 	var b []byte
 	var m *mr
-	if h.len > 0 {
+	n, placed := h.len, h.flags&flagPlaced != 0
+	if placed {
+		n = h.rlen
+	}
+	if n > 0 {
 		var why string
-		if b, m, why = q.resolveRemote(h.rkey, h.raddr, uint64(h.len), verbs.AccessRemoteWrite); why != "" {
-			q.setFault(q.accessFault(h, h.rkey, h.raddr, h.len, why))
+		if b, m, why = q.resolveRemote(h.rkey, h.raddr, uint64(n), verbs.AccessRemoteWrite); why != "" {
+			q.setFault(q.accessFault(h, h.rkey, h.raddr, n, why))
 			return q.reject(h, synAccess)
 		}
 	}
 	q.mu.Unlock()
 	var err error
-	if m != nil {
+	switch {
+	case placed:
+		err = q.pullWrite(src, b)
+	case m != nil:
 		err = src.fill(q, b)
+	}
+	if m != nil {
 		m.release()
 	}
 	if err != nil {
@@ -436,7 +448,7 @@ func (q *QP) onWrite(h *header, src payloadSource) error {
 // maxPendingReads bounds the READ responses a responder queues, whatever the peer asks.
 const maxPendingReads = 2 * maxRdAtom
 
-func (q *QP) onRead(h *header) error {
+func (q *QP) onRead(h *header, src payloadSource) error {
 	if q.access&verbs.AccessRemoteRead == 0 || q.maxDestRd == 0 || len(q.outq)-q.outHead >= maxPendingReads {
 		q.setFault(q.protocolFault(h, "the QP does not allow remote reads, or more are outstanding than it allows"))
 		return q.reject(h, synInvalid)
@@ -449,6 +461,9 @@ func (q *QP) onRead(h *header) error {
 			return q.reject(h, synAccess)
 		}
 		f.data, f.mr = b, m
+	}
+	if h.flags&flagPlaced != 0 {
+		return q.onPlacedRead(h, src, f.data, f.mr)
 	}
 	q.ePSN = (q.ePSN + 1) & psnMask
 	q.outq = append(q.outq, f)

@@ -22,6 +22,7 @@ type srq struct {
 	domain *parentDomain // created on it (its count), or nil
 	attr   verbs.SRQAttr
 	users  verbs.Users // attached QPs
+	db     doorbell    // mu; from the parent domain's allocator, if it has one
 
 	mu        sync.Mutex
 	ring      []rwqe
@@ -83,6 +84,7 @@ func (s *srq) PostRecv(wrs []verbs.RecvWR) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() { s.db.ring(0, s.tail) }()
 	for i := range wrs {
 		if err := s.post(&wrs[i]); err != nil {
 			return &verbs.PostError{Op: "post_srq_recv", Index: i, Err: err}
@@ -156,7 +158,10 @@ func (s *srq) Destroy() error {
 		s.mu.Lock()
 		s.destroyed = true
 		s.head = s.tail
+		db := s.db
+		s.db = doorbell{}
 		s.mu.Unlock()
+		db.free()
 		return nil
 	})
 	if err != nil {

@@ -10,13 +10,13 @@ import (
 //
 //	0  op u8        what the frame is (opSend ... opBatch)
 //	1  syndrome u8  NAK reason (opNak only)
-//	2  flags u16    flagAck: the ack field is valid; other bits zero
+//	2  flags u16    flagAck: the ack field is valid; flagPlaced (placed.go); other bits zero
 //	4  psn u32      packet sequence number (24 bits used): one per message
 //	8  len u32      payload bytes that follow the header
 //	12 imm u32      immediate data (opSendImm, opWriteImm) or the rkey to invalidate (opSendInv)
 //	16 rkey u32     remote key (opWrite*, opReadReq)
 //	20 raddr u64    remote address (opWrite*, opReadReq); opReadResp: the segment's offset
-//	28 rlen u32     bytes to read (opReadReq)
+//	28 rlen u32     bytes to read (opReadReq); bytes placed (placed opReadResp, opWrite)
 //	32 ack u32      with flagAck: every message up to this psn was executed (a piggybacked ACK)
 //
 // A message is one frame, however large: TCP does the segmentation that the MTU does on a
@@ -49,8 +49,12 @@ const (
 // zeroPad is the padding of frames with more than smallMax payload bytes.
 var zeroPad [smallMax]byte
 
-// flagAck marks a frame that carries a piggybacked ACK.
-const flagAck = 1
+// flagAck marks a frame that carries a piggybacked ACK. flagPlaced marks a placed READ
+// request or response, or a placed WRITE (placed.go), on a wire whose ends share memory.
+const (
+	flagAck    = 1
+	flagPlaced = 2
+)
 
 type opcode uint8
 
@@ -138,8 +142,10 @@ func parseHeader(b []byte, h *header) ([]byte, error) {
 	switch {
 	case h.op == 0 || h.op >= opMax:
 		return b, fmt.Errorf("%w: unknown opcode %d", errFrame, b[0])
-	case h.flags&^flagAck != 0:
+	case h.flags&^(flagAck|flagPlaced) != 0:
 		return b, fmt.Errorf("%w: %v: reserved flags 0x%04x set", errFrame, h.op, h.flags)
+	case h.flags&flagPlaced != 0 && !placedShapeOK(h):
+		return b, fmt.Errorf("%w: placed %v with %d payload bytes, raddr 0x%x", errFrame, h.op, h.len, h.raddr)
 	case h.flags&flagAck == 0 && h.ack != 0, h.ack > psnMask:
 		return b, fmt.Errorf("%w: %v: ack field 0x%x without the ack flag or wider than 24 bits", errFrame, h.op, h.ack)
 	case h.op == opAck && h.flags != 0:
@@ -148,13 +154,13 @@ func parseHeader(b []byte, h *header) ([]byte, error) {
 		return b, fmt.Errorf("%w: %v: psn 0x%x wider than 24 bits", errFrame, h.op, h.psn)
 	case h.len > MaxMessage:
 		return b, fmt.Errorf("%w: %v: payload of %d bytes exceeds %d", errFrame, h.op, h.len, MaxMessage)
-	case (h.op == opAck || h.op == opNak || h.op == opReadReq) && h.len != 0:
+	case (h.op == opAck || h.op == opNak || h.op == opReadReq) && h.len != 0 && h.flags&flagPlaced == 0:
 		return b, fmt.Errorf("%w: %v carries %d payload bytes, want none", errFrame, h.op, h.len)
 	case h.op == opNak && (h.syn == synNone || h.syn >= synMax):
 		return b, fmt.Errorf("%w: NAK with unknown syndrome %d", errFrame, h.syn)
 	case h.op != opNak && h.syn != synNone:
 		return b, fmt.Errorf("%w: %v with syndrome %d", errFrame, h.op, h.syn)
-	case h.op == opReadReq && h.rlen > MaxMessage:
+	case (h.op == opReadReq || h.op == opReadResp) && h.rlen > MaxMessage:
 		return b, fmt.Errorf("%w: READ of %d bytes exceeds %d", errFrame, h.rlen, MaxMessage)
 	case h.op == opBatch && (h.len < 2*headerLen || h.len > batchMax):
 		return b, fmt.Errorf("%w: BATCH of %d bytes, want %d to %d", errFrame, h.len, 2*headerLen, batchMax)
@@ -165,3 +171,17 @@ func parseHeader(b []byte, h *header) ([]byte, error) {
 }
 
 const psnMask = 1<<24 - 1
+
+// placedShapeOK checks a placed frame's shape: a READ request with its placement as the
+// payload, or a READ response without payload or offset.
+func placedShapeOK(h *header) bool {
+	switch h.op {
+	case opReadReq:
+		return h.len == placementLen
+	case opReadResp:
+		return h.len == 0 && h.raddr == 0
+	case opWrite:
+		return h.len == placementLen && h.rlen <= MaxMessage
+	}
+	return false
+}

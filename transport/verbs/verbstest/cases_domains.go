@@ -14,6 +14,9 @@ func domainCases() []testCase {
 		{"T1", "parent_domain_in_place_of_pd", caseT1},
 		{"T2", "parent_domain_dealloc_busy", caseT2},
 		{"T3", "parent_domain_needs_pd", caseT3},
+		{"T4", "allocator_called_with_size_alignment_type", caseT4},
+		{"T5", "allocator_use_default", caseT5},
+		{"T6", "allocator_failure_fails_the_verb", caseT6},
 	}
 }
 

@@ -175,7 +175,7 @@ func (h *host) newCQ(cqe int) verbs.CQ {
 // mapMem maps n bytes with verbs.Map, unmapped at cleanup.
 func (h *host) mapMem(n int) *verbs.Memory {
 	h.e.t.Helper()
-	m, err := verbs.Map(n, verbs.MapOptions{})
+	m, err := verbs.Map(n, verbs.MapOptions{Shared: true}) // shared: the shm fabric places READs in it
 	if err != nil {
 		h.e.setupf("%s: map %d bytes: %v", h.name, n, err)
 	}

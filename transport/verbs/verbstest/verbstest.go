@@ -143,6 +143,7 @@ func allCases() []testCase {
 	cs = append(cs, misuseCases()...)
 	cs = append(cs, srqCases()...)
 	cs = append(cs, domainCases()...)
+	cs = append(cs, cqCases()...)
 	return cs
 }
 

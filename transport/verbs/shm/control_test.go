@@ -1,0 +1,35 @@
+package shm
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+// FuzzControl: any control message parses to a valid one (id and size in range, the
+// descriptors it should carry) or fails with ErrProtocol, and a parsed one encodes back to
+// the same bytes.
+func FuzzControl(f *testing.F) {
+	f.Add(appendControl(nil, control{id: 0, size: 1 << 20}), 1)
+	f.Add(appendControl(nil, control{mapped: true, id: 3, size: 4096}), 0)
+	f.Add(appendControl(nil, control{id: maxRegions, size: 1}), 1)
+	f.Add([]byte("MWSHMREG\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01"), 2)
+	f.Fuzz(func(t *testing.T, b []byte, nfds int) {
+		m, err := parseControl(b, nfds)
+		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("%v is not ErrProtocol", err)
+			}
+			return
+		}
+		if m.id >= maxRegions || m.size == 0 || m.size > maxRegionSize {
+			t.Fatalf("parsed an invalid message %+v", m)
+		}
+		if m.mapped && nfds != 0 || !m.mapped && nfds != 1 {
+			t.Fatalf("parsed %+v with %d descriptors", m, nfds)
+		}
+		if again := appendControl(nil, m); !bytes.Equal(again, b) {
+			t.Fatalf("message %x parsed to %+v, which encodes as %x", b, m, again)
+		}
+	})
+}

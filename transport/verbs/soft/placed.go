@@ -1,0 +1,220 @@
+package soft
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// SharedMemoryWire is a stream whose two ends are processes on one host that share
+// registered memory: the shm fabric's connection (transport/verbs/shm). Over it an RDMA
+// READ is placed: the requester names its destination in memory it shared, and the
+// responder, after the usual checks of the rkey, the range, the window's binding and the
+// QP, copies the data straight there and answers with a completion that carries no payload.
+// An RDMA WRITE is placed the other way round: the writer names its source in memory it
+// shared, and the target, after the same checks, copies from there into its own memory and
+// acknowledges as usual (the source stays the writer's, untouched, until that ACK
+// completes the WRITE, as verbs require anyway). Either way one copy, by the owner of the
+// memory the peer asked to reach, instead of one into the stream and one out of it.
+type SharedMemoryWire interface {
+	// ShareLocal returns where the peer finds buf, registered memory of this process, and
+	// false when buf is not in memory the peer has mapped (not shared, or announced but not
+	// yet mapped): the READ then goes through the stream as on any other wire.
+	ShareLocal(buf []byte) (Placement, bool)
+	// CopyToPeer copies src into the peer's shared memory at dst. It fails, wrapping
+	// verbs.ErrPeerProtocol, when dst with len(src) bytes is not within memory the peer
+	// shared: the peer named a destination it does not own.
+	CopyToPeer(dst Placement, src []byte) error
+	// CopyFromPeer copies len(dst) bytes of the peer's shared memory at src into dst,
+	// failing as CopyToPeer does for a range the peer did not share.
+	CopyFromPeer(dst []byte, src Placement) error
+}
+
+// Placement names bytes in memory a peer shared: a region it announced and an offset in it.
+type Placement struct {
+	Region uint32
+	Offset uint64
+}
+
+// A placed READ request (opReadReq with flagPlaced) carries its destination as its payload,
+// and a placed WRITE (opWrite with flagPlaced) its source, with its length in rlen;
+// placementLen bytes, little-endian:
+//
+//	0 region u32 | 4 reserved u32 (0) | 8 offset u64
+//
+// The placed READ response (opReadResp with flagPlaced) has no payload: rlen is the bytes
+// the responder placed, all of the READ, and raddr is 0.
+const placementLen = 16
+
+func appendPlacement(b []byte, p Placement) []byte {
+	b = binary.LittleEndian.AppendUint32(b, p.Region)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	return binary.LittleEndian.AppendUint64(b, p.Offset)
+}
+
+// parsePlacement parses a placed READ's destination, bytes from the peer.
+func parsePlacement(b []byte) (Placement, error) {
+	if len(b) != placementLen {
+		return Placement{}, fmt.Errorf("%w: placement of %d bytes, want %d", errFrame, len(b), placementLen)
+	}
+	if r := binary.LittleEndian.Uint32(b[4:]); r != 0 {
+		return Placement{}, fmt.Errorf("%w: placement's reserved word is 0x%x", errFrame, r)
+	}
+	return Placement{Region: binary.LittleEndian.Uint32(b), Offset: binary.LittleEndian.Uint64(b[8:])}, nil
+}
+
+// sharedWire returns l's shared-memory stream, or nil when l has none.
+func sharedWire(l link) SharedMemoryWire {
+	if tl, ok := l.(*tcpLink); ok {
+		return tl.shared
+	}
+	return nil
+}
+
+// placeRead makes w's READ request a placed one when its destination is one buffer in
+// memory the peer has mapped, and returns the request's payload (the placement); nil
+// leaves it an ordinary READ. Each transmission decides anew. q.mu is held.
+func (q *QP) placeRead(l link, w *swqe, h *header) [][]byte {
+	w.placed = false
+	sw := sharedWire(l)
+	if sw == nil || h.rlen == 0 {
+		return nil
+	}
+	var dst []byte
+	for _, s := range w.sges {
+		if s.Length == 0 {
+			continue
+		}
+		if dst != nil {
+			return nil // a scattered destination: the stream's way
+		}
+		b, m, ok := q.resolveLocal(s, true)
+		if !ok {
+			return nil
+		}
+		m.release()
+		dst = b
+	}
+	p, ok := sw.ShareLocal(dst)
+	if !ok {
+		return nil
+	}
+	w.placed = true
+	h.flags |= flagPlaced
+	h.len = placementLen
+	q.txPlace = appendPlacement(q.txPlace[:0], p)
+	return append(q.txSegs[:0], q.txPlace)
+}
+
+// onPlacedRead executes a placed READ whose source b (in m, acquired) passed the checks:
+// it copies b into the requester's memory and queues the completion. q.mu is held on
+// entry and released. An error is the peer's: a bad placement, or one outside what it
+// shared; the link goes down with it.
+func (q *QP) onPlacedRead(h *header, src payloadSource, b []byte, m *mr) error {
+	q.ePSN = (q.ePSN + 1) & psnMask
+	l := q.link
+	q.mu.Unlock()
+	err := q.placeInto(l, src, b)
+	if m != nil {
+		m.release()
+	}
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	if q.state != verbs.QPStateError && q.link == l {
+		q.outq = append(q.outq, outFrame{h: header{op: opReadResp, flags: flagPlaced, psn: h.psn, rlen: h.rlen}})
+	}
+	q.unlockAndKick()
+	return nil
+}
+
+// placeInto reads the placement from src and copies b there.
+func (q *QP) placeInto(l link, src payloadSource, b []byte) error {
+	sw := sharedWire(l)
+	if sw == nil {
+		return fmt.Errorf("%w: a placed READ on a wire without shared memory", errFrame)
+	}
+	d := q.rxPlace[:] // not a local array: through the interface it would escape
+	if err := src.fill(q, d); err != nil {
+		return err
+	}
+	p, err := parsePlacement(d)
+	if err != nil {
+		return err
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	if err := sw.CopyToPeer(p, b); err != nil {
+		return fmt.Errorf("soft: qp %d: placed READ of %d bytes: %w", q.qpn, len(b), err)
+	}
+	q.dev.stats.placed.Add(uint64(len(b)))
+	return nil
+}
+
+// onPlacedReadResponse completes a READ the responder placed: the data is in the target
+// already. The response must answer a placed READ, all of it. q.mu is held on entry and
+// released.
+func (q *QP) onPlacedReadResponse(h *header, w *swqe) error {
+	if !w.placed || w.rdGot != 0 || uint64(h.rlen) != sgeBytes(w.sges) {
+		q.mu.Unlock()
+		return fmt.Errorf("%w: placed READ response of %d bytes for a READ of %d (placed %v, %d bytes got)", errFrame, h.rlen, sgeBytes(w.sges), w.placed, w.rdGot)
+	}
+	if _, ok := q.resolveRecvSGEs(w.sges); !ok { // the target region went away meanwhile
+		q.fail(w, verbs.WCLocProtErr)
+	} else {
+		q.releaseRx()
+		w.rdGot = h.rlen
+		w.done, w.byteLen = true, w.rdGot
+	}
+	q.rdOut--
+	q.completeSQ()
+	q.unlockAndKick()
+	return nil
+}
+
+// placeWrite makes a WRITE from one buffer in memory the peer has mapped a placed one:
+// its payload becomes the placement of segs, its length goes in rlen. Other WRITEs keep
+// segs. q.mu is held; segs' regions are acquired (txMRs) until the frame has left, and the
+// source stays untouched until the WRITE completes, by the verbs rules.
+func (q *QP) placeWrite(l link, h *header, segs [][]byte) [][]byte {
+	sw := sharedWire(l)
+	if sw == nil || len(segs) != 1 {
+		return segs
+	}
+	p, ok := sw.ShareLocal(segs[0])
+	if !ok {
+		return segs
+	}
+	h.flags |= flagPlaced
+	h.rlen, h.len = h.len, placementLen
+	q.txPlace = appendPlacement(q.txPlace[:0], p)
+	return append(segs[:0], q.txPlace)
+}
+
+// pullWrite executes a placed WRITE into b: it reads the placement from src and copies the
+// writer's source from there.
+func (q *QP) pullWrite(src payloadSource, b []byte) error {
+	sw := sharedWire(q.link)
+	if sw == nil {
+		return fmt.Errorf("%w: a placed WRITE on a wire without shared memory", errFrame)
+	}
+	d := q.rxPlace[:] // not a local array: through the interface it would escape
+	if err := src.fill(q, d); err != nil {
+		return err
+	}
+	p, err := parsePlacement(d)
+	if err != nil {
+		return err
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	if err := sw.CopyFromPeer(b, p); err != nil {
+		return fmt.Errorf("soft: qp %d: placed WRITE of %d bytes: %w", q.qpn, len(b), err)
+	}
+	q.dev.stats.placed.Add(uint64(len(b)))
+	return nil
+}
