@@ -6,7 +6,8 @@
 # no network. Server processes run on SERVER_CPUS (default 0-7), the harness and its
 # clients on CLIENT_CPUS (default 8-15), GOMAXPROCS the count of each (mwrpcbench -cpus,
 # inside taskset). Every system of the echo matrix runs in the same run (what
-# `mwrpcbench -list-systems` prints, less the mwrpc-tcp variants that only tune it and
+# `mwrpcbench -list-systems` prints, less the mwrpc-tcp variants that only tune it
+# (mwrpc-pollers, -pool, -inline, -tuned, -tls: mwrpc-tcp runs with today's defaults) and
 # gRPC-Go over mwnet, which a run of its own compares: SYSTEMS=grpc,grpc-mwnet,grpc-mwnet-shm), mwrpc
 # as the README writes it: one rpc.Client shared by all callers, lanes adaptive.
 #
@@ -52,7 +53,7 @@ count() { tr ',' '\n' <<<"$1" | awk -F- '{ n += (NF == 2 ? $2 - $1 + 1 : 1) } EN
 client_n=$(count "$CLIENT_CPUS")
 
 if [ -z "${SYSTEMS:-}" ]; then
-	SYSTEMS=$("$BIN" -list-systems | grep -vxE 'mwrpc-(pool|inline|tuned|tls)|grpc-mwnet(-shm)?' | paste -sd, -)
+	SYSTEMS=$("$BIN" -list-systems | grep -vxE 'mwrpc-(pollers|pool|inline|tuned|tls)|grpc-mwnet(-shm)?' | paste -sd, -)
 fi
 [ -n "$SYSTEMS" ] || die "no system to run"
 

@@ -17,7 +17,7 @@ import (
 const cqDepth = 1 << 16
 
 // poller reaps one completion queue, shared by the connections assigned to it, on a
-// goroutine locked to its OS thread. It runs application code only where a handler is
+// goroutine of its own (locked to its OS thread only while it spins). It runs application code only where a handler is
 // run inline: a method whose recent runs were all short (Config.InlineBudget, on by
 // default), or every handler with Config.InlineHandlers; everything else goes to the
 // handler pool.
@@ -446,6 +446,8 @@ func wrKindName(k uint64) string {
 		return "LOCAL_INV"
 	case wrWrite:
 		return "RDMA_WRITE"
+	case wrPush:
+		return "RDMA_WRITE (a written request)"
 	}
 	return fmt.Sprintf("wr kind %d", k)
 }
