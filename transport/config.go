@@ -121,6 +121,13 @@ type Config struct {
 	// only within half the lease; later it releases without invalidating and the lease
 	// reclaims, so that no window is ever invalidated twice.
 	Lease time.Duration
+	// GrantBytes bounds the registered memory this side grants its callers, all
+	// connections together, to write their next large request into (written requests: on
+	// a device where a READ costs a round trip through the peer's CPU, such as the soft
+	// TCP fabric). A connection holds one grant at most, of at most 16 MiB; a request the
+	// grants do not cover is READ from the caller's window instead. Zero means
+	// DefaultGrantBytes; negative turns grants off.
+	GrantBytes int64
 	// Pollers is the number of poller goroutines, each with its completion queue (and
 	// shared receive queue) that connections are spread over; zero means one per two
 	// cores, from 1 to 4 (GOMAXPROCS/2). Measured with two processes on 16 cores (8
@@ -251,9 +258,12 @@ const (
 	// any number of connections' usual traffic.
 	DefaultSharedReceives = 256
 	DefaultLease          = 10 * time.Second
-	DefaultPeerTimeout    = 15 * time.Second
-	DefaultCreditTimeout  = 10 * time.Second
-	DefaultIdleTimeout    = 5 * time.Minute
+	// DefaultGrantBytes: written requests for up to four connections' 16 MiB calls, or
+	// sixty-four connections' 1 MiB ones, a quarter of the pool's default MaxBytes.
+	DefaultGrantBytes    = 64 << 20
+	DefaultPeerTimeout   = 15 * time.Second
+	DefaultCreditTimeout = 10 * time.Second
+	DefaultIdleTimeout   = 5 * time.Minute
 	// DefaultMaxConns: what a server holds by default where connections share receive
 	// queues, as gRPC-Go and Kitex servers hold tens of thousands. An idle connection
 	// costs about 43 KiB of Go heap a side and 13 KiB of completion queue on the server
@@ -311,6 +321,9 @@ func (c Config) withDefaults(dev verbs.DeviceAttr) (Config, error) {
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
+	}
+	if c.GrantBytes == 0 {
+		c.GrantBytes = DefaultGrantBytes
 	}
 	if c.StreamWindow == 0 {
 		c.StreamWindow = DefaultStreamWindow

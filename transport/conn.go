@@ -68,6 +68,7 @@ type Conn struct {
 	err     error                 // mu; set once: the connection failed or was closed
 	failed  atomic.Pointer[error] // err once set, for failure without mu (every call asks)
 	torn    bool                  // mu; resources released; holders release their own
+	grant   grantState            // mu; written requests (pushed.go)
 
 	ready   atomic.Bool // the QP reached RTS: sends may be posted
 	readyCh chan struct{}
@@ -401,6 +402,7 @@ func (c *Conn) releaseAll() {
 		_ = c.win.ws.Close() // reports the windows just released as bound; they are gone now
 	}
 	c.torn = true
+	c.endGrantLocked() // its buffer went with its window, above
 	for i := range c.in.slots {
 		if s := &c.in.slots[i]; s.buf != nil && !s.held && !s.posting {
 			s.buf.Release()

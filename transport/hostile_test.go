@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/mwrpc/mwrpc/internal/loopback"
+	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
@@ -100,6 +101,8 @@ func (h *hostile) snapshot() baseline {
 	// Less the send slots of the connections: made on first use, they live with their
 	// connection, and how many the good one has made depends on how many of its messages
 	// were ever unacknowledged at once (more under an attack's load), not on a leak.
+	// Less the grants (pushed.go) too: one per connection at most, until used, reclaimed
+	// by the lease or torn down with it.
 	h.server.mu.Lock()
 	for c := range h.server.conns {
 		c.mu.Lock()
@@ -107,6 +110,9 @@ func (h *hostile) snapshot() baseline {
 			if s != nil && s.buf != nil {
 				pooled--
 			}
+		}
+		if c.grant.out != 0 {
+			pooled--
 		}
 		c.mu.Unlock()
 	}
@@ -475,6 +481,11 @@ func (h *hostile) serverConnFrom() *Conn {
 // verbs), with a buffer of the attacker transport's pool as its local memory, and waits
 // for the connection to fail (the server refuses, and so the attacker's QP breaks).
 func postRaw(tr *Transport, c *Conn, wr verbs.SendWR) error {
+	return postRawMsg(tr, c, wr, nil)
+}
+
+// postRawMsg is postRaw, with hdr (if set) as the message of a SEND_WITH_INV.
+func postRawMsg(tr *Transport, c *Conn, wr verbs.SendWR, hdr *wire.Header) error {
 	buf, err := tr.pool.TryGet(4096)
 	if err != nil {
 		return err
@@ -482,8 +493,14 @@ func postRaw(tr *Transport, c *Conn, wr verbs.SendWR) error {
 	defer buf.Release()  // after the connection is torn down: no transfer touches it then
 	wr.WRID = 0x7f << 56 // a kind the poller does not know: it only fails the connection
 	wr.Flags = verbs.SendSignaled
-	if wr.Opcode == verbs.WRRDMARead {
+	if wr.Opcode == verbs.WRRDMARead || wr.Opcode == verbs.WRRDMAWrite {
 		wr.SGL = []verbs.SGE{buf.SGE()}
+	}
+	if wr.Opcode == verbs.WRSendWithInv && hdr != nil {
+		wire.PutHeader(buf.Bytes(), hdr)
+		sge := buf.SGE()
+		sge.Length = wire.HeaderLen
+		wr.SGL = []verbs.SGE{sge}
 	}
 	if err := c.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 		return err
@@ -869,7 +886,97 @@ func TestHostilePeers(t *testing.T) {
 		})
 	}
 
+	hostileGrants(h)
+
 	st := h.server.Stats()
 	t.Logf("server counters after the suite: refused %d, setup failed %d, protocol %d (access %d), stalled %d, crowded %d, overloaded %d, idle closed %d",
 		st.Refused, st.SetupFailed, st.Protocol, st.Access, st.Stalled, st.Crowded, st.Overloaded, st.IdleClosed)
+}
+
+// hostileGrants are the attacks on written requests (pushed.go): a caller that writes
+// outside its grant, lies about a write it never made, or announces more than its grant.
+func hostileGrants(h *hostile) {
+	const n = 256 << 10 // above the TCP fabric's eager threshold: a grant follows
+	granted := func() (*Transport, *Conn, peerGrant) {
+		atk := h.attacker(Config{})
+		c, err := h.connect(atk)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := c.Call(ctx, make([]byte, n))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		resp.Release()
+		waitGrant(h.t, c)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return atk, c, c.grant.in
+	}
+
+	h.attack("WRITE outside its grant", "a peer's remote access was refused", 2, func() {
+		before := h.server.Stats().Access
+		atk, c, g := granted()
+		h.begin()
+		// 4 KiB from 100 bytes before the grant's end.
+		if err := postRaw(atk, c, verbs.SendWR{Opcode: verbs.WRRDMAWrite, RKey: g.rkey, RemoteAddr: g.addr + uint64(g.n) - 100}); err != nil {
+			h.t.Fatal(err)
+		}
+		h.waitStat("a WRITE past its grant", func(s Stats) bool { return s.Access >= before+1 })
+	})
+
+	h.attack("written request it never wrote", "", 2, func() {
+		// Another caller's bytes in free buffers of the grant's class: a grant shows none.
+		var bufs []*pool.Buf
+		for range 32 {
+			b, err := h.server.pool.TryGet(n)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			b.SetLen(b.Cap())
+			for i := range b.Bytes() {
+				b.Bytes()[i] = 0xEE
+			}
+			bufs = append(bufs, b)
+		}
+		for _, b := range bufs {
+			b.Release()
+		}
+		atk, c, _ := granted()
+		atk.testHookPushUnwritten.Store(true)
+		before := atk.Stats().Pushed
+		h.begin()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := c.Call(ctx, bytes.Repeat([]byte{1}, n))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		defer resp.Release()
+		if atk.Stats().Pushed != before+1 {
+			h.t.Fatal("the request was not announced as written")
+		}
+		if len(resp.Bytes()) != n {
+			h.t.Fatalf("%d bytes back, want %d", len(resp.Bytes()), n)
+		}
+		if i := slices.IndexFunc(resp.Bytes(), func(b byte) bool { return b != 0 }); i >= 0 {
+			h.t.Fatalf("the handler was given 0x%02x at %d: not the zeroed grant", resp.Bytes()[i], i)
+		}
+	})
+
+	h.attack("written request longer than its grant", "the peer broke the protocol", 2, func() {
+		before := h.server.Stats().Protocol
+		atk, c, g := granted()
+		h.begin()
+		hdr := wire.Header{Kind: wire.KindRequest, Flags: wire.FlagPushed | wire.FlagWritable, CallID: 1 << 40, Len: g.n + 1, RKey: 1, Addr: 1}
+		if err := postRawMsg(atk, c, verbs.SendWR{Opcode: verbs.WRSendWithInv, InvalidateRKey: g.rkey}, &hdr); err != nil {
+			h.t.Fatal(err)
+		}
+		h.waitStat("a written request past its grant", func(s Stats) bool { return s.Protocol >= before+1 })
+		if !strings.Contains(h.logText(), "it wrote a request of") {
+			h.t.Errorf("the server's log does not say what the peer did:\n%s", h.logText())
+		}
+	})
 }

@@ -446,6 +446,8 @@ func wrKindName(k uint64) string {
 		return "LOCAL_INV"
 	case wrWrite:
 		return "RDMA_WRITE"
+	case wrPush:
+		return "RDMA_WRITE (a written request)"
 	}
 	return fmt.Sprintf("wr kind %d", k)
 }

@@ -245,7 +245,7 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 	if probe.Enabled {
 		probe.MarkN(probe.Recv, uint32(h.Kind)|uint32(h.Flags&wire.FlagLarge)<<8)
 	}
-	if wc.Flags&verbs.WCWithInv != 0 && h.Flags&wire.FlagWritten == 0 { // (a written response's window holds it: onWritten)
+	if wc.Flags&verbs.WCWithInv != 0 && h.Flags&(wire.FlagWritten|wire.FlagPushed) == 0 { // (a written message's window holds it: onWritten, onPushed)
 		c.t.counters.revoked.Add(1)
 		c.invalidated(wc.InvalidatedRKey)
 	}
@@ -266,6 +266,11 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 	if h.Flags&wire.FlagWritten != 0 {
 		c.onWritten(h, wc)
 		c.releaseSlot(i, counted)
+		return
+	}
+	if h.Flags&wire.FlagPushed != 0 {
+		c.releaseSlot(i, counted) // the request is in the grant's buffer
+		c.onPushed(h, wc)
 		return
 	}
 	switch h.Kind {
@@ -340,6 +345,8 @@ func (c *Conn) onControl(h *wire.Header, payload []byte) {
 		if cl := c.takeCall(h.CallID); cl != nil {
 			cl.finish(nil)
 		}
+	case wire.KindGrant:
+		c.onGrant(h)
 	case wire.KindGoAway:
 		// Calls already sent complete; the caller's layer stops sending new ones.
 		c.onGoAway(h, payload)

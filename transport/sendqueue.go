@@ -47,7 +47,7 @@ const smallSendSlot = 4 << 10
 
 type sendSlot struct {
 	buf     *pool.Buf
-	wrs     [2]verbs.SendWR
+	wrs     [3]verbs.SendWR // up to two work requests before the SEND: a bind, a WRITE
 	sge     [1]verbs.SGE
 	filling bool // c.mu: a sender is writing and posting it; teardown leaves it to the sender
 	done    bool // c.mu: its SEND completed while its sender was still filling: the sender frees it
@@ -114,10 +114,11 @@ func (q *sendQueue) spendLocked(mode sendMode) {
 }
 
 // send posts one message: h, then payload (copied into a send slot; at most c.eager
-// bytes). bind, if set, is posted just before it (a large message's window). rv revokes a
+// bytes). pre, at most two work requests, are posted just before it (a large message's
+// window bind, a written message's WRITE). rv revokes a
 // peer window with SEND_WITH_INV; when it has none, a pending revocation rides along. It
-// reports whether the message was posted: if not, bind was not either.
-func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
+// reports whether the message was posted: if not, pre was not either.
+func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, pre []verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
 	if !c.ready.Load() {
 		if mode == sendTry || mode == sendControl {
 			return false, errNoCredit // queued; flushed once the connection is ready
@@ -137,7 +138,7 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 	// response written into that window (sendWritten) must revoke it, so past that time it
 	// is not sent at all.
 	if rv.rkey != 0 && time.Since(rv.at) >= c.t.cfg.Lease/2 {
-		if bind != nil && bind.Opcode == verbs.WRRDMAWrite {
+		if len(pre) > 0 && pre[len(pre)-1].Opcode == verbs.WRRDMAWrite {
 			c.out.refundLocked(i, mode)
 			s.filling = false
 			c.mu.Unlock()
@@ -148,7 +149,7 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, bind *v
 	inv := c.stampLocked(h, rv)
 	c.mu.Unlock()
 
-	wrs := c.fillSlot(i, s, h, payload, bind, inv)
+	wrs := c.fillSlot(i, s, h, payload, pre, inv)
 	if probe.Enabled {
 		probe.MarkN(probe.Post, uint32(h.Kind)|uint32(b2u(inv != 0))<<8)
 	}
@@ -246,10 +247,10 @@ func (c *Conn) stampLocked(h *wire.Header, rv revoke) uint32 {
 }
 
 // fillSlot writes h and payload into send slot i and returns the work requests to post:
-// bind, if set, then the SEND (a SEND_WITH_INV when inv is set). The slot is the caller's
+// pre, then the SEND (a SEND_WITH_INV when inv is set). The slot is the caller's
 // (filling): no lock is needed.
-func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload []byte, bind *verbs.SendWR, inv uint32) []verbs.SendWR {
-	if h.Flags&(wire.FlagLarge|wire.FlagWritten) == 0 {
+func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload []byte, pre []verbs.SendWR, inv uint32) []verbs.SendWR {
+	if h.Flags&(wire.FlagLarge|wire.FlagWritten|wire.FlagPushed) == 0 && h.Kind != wire.KindGrant {
 		h.Len = uint32(len(payload))
 	}
 	b := s.buf.Bytes()[:cap(s.buf.Bytes())]
@@ -260,16 +261,14 @@ func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload []byte, bind
 		c.t.counters.eagerBytes.Add(uint64(n))
 	}
 	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(wire.HeaderLen + n), LKey: s.buf.LKey()}
-	wr := &s.wrs[1]
+	last := len(s.wrs) - 1
+	wr := &s.wrs[last]
 	*wr = verbs.SendWR{WRID: wrid(wrSend, c.id, i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: s.sge[:]}
 	if inv != 0 {
 		wr.Opcode, wr.InvalidateRKey = verbs.WRSendWithInv, inv
 	}
-	if bind == nil {
-		return s.wrs[1:]
-	}
-	s.wrs[0] = *bind
-	return s.wrs[:]
+	first := last - copy(s.wrs[last-len(pre):last], pre)
+	return s.wrs[first:]
 }
 
 // postedSlot ends the sender's hold on send slot i once its work requests are posted: a

@@ -17,15 +17,16 @@ import (
 // serverCall is a request being served. It is pooled, and so is its context: both are
 // valid until the handler returns.
 type serverCall struct {
-	c    *Conn
-	id   uint64
-	req  []byte
-	slot int        // receive slot holding req, or -1
-	buf  *pool.Buf  // buffer holding a large req, or nil
-	inv  revoke     // the caller's request window, revoked by the response
-	dst  writeDst   // that window, when the caller lets the response be written into it
-	st   *Stream    // the stream the request opened, or nil
-	host *hostState // counted in its calls (MaxCallsPerHost) until finish, or nil
+	c     *Conn
+	id    uint64
+	req   []byte
+	slot  int        // receive slot holding req, or -1
+	buf   *pool.Buf  // buffer holding a large req, or nil
+	inv   revoke     // the caller's request window, revoked by the response
+	dst   writeDst   // that window, when the caller lets the response be written into it
+	grant int        // a large request's length: after the response, the caller may be granted memory for the next (pushed.go)
+	st    *Stream    // the stream the request opened, or nil
+	host  *hostState // counted in its calls (MaxCallsPerHost) until finish, or nil
 	// inline: the handler runs on the reaping goroutine (Config.InlineHandlers), and its
 	// response spends a credit reserved for it and never waits.
 	inline bool
@@ -153,6 +154,16 @@ func (w *ResponseWriter) Write(status Code, payload []byte) error {
 		return errors.New("mwrpc: response already written")
 	}
 	w.sent = true
+	err := w.write(status, payload)
+	if n := w.sc.grant; n > 0 {
+		w.sc.grant = 0
+		w.sc.c.grantFor(n) // after the response: it overlaps the response's way to the caller
+	}
+	return err
+}
+
+// write sends the response (Write's work).
+func (w *ResponseWriter) write(status Code, payload []byte) error {
 	sc := w.sc
 	c := sc.c
 	h := wire.Header{Kind: wire.KindResponse, Status: uint16(status), CallID: sc.id}
@@ -359,8 +370,11 @@ func (c *Conn) inlineOK(req []byte) bool {
 func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at time.Time) {
 	sc := serverCallPool.Get().(*serverCall)
 	sc.c, sc.id, sc.req, sc.slot, sc.buf = c, h.CallID, req, slot, buf
-	if h.Flags&wire.FlagLarge != 0 {
+	if h.Flags&(wire.FlagLarge|wire.FlagPushed) != 0 {
 		sc.inv = revoke{h.RKey, at}
+		if h.Flags&wire.FlagStream == 0 && c.t.writable {
+			sc.grant = int(h.Len) // its response leads to a grant for the next (pushed.go)
+		}
 	}
 	if h.Flags&wire.FlagWritable != 0 {
 		sc.dst = writeDst{addr: h.Addr, rkey: h.RKey, n: h.Len}

@@ -38,13 +38,20 @@ type Transport struct {
 	// (wire.FlagWritable), so that the response can be written there: on a device where a
 	// READ costs a round trip through the peer's CPU (a verbs.DeviceAttr.ReadCrossover).
 	writable bool
-	cqLimit  int // the most entries a poller's CQ grows to: the device's MaxCQE, or 0 where CQs cannot grow
+	// grantBudget is what is left of Config.GrantBytes: the bytes of the grants given to
+	// callers are taken from it until the grant ends (pushed.go).
+	grantBudget atomic.Int64
+	grants      atomic.Int64 // grants given and not yet ended: windows bound for the peer's WRITE
+	cqLimit     int          // the most entries a poller's CQ grows to: the device's MaxCQE, or 0 where CQs cannot grow
 
 	// Test hooks: every large message header received, and every completion polled.
 	testHookLarge atomic.Pointer[func(*wire.Header)]
 	testHookWC    atomic.Pointer[func(*verbs.WorkCompletion)]
 	// testHookBeforeRelease runs before a caller queues the revocation of a response window.
 	testHookBeforeRelease atomic.Pointer[func(*Conn)]
+	// testHookPushUnwritten: a written request is announced without its WRITE (a hostile
+	// caller's lie).
+	testHookPushUnwritten atomic.Bool
 
 	counters counters
 	events   eventLog
@@ -173,6 +180,7 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 	t := &Transport{cfg: cfg, dev: dev, pd: pd, pool: bp, handler: h, advisor: advisor, writable: attr.ReadCrossover > 0, conns: make(map[*Conn]struct{}), setup: make(map[net.Conn]struct{}),
 		hosts: make(map[string]*hostState), sweepAt: 1024, seeing: make(chan struct{}, 64)}
 	t.events.logger = cfg.Logger
+	t.grantBudget.Store(max(cfg.GrantBytes, 0))
 	t.tick = cfg.Lease / 4
 	if cfg.IdleTimeout > 0 {
 		t.tick = max(min(t.tick, cfg.IdleTimeout/4), time.Millisecond)
@@ -697,6 +705,9 @@ type Stats struct {
 	ReadBytes    uint64 // payload bytes fetched with RDMA READ
 	Written      uint64 // responses written into the caller's request window (RDMA WRITE) instead of exposed for a READ
 	TooManyPings uint64 // connections sent GOAWAY because the client pinged too often (Config.Keepalive)
+	Granted      uint64 // grants given to callers: memory a next large request may be written into (Config.GrantBytes)
+	Pushed       uint64 // large requests written into the peer's grant (RDMA WRITE) instead of exposed for a READ
+	PushedIn     uint64 // large requests the peer wrote into a grant of ours
 	Unshared     uint64 // messages copied out of their shared receive slot rather than hold it: a stream's opening request, or any while the slots are crowded (SharedReceives)
 	Sends        uint64 // messages sent: SENDs posted (with or without invalidation), every kind
 	StreamAcks   uint64 // stream acks sent as messages of their own (an ack riding a stream message is not one)
@@ -704,15 +715,18 @@ type Stats struct {
 	// WindowsExposed are the windows of live connections bound now (or being revoked):
 	// memory a peer may still READ. It returns to 0 when no call is in flight.
 	WindowsExposed int
-	Handlers       int // handlers running now
-	HandlersCap    int // the handler pool's size (Config.Handlers)
-	Pool           pool.Stats
+	// Grants are the grants given to callers and not yet used, revoked or reclaimed:
+	// windows a peer may write one request into (not counted in WindowsExposed).
+	Grants      int
+	Handlers    int // handlers running now
+	HandlersCap int // the handler pool's size (Config.Handlers)
+	Pool        pool.Stats
 }
 
 type counters struct {
-	calls, served, streams, inline, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed, unshared, written atomic.Uint64
-	sends, streamAcks                                                                                                              atomic.Uint64
-	events                                                                                                                         [numEvents]atomic.Uint64
+	calls, served, streams, inline, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed, unshared, written, granted, pushed, pushedIn atomic.Uint64
+	sends, streamAcks                                                                                                                                         atomic.Uint64
+	events                                                                                                                                                    [numEvents]atomic.Uint64
 }
 
 // Stats returns a snapshot of the transport's counters. It costs about a nanosecond per
@@ -726,13 +740,16 @@ func (t *Transport) Stats() Stats {
 		ws := c.win.ws.Stats()
 		exposed += ws.Bound + ws.Invalidating
 	}
+	grants := int(t.grants.Load())
+	exposed = max(exposed-grants, 0)
 	t.mu.Unlock()
 	return Stats{Calls: c.calls.Load(), Served: c.served.Load(), Streams: c.streams.Load(), Inline: c.inline.Load(), WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
 		RevokedPeer: c.revoked.Load(), Reclaimed: c.reclaimed.Load(),
-		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed,
+		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed, Grants: grants,
 		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),
 		Refused: c.events[evRefused].Load(), SetupFailed: c.events[evSetup].Load(), Protocol: c.events[evProtocol].Load(),
 		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(), Unshared: c.unshared.Load(), Written: c.written.Load(),
+		Granted: c.granted.Load(), Pushed: c.pushed.Load(), PushedIn: c.pushedIn.Load(),
 		TooManyPings: c.events[evPings].Load(), Sends: c.sends.Load(), StreamAcks: c.streamAcks.Load(),
 		Handlers: t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }

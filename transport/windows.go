@@ -25,6 +25,10 @@ import (
 type windowRing struct {
 	ws       *pool.Windows
 	reclaims map[int]*pool.Window // LOCAL_INVs in flight, by window index; nil until one is
+	// pushSGE holds, by window index, the source of a written request's WRITE from the
+	// buffer bound in that window (pushed.go): it lives as long as the binding, without an
+	// allocation per call. Made on first use; the window's binder alone touches its entry.
+	pushSGE []verbs.SGE
 }
 
 // sendLarge exposes buf (n bytes) through the next window and announces it. The window
@@ -45,6 +49,11 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv 
 		buf.Release()
 		return err
 	}
+	if h.Kind == wire.KindRequest && h.Flags&wire.FlagStream == 0 && c.t.writable {
+		if g, ok := c.takePeerGrant(buf.Len()); ok {
+			return c.sendPushed(ctx, h, buf, g, w)
+		}
+	}
 	access := verbs.AccessRemoteRead
 	if h.Kind == wire.KindRequest && h.Flags&wire.FlagStream == 0 && c.t.writable {
 		access |= verbs.AccessRemoteWrite // the response may be written into it (written.go)
@@ -64,7 +73,8 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv 
 	// reclaim the window under the peer's READ (REM_ACCESS_ERR there).
 	rkey := w.RKey()
 	c.win.ws.Hold(w)
-	posted, err := c.send(ctx, h, nil, &bind, rv, mode)
+	pre := [1]verbs.SendWR{bind}
+	posted, err := c.send(ctx, h, nil, pre[:], rv, mode)
 	if posted {
 		c.win.ws.Announced(w, rkey)
 		c.t.counters.bound.Add(1)
@@ -129,6 +139,9 @@ func (c *Conn) revoked(rkey uint32) (pool.Binding, bool) {
 		return pool.Binding{}, false
 	}
 	c.mu.Lock()
+	if c.grant.out == rkey {
+		c.endGrantLocked()
+	}
 	for i, w := range c.win.reclaims { // a peer's revocation can overtake our LOCAL_INV
 		if w.State() != pool.WindowInvalidating {
 			delete(c.win.reclaims, i)

@@ -71,7 +71,8 @@ func (c *Conn) sendWritten(ctx context.Context, h *wire.Header, buf *pool.Buf, r
 	hw := *h
 	hw.Flags, hw.Len = wire.FlagWritten, uint32(buf.Len())
 	c.t.counters.written.Add(1) // before the post: the caller may have the response before send returns
-	posted, err := c.send(ctx, &hw, nil, &wr, rv, mode)
+	pre := [1]verbs.SendWR{wr}
+	posted, err := c.send(ctx, &hw, nil, pre[:], rv, mode)
 	if posted {
 		return nil
 	}

@@ -152,29 +152,7 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 	if isServe(args) {
 		return serve(args, os.Stdin, stdout, stderr)
 	}
-	fs := flag.NewFlagSet("mwrpcbench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		mode        = fs.String("mode", string(bench.ModeTwoProcess), "where servers run: "+string(bench.ModeTwoProcess)+" (a process per system) or "+string(bench.ModeInProcess)+" (this process)")
-		quick       = fs.Bool("quick", false, "reduced matrix ("+quickPayloads+"; concurrency "+quickConcurrency+"; shorter rounds): under a minute")
-		systems     = fs.String("systems", "all", "systems to run, comma-separated: "+strings.Join(bench.SystemNames(), ","))
-		payloads    = fs.String("payloads", fullPayloads, "payload sizes, comma-separated (64, 4KiB, 1MiB ...)")
-		concurrency = fs.String("concurrency", fullConcurrency, "concurrent callers per system, comma-separated")
-		duration    = fs.Duration("duration", time.Second, "measured time per system per round (-quick: 300ms)")
-		warmup      = fs.Duration("warmup", 200*time.Millisecond, "unmeasured time per system per cell, after setup (-quick: 100ms)")
-		rounds      = fs.Int("rounds", 3, "rounds per cell; reports show medians across rounds")
-		maxInflight = fs.String("max-inflight", "128MiB", "skip cells whose payload × concurrency exceeds this (0: no cap)")
-		out         = fs.String("out", "results", "output directory (-quick: results/quick)")
-		cpuprofile  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (the harness's process: the clients, in two-process mode)")
-		serverProf  = fs.String("server-cpuprofile", "", "two-process mode: every server process writes a CPU profile of its life to PREFIX.SYSTEM.CELL.pprof")
-		cellsFlag   = fs.String("cells", "echo,stream", "what to run, comma-separated: echo (the matrix of -payloads × -concurrency) and stream (the streaming cell)")
-		streamSize  = fs.String("stream-size", fullStream, "bytes per transfer of the streaming cell, each way (-quick: "+quickStream+")")
-		streamChunk = fs.String("stream-chunk", "1MiB", "bytes per message of the streaming cell")
-		listCells   = fs.Bool("list-cells", false, "print how many echo cells -payloads, -concurrency and -max-inflight make, and exit")
-		listSystems = fs.Bool("list-systems", false, "print the systems of the two-process echo matrix that \"all\" runs, one a line, and exit")
-		keepGoing   = fs.Bool("keep-going", false, "a system that fails in a cell leaves that cell (the report's notes say why) instead of ending the run")
-		cpusFlag    = fs.String("cpus", "", "SERVER/CLIENT CPU lists, as 0-7/8-15 (Linux): server processes run on the first, this process (the clients) on the second, GOMAXPROCS the count of each, so that one many-core machine behaves like two hosts")
-	)
+	fs, o := newFlags(stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -182,7 +160,7 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		fmt.Fprintf(stderr, "mwrpcbench: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	if *listSystems {
+	if o.listSystems {
 		all, _ := bench.LookupSystems("all")
 		for _, s := range all {
 			if s.TwoProcess() {
@@ -191,22 +169,12 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		}
 		return 0
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if *quick {
-		for name, v := range map[string]string{"payloads": quickPayloads, "concurrency": quickConcurrency,
-			"duration": "300ms", "warmup": "100ms", "out": filepath.Join("results", "quick"), "stream-size": quickStream} {
-			if !set[name] {
-				_ = fs.Set(name, v)
-			}
-		}
+	if o.quick {
+		quickDefaults(fs)
 	}
-
-	cfg := bench.Config{Duration: *duration, Warmup: *warmup, Rounds: *rounds}
-	var err error
-	var split bench.CPUSplit
-	if *cpusFlag != "" {
-		if split, err = bench.ParseCPUSplit(*cpusFlag); err != nil {
+	if o.cpus != "" {
+		split, err := bench.ParseCPUSplit(o.cpus)
+		if err != nil {
 			return usage(stderr, fmt.Errorf("-cpus: %w", err))
 		}
 		if err := bench.PinCPUs(split.Client); err != nil {
@@ -214,74 +182,171 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 			return 1
 		}
 		_ = os.Setenv(bench.ServeCPUsEnv, bench.FormatCPUList(split.Server))
+		o.split = split
 	}
-	if cfg.Mode, err = bench.ParseMode(*mode); err != nil {
-		return usage(stderr, fmt.Errorf("-mode: %w", err))
-	}
-	runEcho, runStream, err := parseCells(*cellsFlag)
+	p, err := o.plan(stderr)
 	if err != nil {
-		return usage(stderr, fmt.Errorf("-cells: %w", err))
-	}
-	if cfg.Systems, err = bench.LookupSystems(*systems); err != nil {
 		return usage(stderr, err)
 	}
-	echoSystems, leftOut := cfg.RunSystems()
-	streamSystems := cfg.StreamRunSystems()
-	notes, err := bench.Notes(echoSystems)
-	if err != nil {
-		return usage(stderr, fmt.Errorf("-systems: %w", err))
-	}
-	switch {
-	case runEcho && len(echoSystems) == 0 && len(leftOut) > 0:
-		return usage(stderr, fmt.Errorf("-systems: %s run in %s mode only", strings.Join(leftOut, ", "), bench.ModeInProcess))
-	case runEcho && len(echoSystems) == 0 && runStream && len(streamSystems) > 0:
-		runEcho = false // -systems names streaming systems only
-	case runEcho && len(echoSystems) == 0:
-		return usage(stderr, errors.New("-systems: no system of the echo matrix"))
-	}
-	switch {
-	case runStream && len(streamSystems) == 0 && runEcho:
-		runStream = false
-		fmt.Fprintf(stderr, "mwrpcbench: no system of -systems streams: no streaming cell\n")
-	case runStream && len(streamSystems) == 0:
-		return usage(stderr, fmt.Errorf("-systems: no system of the streaming cell (%s)", strings.Join(streamNames(), ", ")))
-	}
-	streamBytes, err := parseBytes(*streamSize)
-	if err != nil || streamBytes <= 0 {
-		return usage(stderr, fmt.Errorf("-stream-size: bad size %q", *streamSize))
-	}
-	if cfg.StreamChunk, err = load.ParseSize(*streamChunk); err != nil || cfg.StreamChunk <= 0 || cfg.StreamChunk > 64<<20 {
-		return usage(stderr, fmt.Errorf("-stream-chunk: bad size %q (1 B to 64 MiB)", *streamChunk))
-	}
-	cfg.StreamBytes = streamBytes
-	if cfg.Payloads, err = parseList(*payloads, load.ParseSize); err != nil {
-		return usage(stderr, fmt.Errorf("-payloads: %w", err))
-	}
-	if cfg.Concurrency, err = parseList(*concurrency, strconv.Atoi); err != nil {
-		return usage(stderr, fmt.Errorf("-concurrency: %w", err))
-	}
-	inflight, err := load.ParseSize(*maxInflight)
-	if err != nil {
-		return usage(stderr, fmt.Errorf("-max-inflight: %w", err))
-	}
-	cfg.MaxInflight = int64(inflight)
-	if cfg.Rounds < 1 || cfg.Duration <= 0 || cfg.Warmup < 0 {
-		return usage(stderr, errors.New("-rounds and -duration must be positive, -warmup not negative"))
-	}
-	cells, skipped := cfg.Cells()
-	if *listCells {
-		fmt.Fprintln(stdout, len(cells))
+	if o.listCells {
+		fmt.Fprintln(stdout, len(p.cells))
 		return 0
 	}
-	if runEcho && len(cells) == 0 {
+	if p.runEcho && len(p.cells) == 0 {
 		return usage(stderr, errors.New("every cell is above -max-inflight"))
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		fmt.Fprintln(stderr, "mwrpcbench:", err)
 		return 1
 	}
-
 	start := time.Now()
+	rep := p.report(args, start)
+	p.announce(stderr, rep, o.maxInflight)
+	return o.execute(p, rep, start, stdout, stderr, tty)
+}
+
+// options are mwrpcbench's flags.
+type options struct {
+	mode, systems, payloads, concurrency, maxInflight, out string
+	cpuprofile, serverProf, cells, streamSize, streamChunk string
+	cpus                                                   string
+	duration, warmup                                       time.Duration
+	rounds                                                 int
+	quick, listCells, listSystems, keepGoing               bool
+	split                                                  bench.CPUSplit // -cpus, parsed
+}
+
+// newFlags defines the flags, into the options returned.
+func newFlags(stderr io.Writer) (*flag.FlagSet, *options) {
+	fs := flag.NewFlagSet("mwrpcbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &options{}
+	fs.StringVar(&o.mode, "mode", string(bench.ModeTwoProcess), "where servers run: "+string(bench.ModeTwoProcess)+" (a process per system) or "+string(bench.ModeInProcess)+" (this process)")
+	fs.BoolVar(&o.quick, "quick", false, "reduced matrix ("+quickPayloads+"; concurrency "+quickConcurrency+"; shorter rounds): under a minute")
+	fs.StringVar(&o.systems, "systems", "all", "systems to run, comma-separated: "+strings.Join(bench.SystemNames(), ","))
+	fs.StringVar(&o.payloads, "payloads", fullPayloads, "payload sizes, comma-separated (64, 4KiB, 1MiB ...)")
+	fs.StringVar(&o.concurrency, "concurrency", fullConcurrency, "concurrent callers per system, comma-separated")
+	fs.DurationVar(&o.duration, "duration", time.Second, "measured time per system per round (-quick: 300ms)")
+	fs.DurationVar(&o.warmup, "warmup", 200*time.Millisecond, "unmeasured time per system per cell, after setup (-quick: 100ms)")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds per cell; reports show medians across rounds")
+	fs.StringVar(&o.maxInflight, "max-inflight", "128MiB", "skip cells whose payload × concurrency exceeds this (0: no cap)")
+	fs.StringVar(&o.out, "out", "results", "output directory (-quick: results/quick)")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (the harness's process: the clients, in two-process mode)")
+	fs.StringVar(&o.serverProf, "server-cpuprofile", "", "two-process mode: every server process writes a CPU profile of its life to PREFIX.SYSTEM.CELL.pprof")
+	fs.StringVar(&o.cells, "cells", "echo,stream", "what to run, comma-separated: echo (the matrix of -payloads × -concurrency) and stream (the streaming cell)")
+	fs.StringVar(&o.streamSize, "stream-size", fullStream, "bytes per transfer of the streaming cell, each way (-quick: "+quickStream+")")
+	fs.StringVar(&o.streamChunk, "stream-chunk", "1MiB", "bytes per message of the streaming cell")
+	fs.BoolVar(&o.listCells, "list-cells", false, "print how many echo cells -payloads, -concurrency and -max-inflight make, and exit")
+	fs.BoolVar(&o.listSystems, "list-systems", false, "print the systems of the two-process echo matrix that \"all\" runs, one a line, and exit")
+	fs.BoolVar(&o.keepGoing, "keep-going", false, "a system that fails in a cell leaves that cell (the report's notes say why) instead of ending the run")
+	fs.StringVar(&o.cpus, "cpus", "", "SERVER/CLIENT CPU lists, as 0-7/8-15 (Linux): server processes run on the first, this process (the clients) on the second, GOMAXPROCS the count of each, so that one many-core machine behaves like two hosts")
+	return fs, o
+}
+
+// quickDefaults gives -quick's values to the flags not set on the command line.
+func quickDefaults(fs *flag.FlagSet) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, v := range map[string]string{"payloads": quickPayloads, "concurrency": quickConcurrency,
+		"duration": "300ms", "warmup": "100ms", "out": filepath.Join("results", "quick"), "stream-size": quickStream} {
+		if !set[name] {
+			_ = fs.Set(name, v)
+		}
+	}
+}
+
+// plan is what a run does, read from the options: the harness's configuration, which
+// cells run, and which systems run or are left out of them.
+type plan struct {
+	cfg                        bench.Config
+	split                      bench.CPUSplit
+	runEcho, runStream         bool
+	echoSystems, streamSystems []bench.System
+	leftOut, notes             []string
+	cells, skipped             []bench.Cell
+}
+
+// plan checks the options and makes the run's plan; its errors are usage errors.
+func (o *options) plan(stderr io.Writer) (*plan, error) {
+	p := &plan{cfg: bench.Config{Duration: o.duration, Warmup: o.warmup, Rounds: o.rounds}, split: o.split}
+	var err error
+	if p.cfg.Mode, err = bench.ParseMode(o.mode); err != nil {
+		return nil, fmt.Errorf("-mode: %w", err)
+	}
+	if p.runEcho, p.runStream, err = parseCells(o.cells); err != nil {
+		return nil, fmt.Errorf("-cells: %w", err)
+	}
+	if p.cfg.Systems, err = bench.LookupSystems(o.systems); err != nil {
+		return nil, err
+	}
+	if err := p.chooseSystems(stderr); err != nil {
+		return nil, err
+	}
+	if err := o.sizes(&p.cfg); err != nil {
+		return nil, err
+	}
+	if p.cfg.Rounds < 1 || p.cfg.Duration <= 0 || p.cfg.Warmup < 0 {
+		return nil, errors.New("-rounds and -duration must be positive, -warmup not negative")
+	}
+	p.cells, p.skipped = p.cfg.Cells()
+	return p, nil
+}
+
+// chooseSystems picks the systems of each cell, and drops a cell that none of -systems
+// runs where another cell is left.
+func (p *plan) chooseSystems(stderr io.Writer) error {
+	var err error
+	p.echoSystems, p.leftOut = p.cfg.RunSystems()
+	p.streamSystems = p.cfg.StreamRunSystems()
+	if p.notes, err = bench.Notes(p.echoSystems); err != nil {
+		return fmt.Errorf("-systems: %w", err)
+	}
+	switch {
+	case p.runEcho && len(p.echoSystems) == 0 && len(p.leftOut) > 0:
+		return fmt.Errorf("-systems: %s run in %s mode only", strings.Join(p.leftOut, ", "), bench.ModeInProcess)
+	case p.runEcho && len(p.echoSystems) == 0 && p.runStream && len(p.streamSystems) > 0:
+		p.runEcho = false // -systems names streaming systems only
+	case p.runEcho && len(p.echoSystems) == 0:
+		return errors.New("-systems: no system of the echo matrix")
+	}
+	switch {
+	case p.runStream && len(p.streamSystems) == 0 && p.runEcho:
+		p.runStream = false
+		fmt.Fprintf(stderr, "mwrpcbench: no system of -systems streams: no streaming cell\n")
+	case p.runStream && len(p.streamSystems) == 0:
+		return fmt.Errorf("-systems: no system of the streaming cell (%s)", strings.Join(streamNames(), ", "))
+	}
+	return nil
+}
+
+// sizes reads the size flags into cfg: the streaming cell's, the payloads, the
+// concurrencies and the in-flight cap.
+func (o *options) sizes(cfg *bench.Config) error {
+	streamBytes, err := parseBytes(o.streamSize)
+	if err != nil || streamBytes <= 0 {
+		return fmt.Errorf("-stream-size: bad size %q", o.streamSize)
+	}
+	if cfg.StreamChunk, err = load.ParseSize(o.streamChunk); err != nil || cfg.StreamChunk <= 0 || cfg.StreamChunk > 64<<20 {
+		return fmt.Errorf("-stream-chunk: bad size %q (1 B to 64 MiB)", o.streamChunk)
+	}
+	cfg.StreamBytes = streamBytes
+	if cfg.Payloads, err = parseList(o.payloads, load.ParseSize); err != nil {
+		return fmt.Errorf("-payloads: %w", err)
+	}
+	if cfg.Concurrency, err = parseList(o.concurrency, strconv.Atoi); err != nil {
+		return fmt.Errorf("-concurrency: %w", err)
+	}
+	inflight, err := load.ParseSize(o.maxInflight)
+	if err != nil {
+		return fmt.Errorf("-max-inflight: %w", err)
+	}
+	cfg.MaxInflight = int64(inflight)
+	return nil
+}
+
+// report starts the run's report: the machine and how the run was set up.
+func (p *plan) report(args []string, start time.Time) *bench.Report {
+	cfg := &p.cfg
 	rep := &bench.Report{Machine: bench.ThisMachine(start)}
 	rep.Setup = bench.Setup{
 		Command:          strings.TrimSpace("mwrpcbench " + strings.Join(args, " ")),
@@ -289,7 +354,7 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		LoadAvg:          [2]float64{bench.LoadAvg()},
 		Mode:             cfg.Mode,
 		Sides:            cfg.Mode.SidesNote(),
-		LeftOut:          leftOut,
+		LeftOut:          p.leftOut,
 		Payloads:         cfg.Payloads,
 		Concurrency:      cfg.Concurrency,
 		DurationNs:       cfg.Duration.Nanoseconds(),
@@ -297,63 +362,79 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		Rounds:           cfg.Rounds,
 		MaxInflightBytes: cfg.MaxInflight,
 		SkippedCells:     []string{},
-		Notes:            notes,
+		Notes:            p.notes,
 	}
-	if split.Server != nil {
+	if p.split.Server != nil {
 		rep.Setup.Notes = append(rep.Setup.Notes, fmt.Sprintf("-cpus %s: server processes pinned to CPUs %s (GOMAXPROCS %d), the clients to CPUs %s (GOMAXPROCS %d)",
-			split, bench.FormatCPUList(split.Server), len(split.Server), bench.FormatCPUList(split.Client), len(split.Client)))
+			p.split, bench.FormatCPUList(p.split.Server), len(p.split.Server), bench.FormatCPUList(p.split.Client), len(p.split.Client)))
 	}
-	if runEcho {
+	if p.runEcho {
 		rep.Setup.Cells = append(rep.Setup.Cells, bench.CellEcho)
-		for _, s := range echoSystems {
+		for _, s := range p.echoSystems {
 			rep.Setup.Systems = append(rep.Setup.Systems, bench.SystemInfo{Name: s.Name, Desc: s.Desc})
 		}
-		for _, c := range skipped {
+		for _, c := range p.skipped {
 			rep.Setup.SkippedCells = append(rep.Setup.SkippedCells, c.String())
 		}
-		fmt.Fprintf(stderr, "mwrpcbench: %s mode: %d cells × %d systems × %d rounds of %v; %s\n",
-			cfg.Mode, len(cells), len(echoSystems), cfg.Rounds, cfg.Duration, cfg.Mode.SidesNote())
 	} else {
 		rep.Setup.Payloads, rep.Setup.Concurrency = nil, nil
-		leftOut, skipped, rep.Setup.LeftOut = nil, nil, nil
+		p.leftOut, p.skipped, rep.Setup.LeftOut = nil, nil, nil
 	}
-	if runStream {
+	if p.runStream {
 		rep.Setup.Cells = append(rep.Setup.Cells, bench.CellStream)
 		rep.Setup.StreamBytes, rep.Setup.StreamChunkBytes = cfg.StreamBytes, cfg.StreamChunk
-		for _, s := range streamSystems {
+		for _, s := range p.streamSystems {
 			rep.Setup.StreamSystems = append(rep.Setup.StreamSystems, bench.SystemInfo{Name: s.Name, Desc: s.StreamDesc})
 		}
-		fmt.Fprintf(stderr, "mwrpcbench: %s mode: streaming cell: %d systems × %d rounds × (a server stream and a client stream of %s in %s messages)\n",
-			cfg.Mode, len(streamSystems), cfg.Rounds, bench.SizeName64(cfg.StreamBytes), bench.SizeName(cfg.StreamChunk))
 	}
-	if len(leftOut) > 0 {
+	return rep
+}
+
+// announce says on stderr what the run will do and leave out.
+func (p *plan) announce(stderr io.Writer, rep *bench.Report, maxInflight string) {
+	cfg := &p.cfg
+	if p.runEcho {
+		fmt.Fprintf(stderr, "mwrpcbench: %s mode: %d cells × %d systems × %d rounds of %v; %s\n",
+			cfg.Mode, len(p.cells), len(p.echoSystems), cfg.Rounds, cfg.Duration, cfg.Mode.SidesNote())
+	}
+	if p.runStream {
+		fmt.Fprintf(stderr, "mwrpcbench: %s mode: streaming cell: %d systems × %d rounds × (a server stream and a client stream of %s in %s messages)\n",
+			cfg.Mode, len(p.streamSystems), cfg.Rounds, bench.SizeName64(cfg.StreamBytes), bench.SizeName(cfg.StreamChunk))
+	}
+	if len(p.leftOut) > 0 {
 		fmt.Fprintf(stderr, "mwrpcbench: skipping %s: in-process only (run it with -mode %s)\n",
-			strings.Join(leftOut, ", "), bench.ModeInProcess)
+			strings.Join(p.leftOut, ", "), bench.ModeInProcess)
 	}
 	for _, n := range rep.Setup.Notes {
 		fmt.Fprintln(stderr, "mwrpcbench: note:", n)
 	}
-	if len(skipped) > 0 {
+	if len(p.skipped) > 0 {
 		fmt.Fprintf(stderr, "mwrpcbench: skipping %s (more than %s in flight per direction; see -max-inflight)\n",
-			strings.Join(rep.Setup.SkippedCells, ", "), *maxInflight)
+			strings.Join(rep.Setup.SkippedCells, ", "), maxInflight)
 	}
+}
 
-	if *cpuprofile != "" {
-		stop, err := startCPUProfile(*cpuprofile)
+// execute runs the plan's cells into rep and writes the results; it returns the exit
+// status.
+func (o *options) execute(p *plan, rep *bench.Report, start time.Time, stdout, stderr io.Writer, tty bool) int {
+	cfg := p.cfg
+	if o.cpuprofile != "" {
+		stop, err := startCPUProfile(o.cpuprofile)
 		if err != nil {
 			fmt.Fprintln(stderr, "mwrpcbench:", err)
 			return 1
 		}
 		defer stop()
 	}
-	if *serverProf != "" {
-		if cfg.ServerCPUProfile, err = filepath.Abs(*serverProf); err != nil {
+	var err error
+	if o.serverProf != "" {
+		if cfg.ServerCPUProfile, err = filepath.Abs(o.serverProf); err != nil {
 			fmt.Fprintln(stderr, "mwrpcbench:", err)
 			return 1
 		}
 	}
 	cfg.Progress = bench.NewProgress(stderr, tty, cfg.Rounds)
-	if *keepGoing {
+	if o.keepGoing {
 		cfg.KeepGoing = true
 		cfg.OnFailure = func(cell bench.Cell, system string, err error) {
 			line := fmt.Sprintf("%v: %s left the cell: %v", cell, system, err)
@@ -361,10 +442,10 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 			rep.Setup.Notes = append(rep.Setup.Notes, line)
 		}
 	}
-	if runEcho {
+	if p.runEcho {
 		rep.Results, err = bench.Run(cfg)
 	}
-	if err == nil && runStream {
+	if err == nil && p.runStream {
 		rep.StreamResults, err = bench.RunStreams(cfg)
 	}
 	rep.Setup.LoadAvg[1] = bench.LoadAvg()
@@ -373,12 +454,11 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 		fmt.Fprintln(stderr, "mwrpcbench:", err)
 		return 1
 	}
-
-	if err := write(rep, *out, stdout); err != nil {
+	if err := write(rep, o.out, stdout); err != nil {
 		fmt.Fprintln(stderr, "mwrpcbench:", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "mwrpcbench: wrote %s/latest.{json,md} and charts in %v\n", *out, time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintf(stderr, "mwrpcbench: wrote %s/latest.{json,md} and charts in %v\n", o.out, time.Since(start).Round(100*time.Millisecond))
 	return 0
 }
 

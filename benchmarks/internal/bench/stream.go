@@ -329,16 +329,47 @@ func RunStreams(cfg Config) ([]StreamResult, error) {
 		runners[i] = r
 	}
 	if cfg.Warmup > 0 {
-		for _, r := range runners {
-			prog.StreamBegin(r.sys.Name, "warm-up", -1)
-			for _, dir := range dirs {
-				if _, err := r.transfer(dir, min(cfg.StreamBytes, streamWarmupBytes), cfg.StreamChunk); err != nil {
-					return nil, fmt.Errorf("stream: %s: warm-up: %w", r.sys.Name, err)
-				}
+		if err := warmStreams(cfg, runners, dirs, prog); err != nil {
+			return nil, err
+		}
+	}
+	rounds, err := measureStreams(cfg, runners, dirs, prog)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range runners {
+		runners[i] = nil
+		if err := r.close(); err != nil {
+			return nil, fmt.Errorf("stream: %s: teardown: %w", r.sys.Name, err)
+		}
+	}
+	var out []StreamResult
+	for i, s := range systems {
+		for d, dir := range dirs {
+			out = append(out, summarizeStream(s.Name, dir, cfg.StreamChunk, rounds[i][d]))
+		}
+	}
+	return out, nil
+}
+
+// warmStreams moves a short transfer (streamWarmupBytes at most) each way through every
+// runner, unmeasured.
+func warmStreams(cfg Config, runners []*streamRunner, dirs []string, prog Progress) error {
+	for _, r := range runners {
+		prog.StreamBegin(r.sys.Name, "warm-up", -1)
+		for _, dir := range dirs {
+			if _, err := r.transfer(dir, min(cfg.StreamBytes, streamWarmupBytes), cfg.StreamChunk); err != nil {
+				return fmt.Errorf("stream: %s: warm-up: %w", r.sys.Name, err)
 			}
 		}
 	}
-	rounds := make([][][]StreamRound, len(runners)) // system, direction, round
+	return nil
+}
+
+// measureStreams runs cfg.Rounds rounds of every runner in each direction, the runners'
+// order rotated every round; it returns the rounds by runner, then direction.
+func measureStreams(cfg Config, runners []*streamRunner, dirs []string, prog Progress) ([][][]StreamRound, error) {
+	rounds := make([][][]StreamRound, len(runners))
 	for i := range rounds {
 		rounds[i] = make([][]StreamRound, len(dirs))
 	}
@@ -357,19 +388,7 @@ func RunStreams(cfg Config) ([]StreamResult, error) {
 			}
 		}
 	}
-	for i, r := range runners {
-		runners[i] = nil
-		if err := r.close(); err != nil {
-			return nil, fmt.Errorf("stream: %s: teardown: %w", r.sys.Name, err)
-		}
-	}
-	var out []StreamResult
-	for i, s := range systems {
-		for d, dir := range dirs {
-			out = append(out, summarizeStream(s.Name, dir, cfg.StreamChunk, rounds[i][d]))
-		}
-	}
-	return out, nil
+	return rounds, nil
 }
 
 // SizeName64 is SizeName for sizes that may pass 2 GiB, and that names GiB: 1 GiB.

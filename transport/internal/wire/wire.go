@@ -15,7 +15,7 @@ import (
 var ErrMalformed = errors.New("malformed message")
 
 // Version is the transport protocol version this package speaks.
-const Version = 5 // 2: control credits in header byte 3; 3: streams; 4: written responses; 5: stream acks ride stream messages
+const Version = 6 // 2: control credits in header byte 3; 3: streams; 4: written responses; 5: stream acks ride stream messages; 6: written requests
 
 // HeaderLen is the size of a message header.
 const HeaderLen = 32
@@ -41,10 +41,15 @@ const (
 	// payload says how many bytes the sender has consumed and, when not zero, the window
 	// it grants. Status 1 says the sender waits for window.
 	KindStreamAck Kind = 9
-	kindMax       Kind = 10
+	// KindGrant gives the caller memory it may write one request into (RDMA WRITE): Len
+	// bytes at Addr, in the window whose rkey is RKey. It replaces any grant before it.
+	// The caller uses it once, announcing the request with FlagPushed, and only within
+	// half the receiver's lease of its arrival; it carries no payload.
+	KindGrant Kind = 10
+	kindMax   Kind = 11
 )
 
-var kindNames = [...]string{"", "request", "response", "cancel", "release", "ping", "pong", "goaway", "stream message", "stream ack"}
+var kindNames = [...]string{"", "request", "response", "cancel", "release", "ping", "pong", "goaway", "stream message", "stream ack", "grant"}
 
 // String returns the kind's name.
 func (k Kind) String() string {
@@ -80,7 +85,13 @@ const (
 	// revokes (SEND_WITH_INV): the caller finds the response there. It carries no payload
 	// and no window of its own.
 	FlagWritten Flags = 1 << 5
-	flagsAll          = FlagLarge | FlagStream | FlagEnd | FlagCaller | FlagWritable | FlagWritten
+	// FlagPushed, on a request (with FlagWritable, and neither FlagLarge nor FlagStream),
+	// says its Len payload bytes were written (RDMA WRITE, just before this SEND) at the
+	// start of the receiver's grant (KindGrant), which this message revokes
+	// (SEND_WITH_INV). RKey and Addr are the caller's window of Len bytes that the response
+	// may be written into, as with FlagWritable; it carries no payload.
+	FlagPushed Flags = 1 << 6
+	flagsAll         = FlagLarge | FlagStream | FlagEnd | FlagCaller | FlagWritable | FlagWritten | FlagPushed
 )
 
 // StreamAckLen is the payload of a KindStreamAck: consumed u32 | window u32.
@@ -158,9 +169,19 @@ func ParseHeader(b []byte, h *Header, maxLen uint32) (payload []byte, err error)
 	case h.Flags&FlagStream != 0 && h.Kind != KindRequest,
 		h.Flags&FlagEnd != 0 && (h.Kind != KindStreamMsg || h.Flags&FlagLarge != 0 || h.Len != 0),
 		h.Flags&FlagCaller != 0 && h.Kind != KindStreamMsg && h.Kind != KindStreamAck,
-		h.Flags&FlagWritable != 0 && (h.Kind != KindRequest || h.Flags&(FlagLarge|FlagStream) != FlagLarge),
-		h.Flags&FlagWritten != 0 && (h.Kind != KindResponse || h.Flags != FlagWritten):
+		h.Flags&FlagWritable != 0 && (h.Kind != KindRequest || h.Flags&(FlagLarge|FlagStream|FlagPushed) != FlagLarge && h.Flags != FlagPushed|FlagWritable),
+		h.Flags&FlagWritten != 0 && (h.Kind != KindResponse || h.Flags != FlagWritten),
+		h.Flags&FlagPushed != 0 && (h.Kind != KindRequest || h.Flags != FlagPushed|FlagWritable),
+		h.Kind == KindGrant && h.Flags != 0:
 		return nil, fmt.Errorf("%w: %v with flags 0x%02x", ErrMalformed, h.Kind, b[2])
+	case h.Flags&FlagPushed != 0, h.Kind == KindGrant:
+		switch {
+		case len(rest) != 0 || h.RKey == 0 || h.Addr == 0:
+			return nil, fmt.Errorf("%w: %v with %d eager bytes or no window", ErrMalformed, h.Kind, len(rest))
+		case h.Len == 0 || h.Len > maxLen:
+			return nil, fmt.Errorf("%w: %v of %d bytes (limit %d): %w", ErrMalformed, h.Kind, h.Len, maxLen, ErrTooLarge)
+		}
+		return nil, nil
 	case h.Flags&FlagWritten != 0:
 		switch {
 		case len(rest) != 0 || h.RKey != 0 || h.Addr != 0:

@@ -21,6 +21,8 @@ func seedHeaders() []struct {
 		{Header{Kind: KindRequest, Flags: FlagLarge, CallID: 8, Len: 64 << 20, RKey: 0x100, Addr: 0x1000}, nil},
 		{Header{Kind: KindRequest, Flags: FlagLarge | FlagWritable, CallID: 8, Len: 1 << 20, RKey: 0x200, Addr: 0x3000}, nil},
 		{Header{Kind: KindResponse, Flags: FlagWritten, Status: 0, CallID: 8, Len: 1 << 20}, nil},
+		{Header{Kind: KindRequest, Flags: FlagPushed | FlagWritable, CallID: 8, Len: 1 << 20, RKey: 0x300, Addr: 0x4000}, nil},
+		{Header{Kind: KindGrant, Len: 1 << 20, RKey: 0x400, Addr: 0x5000}, nil},
 		{Header{Kind: KindCancel, CallID: 9}, nil},
 		{Header{Kind: KindRelease, Credits: 64}, nil},
 		{Header{Kind: KindRelease, CtrlCredits: 16}, nil},
@@ -52,6 +54,8 @@ func TestParseHeaderRejects(t *testing.T) {
 	eager := AppendHeader(nil, &Header{Kind: KindRequest, CallID: 1, Len: 3})
 	eager = append(eager, "abc"...)
 	large := AppendHeader(nil, &Header{Kind: KindResponse, Flags: FlagLarge, Len: 100, RKey: 1, Addr: 2})
+	pushed := AppendHeader(nil, &Header{Kind: KindRequest, Flags: FlagPushed | FlagWritable, Len: 100, RKey: 0x101, Addr: 0x202})
+	grant := AppendHeader(nil, &Header{Kind: KindGrant, Len: 100, RKey: 0x101, Addr: 0x202})
 	ack := append(AppendHeader(nil, &Header{Kind: KindStreamAck, Len: StreamAckLen}), make([]byte, StreamAckLen)...)
 	mut := func(b []byte, f func(b []byte)) []byte { c := append([]byte(nil), b...); f(c); return c }
 	for _, tc := range []struct {
@@ -63,7 +67,7 @@ func TestParseHeaderRejects(t *testing.T) {
 		{"magic", mut(eager, func(b []byte) { b[0] = 0 }), false},
 		{"kind zero", mut(eager, func(b []byte) { b[1] = 0 }), false},
 		{"kind unknown", mut(eager, func(b []byte) { b[1] = byte(kindMax) }), false},
-		{"flags", mut(eager, func(b []byte) { b[2] = 0x40 }), false},
+		{"flags", mut(eager, func(b []byte) { b[2] = 0x80 }), false},
 		{"writable on an eager request", mut(eager, func(b []byte) { b[2] = byte(FlagWritable) }), false},
 		{"writable on a response", mut(large, func(b []byte) { b[2] |= byte(FlagWritable) }), false},
 		{"writable on a stream", mut(large, func(b []byte) { b[1], b[2] = byte(KindRequest), byte(FlagLarge|FlagStream|FlagWritable) }), false},
@@ -73,6 +77,18 @@ func TestParseHeaderRejects(t *testing.T) {
 		{"written with eager bytes", append(mut(large, func(b []byte) { b[2], b[20], b[24] = byte(FlagWritten), 0, 0 }), 1), false},
 		{"written of zero", mut(large, func(b []byte) { b[2], b[20], b[24], b[16] = byte(FlagWritten), 0, 0, 0 }), true},
 		{"written too large", mut(large, func(b []byte) { b[2], b[20], b[24], b[19] = byte(FlagWritten), 0, 0, 0x10 }), true},
+		{"pushed without writable", mut(pushed, func(b []byte) { b[2] = byte(FlagPushed) }), false},
+		{"pushed and large", mut(pushed, func(b []byte) { b[2] |= byte(FlagLarge) }), false},
+		{"pushed on a response", mut(pushed, func(b []byte) { b[1] = byte(KindResponse) }), false},
+		{"pushed without a window", mut(pushed, func(b []byte) { b[20], b[21] = 0, 0 }), false},
+		{"pushed with eager bytes", append(append([]byte(nil), pushed...), 1), false},
+		{"pushed of zero", mut(pushed, func(b []byte) { b[16] = 0 }), true},
+		{"pushed too large", mut(pushed, func(b []byte) { b[19] = 0x10 }), true},
+		{"grant with flags", mut(grant, func(b []byte) { b[2] = byte(FlagLarge) }), false},
+		{"grant without a window", mut(grant, func(b []byte) { b[24], b[25] = 0, 0 }), false},
+		{"grant with eager bytes", append(append([]byte(nil), grant...), 1), false},
+		{"grant of zero", mut(grant, func(b []byte) { b[16] = 0 }), true},
+		{"grant too large", mut(grant, func(b []byte) { b[19] = 0x10 }), true},
 		{"stream flag on a response", mut(large, func(b []byte) { b[2] |= byte(FlagStream) }), false},
 		{"end on a request", mut(eager, func(b []byte) { b[2] = byte(FlagEnd) }), false},
 		{"end with a payload", mut(eager, func(b []byte) { b[1], b[2] = byte(KindStreamMsg), byte(FlagEnd) }), false},

@@ -27,7 +27,6 @@ type Conn struct {
 	cfg           Config
 	sock          *net.UnixConn
 	local, remote *Addr
-	spin          time.Duration
 
 	hsMu   sync.Mutex // held through the handshake
 	hsDone bool
@@ -37,13 +36,15 @@ type Conn struct {
 	rdl, wdl time.Time
 
 	rmu        sync.Mutex // a read in progress
-	rx         *ring      // the ring this side created and reads
+	rspin      spinner
+	rx         *ring // the ring this side created and reads
 	rxMem      []byte
 	rxBell     *bell // a reader sleeps here; the peer rings it after writing
 	peerTxBell int   // the peer's writer sleeps there; rung after reading frees space
 
 	wmu        sync.Mutex // a write in progress
-	tx         *ring      // the peer's ring, which this side writes
+	wspin      spinner
+	tx         *ring // the peer's ring, which this side writes
 	txMem      []byte
 	txBell     *bell // a writer sleeps here; the peer rings it after reading
 	peerRxBell int   // the peer's reader sleeps there; rung after writing
@@ -64,7 +65,7 @@ type Conn struct {
 var _ net.Conn = (*Conn)(nil)
 
 func newConn(sock *net.UnixConn, cfg Config, local, remote *Addr) *Conn {
-	return &Conn{cfg: cfg, sock: sock, local: local, remote: remote, spin: cfg.spin(), peerTxBell: -1, peerRxBell: -1}
+	return &Conn{cfg: cfg, sock: sock, local: local, remote: remote, rspin: newSpinner(cfg.spin()), wspin: newSpinner(cfg.spin()), peerTxBell: -1, peerRxBell: -1}
 }
 
 // Dial connects to the shm listener at the Unix socket path, checks its credentials and
@@ -338,7 +339,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 			}
 			continue
 		}
-		if err := c.await(c.rx.dataWaiter, c.rxBell, c.readReady); err != nil {
+		if err := c.await(&c.rspin, c.rx.dataWaiter, c.rxBell, c.readReady); err != nil {
 			return 0, err
 		}
 	}
@@ -375,7 +376,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			}
 			continue
 		}
-		if err := c.await(c.tx.spaceWaiter, c.txBell, c.writeReady); err != nil {
+		if err := c.await(&c.wspin, c.tx.spaceWaiter, c.txBell, c.writeReady); err != nil {
 			return total, err
 		}
 	}
@@ -414,24 +415,26 @@ func (c *Conn) writeReady() bool {
 	return n > 0 || err != nil || c.peerGone.Load() || c.closed.Load()
 }
 
-// await waits until ready: it polls for the spin time, then sets the waiter flag, checks
-// once more (the peer takes the flag after it moves its position, so a wake-up is never
-// lost) and sleeps on the doorbell. It returns the doorbell's error: a deadline, or the
-// connection closed.
-func (c *Conn) await(waiter *atomic.Uint32, b *bell, ready func() bool) error {
-	if c.spin > 0 {
+// await waits until ready: it polls for up to the spin budget of its direction (sp),
+// then sets the waiter flag, checks once more (the peer takes the flag after it moves its
+// position, so a wake-up is never lost) and sleeps on the doorbell. It returns the
+// doorbell's error: a deadline, or the connection closed.
+func (c *Conn) await(sp *spinner, waiter *atomic.Uint32, b *bell, ready func() bool) error {
+	if budget := sp.budget(); budget > 0 {
 		start := time.Now()
 		for {
 			for range 16 {
 				if ready() {
+					sp.won()
 					return nil
 				}
 			}
-			if time.Since(start) > c.spin {
+			if time.Since(start) > budget {
 				break
 			}
 			runtime.Gosched() // the goroutine that will write may be this process's
 		}
+		sp.lost()
 	}
 	waiter.Store(1)
 	if ready() {
@@ -448,6 +451,32 @@ func (c *Conn) await(waiter *atomic.Uint32, b *bell, ready func() bool) error {
 	}
 	return nil
 }
+
+// spinner is one direction's spin budget (Config.Spin at most), adapted to what spinning
+// achieves: a spin that ends with the ring ready doubles the next budget, one that ends in
+// sleep halves it. Spinning pays when the peer answers within the budget (a round trip
+// through a running peer); when it does not (a peer that is descheduled, as on a busy
+// machine with fewer cores than spinning threads, or a peer that is idle) the spin only
+// burns CPU the peer may need before the sleep comes anyway. The budget never reaches 0:
+// a wait always polls at least spinFloor, so that a peer that answers fast again is seen
+// and the budget grows back. Owned by the holder of the direction's lock (rmu or wmu).
+type spinner struct {
+	max, cur time.Duration
+}
+
+// spinFloor is the least a spinner polls before sleeping once its budget has shrunk:
+// short against a sleep and wake-up (a doorbell write, an epoll wake-up and a read, some
+// microseconds of CPU on each side), long enough for a peer running on another core to
+// answer a small frame.
+const spinFloor = 2 * time.Microsecond
+
+func newSpinner(max time.Duration) spinner { return spinner{max: max, cur: max} }
+
+func (s *spinner) budget() time.Duration { return s.cur }
+
+func (s *spinner) won() { s.cur = min(s.max, 2*s.cur) }
+
+func (s *spinner) lost() { s.cur = max(min(s.max, spinFloor), s.cur/2) }
 
 // Close closes the connection: a read or write in progress returns net.ErrClosed, the
 // peer sees the end, and the rings and doorbells are released once no read or write uses

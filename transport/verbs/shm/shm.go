@@ -33,9 +33,12 @@
 //
 // # Doorbells and idle cost
 //
-// A reader that finds its ring empty spins for Config.Spin, then sets its waiter flag and
-// sleeps in the Go netpoller on its eventfd; the writer rings it only when the flag was
-// set. An idle connection costs no CPU and no OS thread.
+// A reader that finds its ring empty spins for at most Config.Spin, then sets its waiter
+// flag and sleeps in the Go netpoller on its eventfd; the writer rings it only when the
+// flag was set. The spin adapts: it halves after a spin that ended in sleep and doubles
+// after one that found data, so a side whose peer answers slower than the spin (large
+// messages, a busy machine) stops burning the CPU its peer may need. An idle connection
+// costs no CPU and no OS thread.
 //
 // Linux only: elsewhere Dial and Listen fail with an error wrapping ErrUnsupported that
 // names the system.
@@ -76,8 +79,9 @@ type Config struct {
 	// RingSize is the bytes of the ring this side receives on, a power of two within
 	// [MinRingSize, MaxRingSize]. Zero: DefaultRingSize.
 	RingSize int
-	// Spin is how long a reader or writer polls its ring before it sleeps on its
-	// doorbell. Zero: DefaultSpin; negative: never spin.
+	// Spin is the longest a reader or writer polls its ring before it sleeps on its
+	// doorbell (each direction adapts its spin below it, see the package doc). Zero:
+	// DefaultSpin; negative: never spin.
 	Spin time.Duration
 	// HandshakeTimeout bounds a connection's setup when the caller set no deadline
 	// (Listener.Accept's connections, whose setup runs on their first Read or Write).

@@ -1,0 +1,256 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/mwrpc/mwrpc/internal/probe"
+	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/internal/wire"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// Written requests, the twin of written responses (written.go). On a device where a READ
+// costs a round trip through the peer's CPU, a server that has just answered a large
+// request grants its caller memory for the next one: a zeroed pool buffer of the request's
+// size class, bound to a window that grants REMOTE_WRITE only, announced in a KindGrant
+// SEND. The caller writes its next large request there with an RDMA WRITE and announces
+// it in the SEND_WITH_INV that revokes the grant (wire.FlagPushed): the request arrives in
+// one trip instead of three (header, READ request, READ response), and the revoked
+// grant's buffer becomes the request's. Without a grant, or with one too small or too old,
+// the request goes through a window for the server to READ, as before.
+//
+// The rules that keep it safe:
+//   - A connection holds at most one grant, of at most maxGrant bytes, and all grants of a
+//     transport together at most Config.GrantBytes (grantBudget): a peer that never uses
+//     its grant holds one buffer, and the lease reclaims it (LOCAL_INV) like any window.
+//   - The caller uses a grant only within half the lease of its arrival (the rule every
+//     revocation follows: see send), so the window is still bound when the WRITE lands.
+//   - The NIC checks the key, range and access of the WRITE: a peer that writes outside its
+//     grant gets a remote access error, which fails its connection only.
+//   - A grant's buffer is zeroed before it is granted: a peer that announces a write it
+//     never made hands its handler zeros, never another connection's bytes.
+//   - The server takes a pushed request only in a SEND_WITH_INV that revokes a grant (a
+//     window it bound with REMOTE_WRITE alone), no longer than the grant; anything else
+//     fails the connection.
+
+// wrPush is the work request kind of a written request's RDMA WRITE (unsignaled: it
+// completes only on error); its index is the caller's window the request is bound in.
+const wrPush = wrWrite + 1
+
+// maxGrant is the largest grant a connection is given.
+const maxGrant = 16 << 20
+
+// grantState is a connection's side of written requests. Guarded by Conn.mu.
+type grantState struct {
+	out    uint32 // server: the rkey of the grant given to the peer, 0 if none
+	outLen int    // its length, counted in Transport.grantBudget until it ends
+	giving bool   // server: a grant is being made (grantFor)
+	in     peerGrant
+}
+
+// peerGrant is a grant the peer gave this side (a caller).
+type peerGrant struct {
+	addr uint64
+	rkey uint32
+	n    uint32
+	at   time.Time // when it arrived: it is used within half the lease of that
+}
+
+// grantFor gives the peer a grant for a next request of about n bytes, if it has none and
+// the budget allows. It runs after a large request's response was posted, so that the
+// zeroing and the grant's SEND overlap the response's way to the caller. It never waits.
+func (c *Conn) grantFor(n int) {
+	if n > maxGrant || c.t.cfg.GrantBytes <= 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.grant.out != 0 || c.grant.giving || c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.grant.giving = true
+	c.mu.Unlock()
+	// The response's post has just readied the NIC engine that transmits it; on a busy
+	// machine it would wait behind the zeroing below (the timeline showed the 1 MiB
+	// response leave 80 µs late): it goes first.
+	runtime.Gosched()
+	buf, w, size, ok := c.takeGrantBuf(n)
+	if !ok {
+		c.mu.Lock()
+		c.grant.giving = false
+		c.mu.Unlock()
+		return
+	}
+	bind, err := c.win.ws.BindBufWR(w, buf, verbs.AccessRemoteWrite, wrid(wrBind, c.id, w.Index()))
+	if err != nil {
+		_ = c.win.ws.Cancel(w)
+		c.dropGrantBuf(buf, size)
+		return
+	}
+	rkey := w.RKey()
+	h := wire.Header{Kind: wire.KindGrant, Len: uint32(size), RKey: rkey, Addr: buf.Addr()}
+	c.mu.Lock() // recorded before the post: the peer may use and revoke it before send returns
+	c.grant.out, c.grant.outLen, c.grant.giving = rkey, size, false
+	c.t.grants.Add(1)
+	c.mu.Unlock()
+	c.win.ws.Hold(w)
+	pre := [1]verbs.SendWR{bind}
+	if posted, _ := c.send(context.Background(), &h, nil, pre[:], revoke{}, sendTry); posted {
+		c.win.ws.Announced(w, rkey)
+		c.t.counters.granted.Add(1)
+		return
+	}
+	c.mu.Lock() // not posted: the binding is ours to cancel, unless teardown took it
+	if c.grant.out == rkey {
+		c.endGrantLocked()
+	}
+	if !c.torn {
+		_ = c.win.ws.Cancel(w)
+		buf.Release()
+	}
+	c.mu.Unlock()
+}
+
+// takeGrantBuf takes what a grant of at least n bytes needs: the budget, a zeroed pool
+// buffer (its whole class) and a free window. ok false: one of them is short.
+func (c *Conn) takeGrantBuf(n int) (buf *pool.Buf, w *pool.Window, size int, ok bool) {
+	buf, err := c.t.pool.TryGet(n)
+	if err != nil {
+		return nil, nil, 0, false
+	}
+	size = buf.Cap()
+	if c.t.grantBudget.Add(-int64(size)) < 0 {
+		c.dropGrantBuf(buf, size)
+		return nil, nil, 0, false
+	}
+	if w, err = c.win.ws.Next(); err != nil {
+		c.dropGrantBuf(buf, size)
+		return nil, nil, 0, false
+	}
+	buf.SetLen(size)
+	clear(buf.Bytes()) // never another connection's bytes, whatever the peer announces
+	return buf, w, size, true
+}
+
+// dropGrantBuf gives back a grant's buffer and budget that were never granted.
+func (c *Conn) dropGrantBuf(buf *pool.Buf, size int) {
+	buf.Release()
+	c.t.grantBudget.Add(int64(size))
+	c.mu.Lock()
+	c.grant.giving = false
+	c.mu.Unlock()
+}
+
+// endGrantLocked forgets the grant given to the peer (revoked, reclaimed or torn down: see
+// revoked and releaseAll; its buffer goes with its window) and returns its budget. Conn.mu
+// is held.
+func (c *Conn) endGrantLocked() {
+	if c.grant.out != 0 {
+		c.t.grantBudget.Add(int64(c.grant.outLen))
+		c.t.grants.Add(-1)
+		c.grant.out, c.grant.outLen = 0, 0
+	}
+}
+
+// onGrant records a grant the peer gave: it replaces any before it.
+func (c *Conn) onGrant(h *wire.Header) {
+	c.mu.Lock()
+	c.grant.in = peerGrant{addr: h.Addr, rkey: h.RKey, n: h.Len, at: time.Now()}
+	c.mu.Unlock()
+}
+
+// takePeerGrant takes the peer's grant for a request of n bytes, if it has one that fits
+// and is young enough to use.
+func (c *Conn) takePeerGrant(n int) (peerGrant, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.grant.in
+	if g.rkey == 0 || uint64(n) > uint64(g.n) {
+		return peerGrant{}, false
+	}
+	c.grant.in = peerGrant{}
+	if time.Since(g.at) >= c.t.cfg.Lease/2 {
+		return peerGrant{}, false // the server's lease may reclaim it under our WRITE
+	}
+	return g, true
+}
+
+// sendPushed writes the request buf into the peer's grant g and announces it (h) in the
+// SEND_WITH_INV that revokes g. buf is bound to a window of ours that grants the server
+// REMOTE_WRITE, for the response (written.go); the binding owns buf from then on, as in
+// sendLarge. errLate: g grew too old while send waited, and nothing was posted.
+func (c *Conn) sendPushed(ctx context.Context, h *wire.Header, buf *pool.Buf, g peerGrant, w *pool.Window) error {
+	bind, err := c.win.ws.BindBufWR(w, buf, verbs.AccessRemoteWrite, wrid(wrBind, c.id, w.Index()))
+	if err != nil { // the binding was not recorded: buf is still ours
+		_ = c.win.ws.Cancel(w)
+		buf.Release()
+		return fmt.Errorf("mwrpc: %w", err)
+	}
+	rkey := w.RKey()
+	h.Flags, h.Len, h.RKey, h.Addr = wire.FlagPushed|wire.FlagWritable, uint32(buf.Len()), rkey, buf.Addr()
+	i := w.Index()
+	c.mu.Lock()
+	if c.win.pushSGE == nil {
+		c.win.pushSGE = make([]verbs.SGE, c.win.ws.Len())
+	}
+	sge := c.win.pushSGE[i : i+1 : i+1]
+	c.mu.Unlock()
+	sge[0] = buf.SGE()
+	pre := [2]verbs.SendWR{bind, {WRID: wrid(wrPush, c.id, i), Opcode: verbs.WRRDMAWrite,
+		SGL: sge, RemoteAddr: g.addr, RKey: g.rkey}}
+	wrs := pre[:]
+	if c.t.testHookPushUnwritten.Load() {
+		wrs = pre[:1]
+	}
+	probe.Mark(probe.Bind)
+	c.win.ws.Hold(w)
+	posted, err := c.send(ctx, h, nil, wrs, revoke{g.rkey, g.at}, sendWait)
+	if posted {
+		c.win.ws.Announced(w, rkey)
+		c.t.counters.bound.Add(1)
+		c.t.counters.pushed.Add(1)
+		return nil
+	}
+	c.mu.Lock() // as in sendLarge: we take the binding back, or teardown releases it
+	mine := !c.torn
+	if mine {
+		_ = c.win.ws.Cancel(w)
+	}
+	c.mu.Unlock()
+	if mine && errors.Is(err, errLate) {
+		h.Flags, h.Len, h.RKey, h.Addr = 0, 0, 0, 0
+		return c.sendLarge(ctx, h, buf, revoke{}, sendWait) // a window to READ, as without a grant
+	}
+	if mine {
+		buf.Release()
+	}
+	return err
+}
+
+// onPushed takes a written request: the SEND_WITH_INV that announces it revokes the grant
+// the peer wrote it into, whose buffer becomes the request's.
+func (c *Conn) onPushed(h *wire.Header, wc *verbs.WorkCompletion) {
+	if wc.Flags&verbs.WCWithInv == 0 {
+		c.fail(fmt.Errorf("%w: it sent a written request that revokes no grant", ErrProtocol))
+		return
+	}
+	c.t.counters.revoked.Add(1)
+	b, ok := c.revoked(wc.InvalidatedRKey)
+	if !ok {
+		return // failed the connection
+	}
+	if b.Buf == nil || uint64(h.Len) > b.Length || b.Access != verbs.AccessRemoteWrite {
+		if b.Buf != nil {
+			b.Buf.Release()
+		}
+		c.fail(fmt.Errorf("%w: it wrote a request of %d bytes into window 0x%x, which is %d bytes and granted %v", ErrProtocol, h.Len, wc.InvalidatedRKey, b.Length, b.Access))
+		return
+	}
+	c.t.counters.pushedIn.Add(1)
+	b.Buf.SetLen(int(h.Len))
+	c.dispatch(h, b.Buf.Bytes(), -1, b.Buf, time.Now()) // the response revokes the caller's window
+}
