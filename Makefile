@@ -8,7 +8,8 @@
 #   make soak          a long run on loopback: 1,000,000 calls, callers killed, leaks checked
 #   make test-rxe      the ibv provider (cgo, libibverbs) on Soft-RoCE in a throw-away VM:
 #                      conformance suite, the transport's, rpc's and the KV example's tests
-#                      over it, latency against perftest (root and Debian; the last step
+#                      and gRPC-Go's interop cases over mwnet over it, latency against
+#                      perftest (root and Debian; the last step
 #                      of `make test`, which skips it elsewhere with a SKIPPED line, and
 #                      fails instead with CI=true)
 #   make bench-rxe     the harness inside the rxe VM: mwrpc over ibv (rxe0) against
@@ -217,7 +218,7 @@ RXE_TESTBIN  := /var/tmp/mwrpc-ibv.test
 RXE_TESTDIR  := /var/tmp/mwrpc-ibv
 # The transport's end-to-end tests that range over the fabrics, only their ibv subtests
 # (the soft fabrics are tested by `make test`).
-RXE_RUN_TRANSPORT := ^(TestIBVFabric|TestEchoSizes|TestConcurrentCalls|TestRevocation|TestDeadPeer|TestLeaseReclaim|TestBootstrapLiveness|TestReleasesWaitForReposts|TestSharedReceives|TestStreamEcho|TestStreamFlowControl|TestStreamEnds)$$/^ibv$$
+RXE_RUN_TRANSPORT := ^(TestIBVFabric|TestEchoSizes|TestConcurrentCalls|TestRevocation|TestDeadPeer|TestLeaseReclaim|TestBootstrapLiveness|TestReleasesWaitForReposts|TestSharedReceives|TestStreamEcho|TestStreamFlowControl|TestStreamEnds|TestStreamBlockedSender|TestStreamAcksRide)$$/^ibv$$
 
 # $(call rxe-prereqs,step): skip (or fail in CI) unless root on Debian, then install the
 # VM's packages when missing. The rest of the recipe line follows it.
@@ -244,9 +245,11 @@ test-rxe:
 	 $(GO) test -c -tags ibverbs -o $(RXE_TESTDIR)-transport.test ./transport/; \
 	 $(GO) test -c -tags ibverbs -o $(RXE_TESTDIR)-rpc.test ./rpc/; \
 	 $(GO) test -c -tags ibverbs -o $(RXE_TESTDIR)-kv.test ./examples/kv/; \
+	 (cd examples/grpc && $(GO) vet -tags ibverbs ./... && $(GO) test -c -tags ibverbs -o $(RXE_TESTDIR)-grpc.test .); \
 	 SUITE_RUN_transport='$(RXE_RUN_TRANSPORT)' SUITE_RUN_rpc='^TestIBV$$' SUITE_RUN_kv='^TestRunBothIBV$$' \
+	   SUITE_RUN_grpc='^TestInteropIBV$$' \
 	   scripts/rxe-vm/test-rxe.sh $(RXE_TESTBIN) transport=$(RXE_TESTDIR)-transport.test \
-	     rpc=$(RXE_TESTDIR)-rpc.test kv=$(RXE_TESTDIR)-kv.test
+	     rpc=$(RXE_TESTDIR)-rpc.test kv=$(RXE_TESTDIR)-kv.test grpc=$(RXE_TESTDIR)-grpc.test
 
 # test-scripts checks the VM scripts without a VM: from a copy of scripts/ under /tmp (where
 # the guest mounts an empty tmpfs), run-in-vm.sh's dry run hands the guest only files it can

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"testing"
 )
 
@@ -56,4 +57,36 @@ func tcpPair(b *testing.B) (net.Conn, net.Conn) {
 	}
 	b.Cleanup(func() { _ = c.Close(); _ = s.Close() })
 	return c, s
+}
+
+// BenchmarkWriters: 8 goroutines write 64 B each to one Conn (the listener's side) while
+// the peer reads: Writes that come while another sends are gathered (gather.go). It
+// reports SENDs per Write (structural: credit releases and acks included), besides the
+// time per Write (indicative on a loaded machine).
+func BenchmarkWriters(b *testing.B) {
+	const writers = 8
+	for name, target := range targets(b) {
+		b.Run(name, func(b *testing.B) {
+			l, c, s := pair(b, target)
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+			msg := make([]byte, 64)
+			before := l.Stats().Sends
+			b.SetBytes(int64(len(msg)))
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Go(func() {
+					for i := w; i < b.N; i += writers {
+						if _, err := s.Write(msg); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(l.Stats().Sends-before)/float64(b.N), "SENDs/write")
+		})
+	}
 }

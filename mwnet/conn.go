@@ -44,6 +44,7 @@ type Conn struct {
 
 	wmu     sync.Mutex
 	wclosed bool
+	gather  gatherer // small Writes that come while another Write sends
 
 	once     sync.Once
 	closed   chan struct{} // closed when Close starts
@@ -122,9 +123,28 @@ func (c *Conn) readFailed(ctx context.Context, err error) error {
 
 // Write sends p: in messages of at most 1 MiB (the peer's largest message, if smaller),
 // each inside a SEND or through a window, waiting while the peer's stream window is full.
+// A small Write that comes while another one sends is gathered with others into one
+// message (gather.go); a Write alone goes out at once.
 func (c *Conn) Write(p []byte) (int, error) {
+	if b := c.gather.join(p, c.st.EagerLimit()); b != nil {
+		<-b.done
+		if b.err != nil {
+			return 0, b.err
+		}
+		return len(p), nil
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	n, err := c.write(p)
+	for b := c.gather.take(); b != nil; b = c.gather.take() {
+		_, berr := c.write(b.buf)
+		c.gather.sent(b, berr)
+	}
+	return n, err
+}
+
+// write sends p; c.wmu is held.
+func (c *Conn) write(p []byte) (int, error) {
 	if c.wclosed {
 		return 0, c.opError("write", nil, ErrWriteClosed)
 	}

@@ -164,6 +164,10 @@ func (l *Listener) closeTransport() {
 	}
 }
 
+// Stats returns the counters of the transport under the listener's connections (SENDs,
+// stream acks, windows bound, READs: transport.Stats), for a metrics collector.
+func (l *Listener) Stats() transport.Stats { return l.tr.Stats() }
+
 // Refused returns how many streams were refused because Backlog streams waited for
 // Accept already.
 func (l *Listener) Refused() uint64 { return l.refused.Load() }

@@ -57,8 +57,9 @@ func runKillPeer() bool {
 func exists(path string) bool { _, err := os.Stat(path); return err == nil }
 
 // load is what the calls in flight are when a peer dies: callers of 16 MiB echoes (whose
-// bytes are in the middle of a ring write), of calls the server holds, and a stream the
-// server stalls.
+// bytes are in the middle of a placed copy between the two processes' pool memory, or of
+// a ring write for the first call into a slab not yet shared), of calls the server holds,
+// and a stream the server stalls.
 func load(ctx context.Context, c *rpc.Client, first func()) []error {
 	var wg sync.WaitGroup
 	var once sync.Once
@@ -153,7 +154,7 @@ func kill(t *testing.T, cmd *exec.Cmd) {
 }
 
 // TestSHMPeerKilled: a peer process killed (SIGKILL) with calls, 16 MiB messages in the
-// middle of a ring write and a stream in flight over the shm fabric leaves the survivor
+// middle of a copy and a stream in flight over the shm fabric leaves the survivor
 // with every call ended by a status, no window bound, no pooled buffer held, no
 // descriptor (ring, doorbell, socket) open and no goroutine left behind.
 func TestSHMPeerKilled(t *testing.T) {

@@ -724,7 +724,7 @@ func (sp *spelling) object(obj *types.TypeName) string {
 // fields checks a struct's fields: none unexported in another package, each type spelled.
 func (sp *spelling) fields(t *types.Struct) string {
 	for f := range t.Fields() {
-		if !f.Exported() && f.Pkg() != nil && f.Pkg().Path() != sp.self {
+		if sp.hidden(f) {
 			return fmt.Sprintf("its field %s is unexported in package %s", f.Name(), f.Pkg().Path())
 		}
 		if p := sp.walk(f.Type()); p != "" {
@@ -738,7 +738,7 @@ func (sp *spelling) fields(t *types.Struct) string {
 // signature spelled), then what it embeds.
 func (sp *spelling) methods(t *types.Interface) string {
 	for m := range t.ExplicitMethods() {
-		if !m.Exported() && m.Pkg() != nil && m.Pkg().Path() != sp.self {
+		if sp.hidden(m) {
 			return fmt.Sprintf("its method %s is unexported in package %s", m.Name(), m.Pkg().Path())
 		}
 		if p := sp.walk(m.Type()); p != "" {
@@ -746,6 +746,12 @@ func (sp *spelling) methods(t *types.Interface) string {
 		}
 	}
 	return sp.first(slices.Collect(t.EmbeddedTypes())...)
+}
+
+// hidden reports whether obj (a field or a method) is unexported in another package than
+// the service's: generated code cannot spell a type that has one.
+func (sp *spelling) hidden(obj types.Object) bool {
+	return !obj.Exported() && obj.Pkg() != nil && obj.Pkg().Path() != sp.self
 }
 
 // tupleTypes returns the types of the variables of each tuple in turn.

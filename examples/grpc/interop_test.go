@@ -16,6 +16,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/mwrpc/mwrpc/internal/leakcheck"
+	"github.com/mwrpc/mwrpc/mwnet"
 )
 
 func TestMain(m *testing.M) {
@@ -92,25 +93,29 @@ func TestInterop(t *testing.T) {
 		t.Log("shm fabric: Linux only, not run on " + runtime.GOOS)
 	}
 	for _, fabric := range targets {
-		t.Run(fabric.name, func(t *testing.T) {
-			leakcheck.Check(t)
-			addr, stop, err := Serve(fabric.target)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer stop()
-			cc, err := NewClient(addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cc.Close()
-			tc := testgrpc.NewTestServiceClient(cc)
-			for _, c := range interopCases {
-				t.Run(c.name, func(t *testing.T) {
-					if msg := runCase(func(ctx context.Context) { c.run(ctx, tc, cc) }); msg != "" {
-						t.Fatalf("%s over mwnet (%s): %s", c.name, fabric.name, msg)
-					}
-				})
+		t.Run(fabric.name, func(t *testing.T) { runInterop(t, fabric.name, fabric.target, nil, nil) })
+	}
+}
+
+// runInterop serves the TestService at target (with the listener's options), dials it
+// (with the dialer's) and runs every interop case as a subtest.
+func runInterop(t *testing.T, fabric, target string, listen, dial []mwnet.Option) {
+	leakcheck.Check(t)
+	addr, stop, err := Serve(target, listen...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	cc, err := NewClient(addr, dial...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	tc := testgrpc.NewTestServiceClient(cc)
+	for _, c := range interopCases {
+		t.Run(c.name, func(t *testing.T) {
+			if msg := runCase(func(ctx context.Context) { c.run(ctx, tc, cc) }); msg != "" {
+				t.Fatalf("%s over mwnet (%s): %s", c.name, fabric, msg)
 			}
 		})
 	}

@@ -42,10 +42,11 @@ func main() {
 	}
 }
 
-// Serve serves gRPC's interop TestService at target; stop stops it (and closes the
-// listener) and waits for its Serve to return.
-func Serve(target string) (addr string, stop func(), err error) {
-	ln, err := mwnet.Listen(target)
+// Serve serves gRPC's interop TestService at target (opts: mwnet.WithDevice for an RDMA
+// device, for example); stop stops it (and closes the listener) and waits for its Serve
+// to return.
+func Serve(target string, opts ...mwnet.Option) (addr string, stop func(), err error) {
+	ln, err := mwnet.Listen(target, opts...)
 	if err != nil {
 		return "", nil, err
 	}
@@ -59,10 +60,10 @@ func Serve(target string) (addr string, stop func(), err error) {
 	return ln.Addr().String(), func() { s.Stop(); <-done }, nil
 }
 
-// NewClient returns a gRPC client connection to an mwnet target.
-func NewClient(target string) (*grpc.ClientConn, error) {
+// NewClient returns a gRPC client connection to an mwnet target; opts go to each Dial.
+func NewClient(target string, opts ...mwnet.Option) (*grpc.ClientConn, error) {
 	return grpc.NewClient("passthrough:///"+target,
-		grpc.WithContextDialer(mwnet.Dialer()),
+		grpc.WithContextDialer(mwnet.Dialer(opts...)),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithAuthority("mwnet"))
 }

@@ -2,9 +2,9 @@
 # guest-test-rxe.sh TESTBIN [SUITE=BIN...]: the guest half of `make test-rxe`, run by
 # run-in-vm.sh inside the VM (rxe0 is up). It runs the ibv provider's tests and latency
 # benchmark from TESTBIN (go test -c -tags ibverbs ./transport/verbs/ibv/), then each
-# further suite's test binary (built with -tags ibverbs: transport, rpc, examples/kv; its
-# tests run over rxe0 too), then perftest's ib_read_lat and ib_send_lat on rxe0 for
-# comparison, and reports kernel warnings. Each suite's output starts with
+# further suite's test binary (built with -tags ibverbs: transport, rpc, examples/kv,
+# examples/grpc; its tests run over rxe0 too), then perftest's ib_read_lat and ib_send_lat
+# on rxe0 for comparison, and reports kernel warnings. Each suite's output starts with
 # "==> suite NAME" and ends with "==> suite NAME exit N"; test-rxe.sh parses the output.
 # SUITE_RUN_<NAME> (a -test.run pattern) selects a suite's tests. Exits non-zero when a test
 # fails or a measurement could not be taken.
@@ -22,7 +22,8 @@ echo "==> suite ibv"
 trc=$?
 echo "==> suite ibv exit $trc"
 
-# The other suites: the transport's end-to-end tests, rpc's and the KV example's, over rxe0.
+# The other suites: the transport's end-to-end tests, rpc's, the KV example's and gRPC-Go's
+# interop cases over mwnet, over rxe0.
 # Each runs in its package's directory (the source tree is this machine's, read-only).
 for arg in "$@"; do
   name=${arg%%=*}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test-rxe.sh TESTBIN [SUITE=BIN...]: the host half of `make test-rxe`. Boots the Soft-RoCE
 # VM (run-in-vm.sh), runs guest-test-rxe.sh there with TESTBIN (the ibv provider's test
-# binary) and the further suites' test binaries (transport=..., rpc=..., kv=...: built with
-# -tags ibverbs, their tests run over rxe0), streams the output, then prints a summary:
+# binary) and the further suites' test binaries (transport=..., rpc=..., kv=..., grpc=...:
+# built with -tags ibverbs, their tests run over rxe0), streams the output, then prints a
+# summary:
 #
 #   conformance(rxe): N passed, M failed (...)   one line per conformance fixture
 #   ibv(tests): N passed, M failed               the package's other tests

@@ -273,5 +273,5 @@ func devCopied(d verbs.Device) (uint64, bool) {
 		return 0, false
 	}
 	st := sd.Stats()
-	return st.SocketTxBytes + st.SocketRxBytes + st.CopyBytes, true
+	return st.SocketTxBytes + st.SocketRxBytes + st.CopyBytes + st.PlacedBytes, true
 }

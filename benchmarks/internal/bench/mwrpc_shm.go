@@ -79,6 +79,15 @@ func dialMwrpcSHM(addr string, size, conc int) (Instance, error) {
 	return dialMwrpcTCP(target, size, conc)
 }
 
+// dialMwrpcSHMLent is dialMwrpcLent over shm (mwrpc-shm-lent).
+func dialMwrpcSHMLent(addr string, size, conc int) (Instance, error) {
+	target, err := shmTarget(addr)
+	if err != nil {
+		return nil, err
+	}
+	return dialMwrpcLent(target, size, conc)
+}
+
 func serveMwrpcSHMStream(ln net.Listener) (Server, error) {
 	sln, err := listenSHM(ln)
 	if err != nil {

@@ -105,7 +105,7 @@ func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 	if len(s.LeftOut) > 0 {
 		ew.printf("- Not run in this mode (in-process only): %s.\n", strings.Join(s.LeftOut, ", "))
 	}
-	ew.printf("- MB/s counts request and response payloads (2 × payload per call, 10^6 bytes); copied B/op is what the soft provider counts (socket tx + rx + in-process copies, of the devices in this process), empty for systems without such counters.\n")
+	ew.printf("- MB/s counts request and response payloads (2 × payload per call, 10^6 bytes); copied B/op is what the soft provider counts (socket tx + rx + in-process copies + copies placed in or pulled from a same-host peer's shared memory, of the devices in this process), empty for systems without such counters.\n")
 	for _, n := range s.Notes {
 		ew.printf("- %s\n", n)
 	}

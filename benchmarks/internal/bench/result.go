@@ -36,7 +36,7 @@ type Result struct {
 	// for short rounds); null in inproc mode, where CPUNsPerOp holds both sides.
 	ServerCPUNsPerOp *float64 `json:"server_cpu_ns_per_op"`
 	// CopiedBytesPerOp is what the soft provider counts (soft.Device.Stats: SocketTxBytes +
-	// SocketRxBytes + CopyBytes of the devices in this process: both in inproc mode, the
+	// SocketRxBytes + CopyBytes + PlacedBytes of the devices in this process: both in inproc mode, the
 	// client's in two-process mode) per call; null for systems without such
 	// counters.
 	CopiedBytesPerOp *float64 `json:"copied_bytes_per_op"`

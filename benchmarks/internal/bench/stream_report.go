@@ -33,9 +33,8 @@ func (r *Report) streamSystems() []string {
 	return out
 }
 
-// StreamTargets evaluates the streaming goals of issue "[streams]" for each mwrpc system
-// of the streaming cell: server-stream throughput at least 2x gRPC-Go's and at least 0.7x
-// raw TCP's.
+// StreamTargets evaluates the streaming cell's goals for each of its mwrpc systems:
+// server-stream throughput at least 2x gRPC-Go's and at least 0.7x raw TCP's.
 func (r *Report) StreamTargets() []Target {
 	var ts []Target
 	for _, sys := range r.streamSystems() {
@@ -101,7 +100,7 @@ func (r *Report) writeStreams(ew *errWriter) {
 			ratio(sys, "rawtcp"), ratio(sys, "grpc"))
 	}
 	if ts := r.StreamTargets(); len(ts) > 0 {
-		ew.printf("\nTargets (issue \"[streams]\"):\n\n")
+		ew.printf("\nTargets (server-stream throughput: at least 2x gRPC-Go's and 0.7x raw TCP's):\n\n")
 		for _, t := range ts {
 			verdict := "**missed**"
 			if t.Met() {

@@ -14,7 +14,7 @@ import (
 // (one descriptor, SCM_RIGHTS); ids count up from 0 on each side. "MWSHMMAP" answers it,
 // without a descriptor, once the peer has mapped that region: from then on the announcer's
 // READs name destinations in it (soft.SharedMemoryWire), and not before, so a READ never
-// names memory the peer cannot yet reach.
+// names memory the peer cannot yet reach. Config.PrivateMemory announces nothing.
 const (
 	controlLen = 24
 	// maxRegions bounds the regions one side announces on a connection (the pool's slabs;

@@ -65,17 +65,24 @@ func (r *readSetup) read(t *testing.T, p *qpPair, fill byte) {
 
 // TestPlacedRead: a READ into shared memory is placed (one copy, by the source's owner)
 // once the peer has mapped the destination's mapping; the first READ into it, which
-// announces it, and READs into private memory go through the ring and read the same bytes.
+// announces it, READs into private memory and READs into shared memory of a side that
+// keeps its memory private (Config.PrivateMemory: nothing is announced) go through the
+// ring and read the same bytes.
 func TestPlacedRead(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		shared bool
-	}{{"shared destination", true}, {"private destination", false}} {
+		cfg    Config
+	}{
+		{"shared destination", true, Config{}},
+		{"private destination", false, Config{}},
+		{"Config.PrivateMemory", false, Config{PrivateMemory: true}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
 			checkFDs(t)
-			p := newQPPair(t)
-			r := newReadSetup(t, p, 1<<20, tc.shared)
+			p := newQPPairWith(t, tc.cfg)
+			r := newReadSetup(t, p, 1<<20, tc.shared || tc.cfg.PrivateMemory)
 			r.read(t, p, 1) // announces a shared destination
 			waitMapped(t, p.a, tc.shared)
 			before := p.devs[1].Stats()

@@ -23,10 +23,13 @@ type qpPair struct {
 	cqs    [2]verbs.CQ
 }
 
-func newQPPair(t *testing.T) *qpPair {
+func newQPPair(t *testing.T) *qpPair { return newQPPairWith(t, Config{}) }
+
+// newQPPairWith is newQPPair with cfg on both ends.
+func newQPPairWith(t *testing.T, cfg Config) *qpPair {
 	t.Helper()
 	p := &qpPair{}
-	p.a, p.b = connPair(t, Config{}, Config{})
+	p.a, p.b = connPair(t, cfg, cfg)
 	var qps [2]verbs.QP
 	for i := range qps {
 		dev, _ := soft.OpenTCP("qp")

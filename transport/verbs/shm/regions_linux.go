@@ -38,7 +38,7 @@ var _ soft.SharedMemoryWire = (*Conn)(nil)
 // false. It never waits: an announcement the socket cannot take now is tried again later.
 func (c *Conn) ShareLocal(buf []byte) (soft.Placement, bool) {
 	m, off, ok := verbs.Lookup(buf)
-	if !ok || m.SharedFile() < 0 || c.sticky() != nil || c.peerGone.Load() {
+	if !ok || m.SharedFile() < 0 || c.cfg.PrivateMemory || c.sticky() != nil || c.peerGone.Load() {
 		return soft.Placement{}, false
 	}
 	c.shareMu.Lock()

@@ -83,6 +83,13 @@ type Config struct {
 	// doorbell (each direction adapts its spin below it, see the package doc). Zero:
 	// DefaultSpin; negative: never spin.
 	Spin time.Duration
+	// PrivateMemory keeps this side's registered memory to itself: no mapping is passed
+	// to the peer, and READs into it and WRITEs from it go through the ring (two copies).
+	// A shared mapping holds many buffers (a pool's slab serves every connection), and a
+	// peer that maps it can read and write all of them at any time: a process that
+	// accepts peers of another user (PeerUIDs) and must keep them from each other's
+	// buffers sets it. The peer's own choice is unaffected.
+	PrivateMemory bool
 	// HandshakeTimeout bounds a connection's setup when the caller set no deadline
 	// (Listener.Accept's connections, whose setup runs on their first Read or Write).
 	// Zero: 10 s.
