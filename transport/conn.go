@@ -99,10 +99,7 @@ type idleWatch struct {
 
 func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	cfg := &t.cfg
-	id := t.nextConn.Add(1) & 0xffffff
-	for id == sharedConnID { // the id of the shared receive queue's work requests
-		id = t.nextConn.Add(1) & 0xffffff
-	}
+	id := p.unusedID(func() uint32 { return t.nextConn.Add(1) & 0xffffff })
 	c := &Conn{
 		t: t, p: p, id: id,
 		eager:   min(cfg.EagerThreshold, int(peer.SlotSize)-wire.HeaderLen),
