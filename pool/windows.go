@@ -368,6 +368,21 @@ func (ws *Windows) Expired(now time.Time, lease time.Duration, dst []*Window) []
 	return dst
 }
 
+// Bound appends to dst every Bound window, held (Hold) or not, and returns the extended
+// slice: what a connection's teardown releases. A sender whose announcement was not
+// posted, or posted only as the teardown ran, leaves its binding's buffer to the teardown
+// once the connection is torn down, so a held binding is the teardown's to release too.
+func (ws *Windows) Bound(dst []*Window) []*Window {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for i := range ws.wins {
+		if w := &ws.wins[i]; w.state == WindowBound {
+			dst = append(dst, w)
+		}
+	}
+	return dst
+}
+
 // Stats returns a snapshot of the counters.
 func (ws *Windows) Stats() WindowStats {
 	ws.mu.Lock()

@@ -207,7 +207,8 @@ func TestWindowsBindChecks(t *testing.T) {
 }
 
 // TestWindowsHoldAndAnnounced: a held window's lease has not begun, however old its bind
-// request is; Announced starts it then, and leaves a binding of another rkey alone.
+// request is, but it is bound (a teardown releases it); Announced starts the lease then,
+// and leaves a binding of another rkey alone.
 func TestWindowsHoldAndAnnounced(t *testing.T) {
 	p, ws, _ := newTestWindows(t, 1)
 	b := mustGet(t, p, 100)
@@ -222,6 +223,9 @@ func TestWindowsHoldAndAnnounced(t *testing.T) {
 	later := time.Now().Add(time.Hour)
 	if got := ws.Expired(later, time.Minute, nil); len(got) != 0 {
 		t.Fatalf("a held window expired: %v", got)
+	}
+	if got := ws.Bound(nil); len(got) != 1 || got[0] != w { // what a teardown releases
+		t.Fatalf("Bound with the window held: %v, want the window", got)
 	}
 	ws.Announced(w, w.RKey()+1) // another binding's rkey: still held
 	if got := ws.Expired(later, time.Minute, nil); len(got) != 0 {

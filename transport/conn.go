@@ -99,10 +99,7 @@ type idleWatch struct {
 
 func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	cfg := &t.cfg
-	id := t.nextConn.Add(1) & 0xffffff
-	for id == sharedConnID { // the id of the shared receive queue's work requests
-		id = t.nextConn.Add(1) & 0xffffff
-	}
+	id := p.unusedID(func() uint32 { return t.nextConn.Add(1) & 0xffffff })
 	c := &Conn{
 		t: t, p: p, id: id,
 		eager:   min(cfg.EagerThreshold, int(peer.SlotSize)-wire.HeaderLen),
@@ -389,7 +386,9 @@ func (c *Conn) teardown() {
 func (c *Conn) releaseAll() {
 	c.mu.Lock() // with torn set under the same hold, a failed sendLarge leaves buffers to us
 	if c.win.ws != nil {
-		for _, w := range c.win.ws.Expired(time.Now(), 0, nil) {
+		// Every bound window, held ones too: a sender between its bind and its
+		// announcement's post leaves the buffer to us once torn is set (sendLarge).
+		for _, w := range c.win.ws.Bound(nil) {
 			if b := w.Binding().Buf; b != nil {
 				b.Release()
 			}

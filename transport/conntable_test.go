@@ -100,6 +100,23 @@ func TestConnTableReplaces(t *testing.T) {
 	}
 }
 
+// TestUnusedID: a connection id comes round after 2^24 connections; one still open keeps
+// its id, and so does the shared receive queue (0).
+func TestUnusedID(t *testing.T) {
+	p := &poller{}
+	p.add(tableConn(0xffffff))
+	p.add(tableConn(1))
+	seq := []uint32{0xffffff, 0, 1, 2}
+	got := p.unusedID(func() uint32 {
+		id := seq[0]
+		seq = seq[1:]
+		return id
+	})
+	if got != 2 {
+		t.Fatalf("unusedID = %d, want 2 (0xffffff and 1 open, 0 the shared receives')", got)
+	}
+}
+
 // TestConnTableReaders: lookups run, without a lock, while connections come and go and
 // the table rebuilds; under -race this checks the publication, and every lookup finds
 // the connection it asked for or nothing.

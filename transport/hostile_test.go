@@ -141,8 +141,9 @@ func (h *hostile) settle(what string) {
 func newHostile(t *testing.T) *hostile {
 	h := &hostile{t: t}
 	h.env = newEnv(t, tcpFabric, echo, hostileConfig(lockedWriter{&h.logMu, &h.logs}), withClient(Config{}))
-	// Raw peers SEND without credits (the churn attacker's cut-off frames on connections it
-	// set up by hand): the server's receiver-not-ready NAKs answer them.
+	// The attacks draw receiver-not-ready NAKs from the server (16 to 41 a run): raw peers
+	// SEND without credits, and floods meet the shared receive queue. They are the server's
+	// answer to the attackers, not a SEND of its own that found no receive.
 	h.allowRNR = true
 	h.atk, _ = soft.OpenTCP("attacker")
 	var err error

@@ -187,6 +187,18 @@ func (p *poller) arm() (empty bool, err error) {
 	return true, nil
 }
 
+// unusedID returns the first id from next that no connection of the poller has, nor the
+// shared receives (sharedConnID). Ids have 24 bits (a work request id's share), so after
+// 16 Mi connections the count comes round to those of connections still open, whose
+// completions must not go to a newcomer.
+func (p *poller) unusedID(next func() uint32) uint32 {
+	for {
+		if id := next(); id != sharedConnID && p.conns.get(id) == nil {
+			return id
+		}
+	}
+}
+
 // add makes c's completions reach it: O(1) amortized, the lookups never locked.
 func (p *poller) add(c *Conn) {
 	p.mu.Lock()

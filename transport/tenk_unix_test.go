@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -272,3 +273,66 @@ func raiseFileLimit(n uint64) error {
 
 // setRlim stores n in an rlimit field: an int64 on FreeBSD and DragonFly, a uint64 elsewhere.
 func setRlim[T int64 | uint64](f *T, n uint64) { *f = T(n) }
+
+// BenchmarkConnChurn is a connection set up and torn down (Dial, then Close until the
+// server let go of it) while held others stay open to the same server, both sides in
+// this process on the soft TCP fabric: what a server's and a client's poller tables cost
+// as connections come and go among thousands. 9,500 is as near 10,000 as a file limit of
+// 20,000 (common in containers, where even root cannot raise it) lets one process hold
+// both sides' sockets.
+//
+//	go test -run '^$' -bench ConnChurn -benchmem -benchtime 200x ./transport/
+func BenchmarkConnChurn(b *testing.B) {
+	for _, held := range []int{1000, 9500} {
+		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
+			if err := raiseFileLimit(uint64(2*held + 512)); err != nil {
+				b.Skipf("cannot hold %d connections (two sockets each) in one process: %v", held, err)
+			}
+			cfg := Config{ConnRatePerHost: 1e9, MaxConnsPerHost: 1 << 20, MaxConns: 2*held + 64}
+			cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+			e := newEnv(b, fabrics[1], echo, cfg)
+			ctx := context.Background()
+			conns := make([]*Conn, 0, held)
+			for range held - 1 { // newEnv's is one
+				c, err := e.client.Dial(ctx, e.addr)
+				if err != nil {
+					b.Fatalf("holding %d connections: %v", held, err)
+				}
+				conns = append(conns, c)
+			}
+			b.Cleanup(func() {
+				for _, c := range conns {
+					c.Close()
+				}
+				waitServerConns(b, e.server, 1)
+			})
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				c, err := e.client.Dial(ctx, e.addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+				waitServerConns(b, e.server, held)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "conns/s")
+		})
+	}
+}
+
+// waitServerConns waits until the server holds n connections at most.
+func waitServerConns(b *testing.B, s *Transport, n int) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Microsecond) {
+		s.mu.Lock()
+		got := len(s.conns)
+		s.mu.Unlock()
+		if got <= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the server still holds %d connections, want %d", got, n)
+		}
+	}
+}

@@ -38,6 +38,15 @@ type parentAlloc struct {
 	live map[uintptr]pinnedBuf // by the address handed to C
 }
 
+// allocAnswer is what the Go allocator answered, as the C trampoline reads it.
+type allocAnswer C.int
+
+const (
+	allocOK      allocAnswer = C.MWIBV_ALLOC_OK      // memory: *out
+	allocDefault allocAnswer = C.MWIBV_ALLOC_DEFAULT // IBV_ALLOCATOR_USE_DEFAULT
+	allocFail    allocAnswer = C.MWIBV_ALLOC_FAIL    // NULL: the verb fails
+)
+
 // pinnedBuf is a buffer C holds, and its pin.
 type pinnedBuf struct {
 	buf []byte
@@ -59,16 +68,16 @@ func (pa *parentAlloc) close() {
 }
 
 // alloc asks the allocator for a buffer, checks it, zeroes and pins it.
-func (pa *parentAlloc) alloc(size, align int, typ verbs.ResourceType) (unsafe.Pointer, C.int, error) {
+func (pa *parentAlloc) alloc(size, align int, typ verbs.ResourceType) (unsafe.Pointer, allocAnswer, error) {
 	buf, err := pa.a.Alloc(size, align, typ)
 	switch {
 	case errors.Is(err, verbs.ErrUseDefault):
-		return nil, C.MWIBV_ALLOC_DEFAULT, nil
+		return nil, allocDefault, nil
 	case err != nil:
-		return nil, C.MWIBV_ALLOC_FAIL, err
+		return nil, allocFail, err
 	case len(buf) < size || size == 0 || align > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%uintptr(align) != 0:
 		pa.a.Free(buf, typ)
-		return nil, C.MWIBV_ALLOC_FAIL, fmt.Errorf("gave %d bytes at %p, want %d aligned to %d: %w", len(buf), unsafe.SliceData(buf), size, align, verbs.ErrInvalid)
+		return nil, allocFail, fmt.Errorf("gave %d bytes at %p, want %d aligned to %d: %w", len(buf), unsafe.SliceData(buf), size, align, verbs.ErrInvalid)
 	}
 	buf = buf[:size:size]
 	clear(buf)
@@ -78,7 +87,35 @@ func (pa *parentAlloc) alloc(size, align int, typ verbs.ResourceType) (unsafe.Po
 	pa.mu.Lock()
 	pa.live[uintptr(p)] = pinnedBuf{buf: buf, pin: pin}
 	pa.mu.Unlock()
-	return p, C.MWIBV_ALLOC_OK, nil
+	return p, allocOK, nil
+}
+
+// allocLogged is alloc for the C trampoline: an error is logged (the verb's own error
+// says only ENOMEM), and a panic recovered and logged, since it must not unwind through
+// C frames; either fails the verb.
+func (pa *parentAlloc) allocLogged(size, align int, typ verbs.ResourceType) (p unsafe.Pointer, ans allocAnswer) {
+	defer func() {
+		if r := recover(); r != nil {
+			log.Printf("mwrpc: ibv: parent domain allocator panicked (the verb fails): %v", r)
+			p, ans = nil, allocFail
+		}
+	}()
+	p, ans, err := pa.alloc(size, align, typ)
+	if err != nil {
+		log.Printf("mwrpc: ibv: parent domain allocator: %d bytes for resource type %#x: %v", size, uint64(typ), err)
+	}
+	return p, ans
+}
+
+// freeLogged is free for the C trampoline: a panic in the allocator's Free is recovered
+// and logged.
+func (pa *parentAlloc) freeLogged(p unsafe.Pointer, typ verbs.ResourceType) {
+	defer func() {
+		if r := recover(); r != nil {
+			log.Printf("mwrpc: ibv: parent domain allocator's Free panicked: %v", r)
+		}
+	}()
+	pa.free(p, typ)
 }
 
 // free unpins a buffer C gave back and returns it to the allocator.
@@ -95,28 +132,13 @@ func (pa *parentAlloc) free(p unsafe.Pointer, typ verbs.ResourceType) {
 }
 
 //export mwibvGoAlloc
-func mwibvGoAlloc(h C.uintptr_t, size, align C.size_t, typ C.uint64_t, out *unsafe.Pointer) (rc C.int) {
-	defer func() {
-		if r := recover(); r != nil {
-			log.Printf("mwrpc: ibv: parent domain allocator panicked (the verb fails): %v", r)
-			rc = C.MWIBV_ALLOC_FAIL
-		}
-	}()
-	pa := cgo.Handle(h).Value().(*parentAlloc)
-	p, rc, err := pa.alloc(int(size), int(align), verbs.ResourceType(typ))
-	if err != nil {
-		log.Printf("mwrpc: ibv: parent domain allocator: %d bytes for resource type %#x: %v", size, uint64(typ), err)
-	}
+func mwibvGoAlloc(h C.uintptr_t, size, align C.size_t, typ C.uint64_t, out *unsafe.Pointer) C.int {
+	p, ans := cgo.Handle(h).Value().(*parentAlloc).allocLogged(int(size), int(align), verbs.ResourceType(typ))
 	*out = p
-	return rc
+	return C.int(ans)
 }
 
 //export mwibvGoFree
 func mwibvGoFree(h C.uintptr_t, p unsafe.Pointer, typ C.uint64_t) {
-	defer func() {
-		if r := recover(); r != nil {
-			log.Printf("mwrpc: ibv: parent domain allocator's Free panicked: %v", r)
-		}
-	}()
-	cgo.Handle(h).Value().(*parentAlloc).free(p, verbs.ResourceType(typ))
+	cgo.Handle(h).Value().(*parentAlloc).freeLogged(p, verbs.ResourceType(typ))
 }
