@@ -76,108 +76,143 @@ func call(args []string) error {
 	if err != nil {
 		return err
 	}
-	svc := load.NewLoadClient(client)
-
-	var (
-		sum       = Summary{Failed: map[string]int64{}, DeadlineMs: ms(*deadline), RecoverMs: -1}
-		mu        sync.Mutex
-		maxCall   time.Duration
-		healAt    atomic.Int64 // unix nanos of the heal signal, 0 before
-		recovered atomic.Int64 // unix nanos of the first success after it
-		nextID    atomic.Uint64
-		inCall    atomic.Int64 // callers inside a call now
-		running   sync.WaitGroup
-	)
-	var endAt atomic.Int64 // unix nanos when calls stop; a heal may move it later
+	r := &callRun{svc: load.NewLoadClient(client), sizes: sizes, deadline: *deadline, delay: *delay, maxCalls: *maxCalls,
+		sum: Summary{Failed: map[string]int64{}, DeadlineMs: ms(*deadline), RecoverMs: -1}}
 	bound := time.Now().Add(*duration)
-	endAt.Store(bound.UnixNano())
+	r.endAt.Store(bound.UnixNano())
 	stopHeal := make(chan struct{})
-	go func() {
-		select {
-		case <-healed:
-			now := time.Now()
-			healAt.Store(now.UnixNano())
-			// A heal told late (a slow machine) still leaves time to see service resume.
-			if e := now.Add(*afterHeal).UnixNano(); e > endAt.Load() || *untilHeal {
-				endAt.Store(min(e, bound.UnixNano()))
-			}
-		case <-stopHeal:
-		}
-	}()
+	go r.onHeal(healed, stopHeal, bound, *afterHeal, *untilHeal)
+	var running sync.WaitGroup
 	for c := 0; c < *callers; c++ {
 		running.Add(1)
 		go func() {
 			defer running.Done()
-			for i := c; time.Now().UnixNano() < endAt.Load() && (*maxCalls == 0 || nextID.Load() < uint64(*maxCalls)); i++ {
-				req := make([]byte, sizes[i%len(sizes)])
-				if len(req) < load.RequestHeader {
-					req = make([]byte, load.RequestHeader)
-				}
-				load.Request(req, nextID.Add(1), *delay)
-				cctx, ccancel := context.WithTimeout(context.Background(), *deadline)
-				t0 := time.Now()
-				inCall.Add(1)
-				resp, err := svc.Echo(cctx, req)
-				inCall.Add(-1)
-				took := time.Since(t0)
-				ccancel()
-				if err == nil {
-					err = load.Check(req, resp)
-				}
-				mu.Lock()
-				sum.Calls++
-				maxCall = max(maxCall, took)
-				switch {
-				case err == nil:
-					sum.OK++
-					if h := healAt.Load(); h != 0 && t0.UnixNano() >= h {
-						recovered.CompareAndSwap(0, time.Now().UnixNano())
-					}
-				case errors.Is(err, load.ErrMismatch):
-					sum.Mismatched++
-				default:
-					sum.Failed[rpc.CodeOf(err).String()]++
-				}
-				mu.Unlock()
-				if err != nil && took < 10*time.Millisecond {
-					time.Sleep(10 * time.Millisecond) // a fast failure (no connection): do not spin
-				}
-			}
+			r.caller(c)
 		}()
 	}
+	r.wait(&running)
+	if r.sum.Hung == 0 {
+		r.closeClient(client, base, stopHeal)
+	}
+	return json.NewEncoder(os.Stdout).Encode(r.sum)
+}
+
+// callRun is one run of call: its callers' shared counts and bounds.
+type callRun struct {
+	svc      *load.LoadClient
+	sizes    []int
+	deadline time.Duration // each call's
+	delay    time.Duration // how long the server holds each call
+	maxCalls int64
+
+	mu      sync.Mutex // sum and maxCall
+	sum     Summary
+	maxCall time.Duration
+
+	endAt     atomic.Int64 // unix nanos when calls stop; a heal may move it later
+	healAt    atomic.Int64 // unix nanos of the heal signal, 0 before
+	recovered atomic.Int64 // unix nanos of the first success after it
+	nextID    atomic.Uint64
+	inCall    atomic.Int64 // callers inside a call now
+}
+
+// onHeal records the heal notice when it comes, and moves the end of the run to
+// afterHeal past it (within bound) where that is later, or always with untilHeal.
+func (r *callRun) onHeal(healed, stop <-chan struct{}, bound time.Time, afterHeal time.Duration, untilHeal bool) {
+	select {
+	case <-healed:
+		now := time.Now()
+		r.healAt.Store(now.UnixNano())
+		// A heal told late (a slow machine) still leaves time to see service resume.
+		if e := now.Add(afterHeal).UnixNano(); e > r.endAt.Load() || untilHeal {
+			r.endAt.Store(min(e, bound.UnixNano()))
+		}
+	case <-stop:
+	}
+}
+
+// caller is caller c: it calls until the run ends (or -max-calls), its sizes in turn
+// from its own place in the list, and records how each call ended.
+func (r *callRun) caller(c int) {
+	for i := c; time.Now().UnixNano() < r.endAt.Load() && (r.maxCalls == 0 || r.nextID.Load() < uint64(r.maxCalls)); i++ {
+		req := make([]byte, r.sizes[i%len(r.sizes)])
+		if len(req) < load.RequestHeader {
+			req = make([]byte, load.RequestHeader)
+		}
+		load.Request(req, r.nextID.Add(1), r.delay)
+		cctx, ccancel := context.WithTimeout(context.Background(), r.deadline)
+		t0 := time.Now()
+		r.inCall.Add(1)
+		resp, err := r.svc.Echo(cctx, req)
+		r.inCall.Add(-1)
+		took := time.Since(t0)
+		ccancel()
+		if err == nil {
+			err = load.Check(req, resp)
+		}
+		r.record(err, t0, took)
+		if err != nil && took < 10*time.Millisecond {
+			time.Sleep(10 * time.Millisecond) // a fast failure (no connection): do not spin
+		}
+	}
+}
+
+// record counts how a call that started at t0 and took took ended.
+func (r *callRun) record(err error, t0 time.Time, took time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sum.Calls++
+	r.maxCall = max(r.maxCall, took)
+	switch {
+	case err == nil:
+		r.sum.OK++
+		if h := r.healAt.Load(); h != 0 && t0.UnixNano() >= h {
+			r.recovered.CompareAndSwap(0, time.Now().UnixNano())
+		}
+	case errors.Is(err, load.ErrMismatch):
+		r.sum.Mismatched++
+	default:
+		r.sum.Failed[rpc.CodeOf(err).String()]++
+	}
+}
+
+// wait waits for the callers to finish, or counts those still in a call HangBound past
+// their deadline as hung (each caller has at most one call out); then it fills in the
+// longest call and the recovery time.
+func (r *callRun) wait(running *sync.WaitGroup) {
 	finished := make(chan struct{})
 	go func() { running.Wait(); close(finished) }()
 	select {
 	case <-finished:
-	case <-untilPast(&endAt, *deadline+HangBound, finished):
-		// Calls that outlived their deadline by HangBound are hung (each caller has at
-		// most one call out).
-		mu.Lock()
-		sum.Hung = inCall.Load()
-		mu.Unlock()
+	case <-untilPast(&r.endAt, r.deadline+HangBound, finished):
+		r.mu.Lock()
+		r.sum.Hung = r.inCall.Load()
+		r.mu.Unlock()
 	}
-	mu.Lock()
-	sum.MaxCallMs = ms(maxCall)
-	mu.Unlock()
-	if h, r := healAt.Load(), recovered.Load(); h != 0 && r != 0 {
-		sum.RecoverMs = ms(time.Duration(r - h))
+	r.mu.Lock()
+	r.sum.MaxCallMs = ms(r.maxCall)
+	r.mu.Unlock()
+	if h, rec := r.healAt.Load(), r.recovered.Load(); h != 0 && rec != 0 {
+		r.sum.RecoverMs = ms(time.Duration(rec - h))
 	}
-	if sum.Hung == 0 {
-		// The client's own windows (large requests) are revoked by the responses, or
-		// released when a connection fails: wait for that, boundedly.
-		for wait := time.Now().Add(5 * time.Second); client.Stats().WindowsExposed > 0 && time.Now().Before(wait); {
-			time.Sleep(10 * time.Millisecond)
-		}
-		sum.WindowsExposedAfter = client.Stats().WindowsExposed
-		_ = client.Close()
-		close(stopHeal)
-		for wait := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > base && time.Now().Before(wait); {
-			time.Sleep(10 * time.Millisecond)
-		}
-		sum.GoroutinesLeaked = max(0, runtime.NumGoroutine()-base)
+}
+
+// closeClient closes the client once its windows are released (boundedly), stops the
+// heal watch, and records what the client held: windows still exposed just before Close,
+// and goroutines above base after.
+func (r *callRun) closeClient(client *rpc.Client, base int, stopHeal chan<- struct{}) {
+	// The client's own windows (large requests) are revoked by the responses, or
+	// released when a connection fails: wait for that, boundedly.
+	for wait := time.Now().Add(5 * time.Second); client.Stats().WindowsExposed > 0 && time.Now().Before(wait); {
+		time.Sleep(10 * time.Millisecond)
 	}
-	enc := json.NewEncoder(os.Stdout)
-	return enc.Encode(sum)
+	r.sum.WindowsExposedAfter = client.Stats().WindowsExposed
+	_ = client.Close()
+	close(stopHeal)
+	for wait := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > base && time.Now().Before(wait); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.sum.GoroutinesLeaked = max(0, runtime.NumGoroutine()-base)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -69,109 +69,155 @@ func soak(args []string) error {
 	if err != nil {
 		return err
 	}
+	srv, addr, err := startSoakServer(self)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	r := &soakRun{self: self, addr: addr, sizes: *sizes, maxTime: *maxTime}
+	begin := time.Now()
+	first, err := r.sample() // before any caller: the sampling connection's own slots
+	if err != nil {
+		return err
+	}
+	r.res.RSSStart, r.res.GoroutinesStart = first.RSSBytes, first.Goroutines
+	r.res.Samples = append(r.res.Samples, Sample{Stats: *first})
+	r.callers = make([]*exec.Cmd, *clients)
+	for i := range r.callers {
+		r.callers[i] = r.startCaller()
+	}
+	defer r.stopCallers()
+	if err := r.run(begin, *calls, *killEvery, *warmup); err != nil {
+		return err
+	}
+	r.stopCallers()
+	end, err := r.settle(first)
+	if err != nil {
+		return err
+	}
+	r.finish(begin, first, end)
+	return r.report(*out)
+}
+
+// startSoakServer starts `self serve` on a loopback port of its choosing and returns it
+// with the address it says it listens on.
+func startSoakServer(self string) (*exec.Cmd, string, error) {
 	srv := exec.Command(self, "serve", "-listen", "127.0.0.1:0")
 	srv.Stderr = os.Stderr
 	srv.SysProcAttr = childSysProcAttr()
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	if err := srv.Start(); err != nil {
-		return err
+		return nil, "", err
 	}
-	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
 	if err != nil || !ok {
-		return fmt.Errorf("the server did not say where it listens: %q %v", line, err)
+		_ = srv.Process.Kill()
+		_ = srv.Wait()
+		return nil, "", fmt.Errorf("the server did not say where it listens: %q %v", line, err)
 	}
+	return srv, addr, nil
+}
 
-	startCaller := func() *exec.Cmd {
-		c := exec.Command(self, "call", "-target", addr, "-duration", maxTime.String(), "-deadline", "5s",
-			"-callers", "2", "-sizes", *sizes)
-		c.SysProcAttr = childSysProcAttr()
-		if err := c.Start(); err != nil {
-			fmt.Fprintln(os.Stderr, "mwrpcload soak: starting a caller:", err)
-			return nil
-		}
-		return c
+// soakRun is one soak: the server's address, the caller processes and the result.
+type soakRun struct {
+	self, addr, sizes string
+	maxTime           time.Duration
+	callers           []*exec.Cmd // nil entries: a caller that did not start
+	res               SoakResult
+}
+
+// startCaller starts a caller process (`self call`), or returns nil (and says so).
+func (r *soakRun) startCaller() *exec.Cmd {
+	c := exec.Command(r.self, "call", "-target", r.addr, "-duration", r.maxTime.String(), "-deadline", "5s",
+		"-callers", "2", "-sizes", r.sizes)
+	c.SysProcAttr = childSysProcAttr()
+	if err := c.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "mwrpcload soak: starting a caller:", err)
+		return nil
 	}
-	ctx := context.Background()
-	sample := func() (*load.Stats, error) {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		return serverStats(sctx, addr, nil)
-	}
-	var res SoakResult
-	begin := time.Now()
-	first, err := sample() // before any caller: the sampling connection's own slots
-	if err != nil {
-		return err
-	}
-	res.RSSStart, res.GoroutinesStart = first.RSSBytes, first.Goroutines
-	res.Samples = append(res.Samples, Sample{Stats: *first})
-	callers := make([]*exec.Cmd, *clients)
-	for i := range callers {
-		callers[i] = startCaller()
-	}
-	stopCallers := func() {
-		for _, c := range callers {
-			if c != nil {
-				_ = c.Process.Kill()
-				_ = c.Wait()
-			}
+	return c
+}
+
+// stopCallers kills every caller process and waits for it.
+func (r *soakRun) stopCallers() {
+	for _, c := range r.callers {
+		if c != nil {
+			_ = c.Process.Kill()
+			_ = c.Wait()
 		}
 	}
-	defer stopCallers()
+	r.callers = nil
+}
+
+// sample asks the server for its state.
+func (r *soakRun) sample() (*load.Stats, error) {
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return serverStats(sctx, r.addr, nil)
+}
+
+// run samples the server every second and kills a random caller (starting another) every
+// killEvery, until the server has served calls or the soak's time is up.
+func (r *soakRun) run(begin time.Time, calls uint64, killEvery time.Duration, warmup float64) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	kill := time.NewTicker(*killEvery)
+	kill := time.NewTicker(killEvery)
 	defer kill.Stop()
-	deadline := time.After(*maxTime)
+	deadline := time.After(r.maxTime)
 	var last *load.Stats
-loop:
 	for {
 		select {
 		case <-tick.C:
-			st, err := sample()
+			st, err := r.sample()
 			if err != nil {
 				return fmt.Errorf("sampling the server: %w", err)
 			}
 			last = st
-			res.Samples = append(res.Samples, Sample{Seconds: time.Since(begin).Seconds(), Stats: *st})
-			if res.RSSWarm == 0 && float64(st.Served) >= *warmup*float64(*calls) {
-				res.RSSWarm = st.RSSBytes
+			r.res.Samples = append(r.res.Samples, Sample{Seconds: time.Since(begin).Seconds(), Stats: *st})
+			if r.res.RSSWarm == 0 && float64(st.Served) >= warmup*float64(calls) {
+				r.res.RSSWarm = st.RSSBytes
 			}
 			fmt.Fprintf(os.Stderr, "soak: %5.0fs %9d calls, RSS %6.1f MiB, %4d goroutines, %2d windows, %d conns\n",
 				time.Since(begin).Seconds(), st.Served, float64(st.RSSBytes)/(1<<20), st.Goroutines, st.WindowsExposed, st.Conns)
-			if st.Served >= *calls {
-				break loop
+			if st.Served >= calls {
+				return nil
 			}
 		case <-kill.C:
-			i := rand.N(len(callers))
-			if c := callers[i]; c != nil {
+			i := rand.N(len(r.callers))
+			if c := r.callers[i]; c != nil {
 				_ = c.Process.Kill() // mid-call: SIGKILL, no goodbye
 				_ = c.Wait()
 			}
-			callers[i] = startCaller()
-			res.Kills++
+			r.callers[i] = r.startCaller()
+			r.res.Kills++
 		case <-deadline:
-			res.Problems = append(res.Problems, fmt.Sprintf("only %d of %d calls in %v", last.Served, *calls, *maxTime))
-			break loop
+			r.res.Problems = append(r.res.Problems, fmt.Sprintf("only %d of %d calls in %v", last.Served, calls, r.maxTime))
+			return nil
 		}
 	}
-	stopCallers()
-	callers = nil
-	// Every caller is gone: the server's connections close, and what they held returns.
-	var end *load.Stats
+}
+
+// settle waits (30 s at most), every caller gone, for the server's connections to close
+// and what they held to return; it returns the last sample.
+func (r *soakRun) settle(first *load.Stats) (*load.Stats, error) {
 	for wait := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if end, err = sample(); err != nil {
-			return err
+		end, err := r.sample()
+		if err != nil {
+			return nil, err
 		}
 		if end.Conns <= 1 && end.WindowsExposed == 0 && end.PoolInUse <= first.PoolInUse && end.Goroutines <= first.Goroutines+2 || time.Now().After(wait) {
-			break
+			return end, nil
 		}
 	}
+}
+
+// finish records the end of the soak against its start, and what failed its checks.
+func (r *soakRun) finish(begin time.Time, first, end *load.Stats) {
+	res := &r.res
 	res.Calls, res.Seconds = end.Served, time.Since(begin).Seconds()
 	res.RSSEnd, res.GoroutinesEnd, res.WindowsEnd = end.RSSBytes, end.Goroutines, end.WindowsExposed
 	res.PoolInUseStart, res.PoolInUseEnd, res.Reclaimed = first.PoolInUse, end.PoolInUse, end.Reclaimed
@@ -188,7 +234,12 @@ loop:
 	if res.RSSWarm > 0 && float64(end.RSSBytes) > 1.1*float64(res.RSSWarm) {
 		res.Problems = append(res.Problems, fmt.Sprintf("RSS %d bytes, more than 10%% over %d after warm-up", end.RSSBytes, res.RSSWarm))
 	}
-	if err := writeSoak(*out, &res); err != nil {
+}
+
+// report writes the soak's files into out and says how it went; it fails when a check did.
+func (r *soakRun) report(out string) error {
+	res := &r.res
+	if err := writeSoak(out, res); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "soak: %d calls in %.0f s, %d callers killed; RSS %.1f MiB at start, %.1f after warm-up, %.1f at the end; goroutines %d -> %d; windows bound at the end %d; pooled buffers %d -> %d\n",
@@ -196,7 +247,7 @@ loop:
 	if len(res.Problems) > 0 {
 		return fmt.Errorf("soak failed: %s", strings.Join(res.Problems, "; "))
 	}
-	fmt.Fprintf(os.Stderr, "soak: passed; %s\n", filepath.Join(*out, "soak.png"))
+	fmt.Fprintf(os.Stderr, "soak: passed; %s\n", filepath.Join(out, "soak.png"))
 	return nil
 }
 

@@ -423,7 +423,7 @@ func (c *Conn) await(sp *spinner, waiter *atomic.Uint32, b *bell, ready func() b
 	if budget := sp.budget(); budget > 0 {
 		start := time.Now()
 		for {
-			for range 16 {
+			for range 64 { // a clock read costs more than a poll: one per 64
 				if ready() {
 					sp.won()
 					return nil

@@ -104,7 +104,11 @@ func (c *Conn) CopyFromPeer(dst []byte, src soft.Placement) error {
 // peerRange returns n bytes of the peer's shared memory at p, refusing (ErrProtocol) a
 // region the peer did not announce or a range outside it. peerMu is held for reading.
 func (c *Conn) peerRange(p soft.Placement, n int, what string) ([]byte, error) {
-	if c.peerClosed {
+	// A peer that closed or failed the connection may have flushed the READ and reused its
+	// destination: a request it sent before that is not executed. (A copy already under
+	// way when it went is not stopped: its destination must not be reused until this
+	// side's end closes, which a transport learns only from the stream; docs/security.md.)
+	if c.peerClosed || c.peerGone.Load() || c.sticky() != nil {
 		return nil, net.ErrClosed
 	}
 	if int(p.Region) >= len(c.peerRegions) || p.Region >= maxRegions {
