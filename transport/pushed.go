@@ -15,13 +15,15 @@ import (
 
 // Written requests, the twin of written responses (written.go). On a device where a READ
 // costs a round trip through the peer's CPU, a server that has just answered a large
-// request grants its caller memory for the next one: a zeroed pool buffer of the request's
-// size class, bound to a window that grants REMOTE_WRITE only, announced in a KindGrant
-// SEND. The caller writes its next large request there with an RDMA WRITE and announces
+// request grants its caller memory for the next one: a pool buffer zeroed over the
+// request's length rounded up to 64 KiB, bound over those bytes to a window that grants
+// REMOTE_WRITE only, announced in a KindGrant SEND. The caller writes its next large request there with an RDMA WRITE and announces
 // it in the SEND_WITH_INV that revokes the grant (wire.FlagPushed): the request arrives in
 // one trip instead of three (header, READ request, READ response), and the revoked
 // grant's buffer becomes the request's. Without a grant, or with one too small or too old,
-// the request goes through a window for the server to READ, as before.
+// the request goes through a window for the server to READ, as before; a grant too small
+// for it is given back (revoked) by the SEND that announces it, so that the next grant
+// fits.
 //
 // The rules that keep it safe:
 //   - A connection holds at most one grant, of at most maxGrant bytes, and all grants of a
@@ -92,7 +94,7 @@ func (c *Conn) grantFor(n int) {
 		return
 	}
 	rkey := w.RKey()
-	h := wire.Header{Kind: wire.KindGrant, Len: uint32(size), RKey: rkey, Addr: buf.Addr()}
+	h := wire.Header{Kind: wire.KindGrant, Len: uint32(buf.Len()), RKey: rkey, Addr: buf.Addr()}
 	c.mu.Lock() // recorded before the post: the peer may use and revoke it before send returns
 	c.grant.out, c.grant.outLen, c.grant.giving = rkey, size, false
 	c.t.grants.Add(1)
@@ -115,8 +117,14 @@ func (c *Conn) grantFor(n int) {
 	c.mu.Unlock()
 }
 
-// takeGrantBuf takes what a grant of at least n bytes needs: the budget, a zeroed pool
-// buffer (its whole class) and a free window. ok false: one of them is short.
+// grantRound is what a grant's length is rounded up to: requests a little longer than the
+// one that led to it fit too, and the zeroing stays near the request's size rather than
+// its pool class's (a 1 MiB payload with its envelope is in the 2 MiB class).
+const grantRound = 64 << 10
+
+// takeGrantBuf takes what a grant of at least n bytes needs: the budget (the buffer's
+// whole class, size), a pool buffer zeroed over the grant's length (its Len) and a free
+// window. ok false: one of them is short.
 func (c *Conn) takeGrantBuf(n int) (buf *pool.Buf, w *pool.Window, size int, ok bool) {
 	buf, err := c.t.pool.TryGet(n)
 	if err != nil {
@@ -131,7 +139,7 @@ func (c *Conn) takeGrantBuf(n int) (buf *pool.Buf, w *pool.Window, size int, ok 
 		c.dropGrantBuf(buf, size)
 		return nil, nil, 0, false
 	}
-	buf.SetLen(size)
+	buf.SetLen(min(size, (n+grantRound-1)/grantRound*grantRound))
 	clear(buf.Bytes()) // never another connection's bytes, whatever the peer announces
 	return buf, w, size, true
 }
@@ -169,12 +177,19 @@ func (c *Conn) takePeerGrant(n int) (peerGrant, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g := c.grant.in
-	if g.rkey == 0 || uint64(n) > uint64(g.n) {
+	if g.rkey == 0 {
 		return peerGrant{}, false
 	}
 	c.grant.in = peerGrant{}
 	if time.Since(g.at) >= c.t.cfg.Lease/2 {
 		return peerGrant{}, false // the server's lease may reclaim it under our WRITE
+	}
+	if uint64(n) > uint64(g.n) {
+		// Too small: given back with the SEND about to carry this request (a pending
+		// revocation rides on it), so that the server may grant one that fits after its
+		// response, rather than hold this one for a lease.
+		c.out.pendingInv = append(c.out.pendingInv, pendingInv{rkey: g.rkey, since: g.at})
+		return peerGrant{}, false
 	}
 	return g, true
 }

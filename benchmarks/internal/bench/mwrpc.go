@@ -61,6 +61,16 @@ func serveMwrpcInline(ln net.Listener) (Server, error) {
 	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{InlineHandlers: true})), nil
 }
 
+// serveMwrpcNoGrants is serveMwrpcTCP without grants for written requests: its callers'
+// large requests are all READ from their windows.
+func serveMwrpcNoGrants(ln net.Listener) (Server, error) {
+	dev, err := soft.OpenTCP("bench-server")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{GrantBytes: -1})), nil
+}
+
 // serveMwrpcPool is serveMwrpcTCP without adaptive inline handlers: every request goes to
 // the handler pool, as before InlineBudget.
 func serveMwrpcPool(ln net.Listener) (Server, error) {

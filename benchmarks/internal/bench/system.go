@@ -92,6 +92,7 @@ var Systems = []System{
 		StreamDesc: mwrpcStreamDesc, ServeStream: serveMwrpcStream, DialStream: dialMwrpcStream},
 	{Name: "mwrpc-stream16M", StreamDesc: mwrpcStream16MDesc, ServeStream: serveMwrpcStream16M, DialStream: dialMwrpcStream16M},
 	{Name: "mwrpc-lent", Desc: "mwrpc-tcp with each request built in the client's registered memory (rpc.Client.Buffer) and each response lent rather than copied (rpc.WithLentResponses): no copy and no allocation on the client", Serve: serveMwrpcTCP, Dial: dialMwrpcLent},
+	{Name: "mwrpc-lent-read", Desc: "mwrpc-lent against a server that grants no memory for written requests (transport.Config.GrantBytes -1): every large request is READ from the caller's window, one round trip more; named only, to measure what written requests change", Serve: serveMwrpcNoGrants, Dial: dialMwrpcLent, NamedOnly: true},
 	{Name: "mwrpc-pollers", Desc: "mwrpc-tcp with a server poller per four of its cores (transport.Config.Pollers GOMAXPROCS/4: each its own completion queue and shared receive queue)", Serve: serveMwrpcPollers, Dial: dialMwrpcTCP},
 	{Name: "mwrpc-pool", Desc: "mwrpc-tcp with every handler handed to the handler pool (transport.Config.InlineBudget -1: no adaptive inline)", Serve: serveMwrpcPool, Dial: dialMwrpcTCP},
 	{Name: "mwrpc-inline", Desc: "mwrpc-tcp with the server's handlers run to completion where requests are reaped (transport.Config.InlineHandlers)", Serve: serveMwrpcInline, Dial: dialMwrpcTCP},
