@@ -14,7 +14,8 @@ import (
 )
 
 // Written requests, the twin of written responses (written.go). On a device where a READ
-// costs a round trip through the peer's CPU, a server that has just answered a large
+// costs a round trip through the peer's CPU (the soft TCP fabric; not shared memory, where
+// transfers are placed: see placesTransfers), a server that has just answered a large
 // request grants its caller memory for the next one: a pool buffer zeroed over the
 // request's length rounded up to 64 KiB, bound over those bytes to a window that grants
 // REMOTE_WRITE only, announced in a KindGrant SEND. The caller writes its next large request there with an RDMA WRITE and announces
@@ -66,7 +67,7 @@ type peerGrant struct {
 // the budget allows. It runs after a large request's response was posted, so that the
 // zeroing and the grant's SEND overlap the response's way to the caller. It never waits.
 func (c *Conn) grantFor(n int) {
-	if n > maxGrant || c.t.cfg.GrantBytes <= 0 {
+	if n > maxGrant || c.t.cfg.GrantBytes <= 0 || c.placesTransfers() {
 		return
 	}
 	c.mu.Lock()
@@ -121,6 +122,16 @@ func (c *Conn) grantFor(n int) {
 // one that led to it fit too, and the zeroing stays near the request's size rather than
 // its pool class's (a 1 MiB payload with its envelope is in the 2 MiB class).
 const grantRound = 64 << 10
+
+// placesTransfers reports whether the connection's READs and WRITEs are placed (the shm
+// fabric's shared memory: soft.QP.PlacesTransfers): a READ there costs its responder one
+// copy, not a round trip's worth of bytes through a stream, so a grant would only add its
+// zeroing and move the copy to the server (measured: the same p50, twice the server's
+// CPU per 1 MiB call). Large requests are READ there.
+func (c *Conn) placesTransfers() bool {
+	p, ok := c.qp.(interface{ PlacesTransfers() bool })
+	return ok && p.PlacesTransfers()
+}
 
 // takeGrantBuf takes what a grant of at least n bytes needs: the budget (the buffer's
 // whole class, size), a pool buffer zeroed over the grant's length (its Len) and a free
