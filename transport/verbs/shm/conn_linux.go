@@ -49,6 +49,7 @@ type Conn struct {
 	txBell     *bell // a writer sleeps here; the peer rings it after reading
 	peerRxBell int   // the peer's reader sleeps there; rung after writing
 
+	shares      bool       // this side's shared memory may go to the peer (Config.sharesWith)
 	shareMu     sync.Mutex // announced (regions_linux.go)
 	announced   map[*verbs.Memory]*localRegion
 	peerMu      sync.RWMutex // held (read) by a copy into peerRegions
@@ -65,7 +66,7 @@ type Conn struct {
 var _ net.Conn = (*Conn)(nil)
 
 func newConn(sock *net.UnixConn, cfg Config, local, remote *Addr) *Conn {
-	return &Conn{cfg: cfg, sock: sock, local: local, remote: remote, rspin: newSpinner(cfg.spin()), wspin: newSpinner(cfg.spin()), peerTxBell: -1, peerRxBell: -1}
+	return &Conn{cfg: cfg, sock: sock, local: local, remote: remote, shares: cfg.sharesWith(remote.UID, uint32(os.Geteuid())), rspin: newSpinner(cfg.spin()), wspin: newSpinner(cfg.spin()), peerTxBell: -1, peerRxBell: -1}
 }
 
 // Dial connects to the shm listener at the Unix socket path, checks its credentials and

@@ -33,3 +33,28 @@ func FuzzControl(f *testing.F) {
 		}
 	})
 }
+
+// TestSharesWith: registered memory is shared with a peer of this process's own user by
+// default, with another (allowed) user only when the configuration opts in, and with no one
+// under PrivateMemory.
+func TestSharesWith(t *testing.T) {
+	const self, other = 1000, 1001
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		uid  uint32
+		want bool
+	}{
+		{"same user, default", Config{}, self, true},
+		{"other user, default", Config{PeerUIDs: []uint32{self, other}}, other, false},
+		{"other user, opted in", Config{PeerUIDs: []uint32{other}, ShareWithOtherUsers: true}, other, true},
+		{"same user, private", Config{PrivateMemory: true}, self, false},
+		{"other user, opted in but private", Config{ShareWithOtherUsers: true, PrivateMemory: true}, other, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.cfg.sharesWith(tc.uid, self); got != tc.want {
+				t.Fatalf("sharesWith(%d) = %v, want %v", tc.uid, got, tc.want)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package shm
 import (
 	"bytes"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -67,30 +68,43 @@ func (r *readSetup) read(t *testing.T, p *qpPair, fill byte) {
 // once the peer has mapped the destination's mapping; the first READ into it, which
 // announces it, READs into private memory and READs into shared memory of a side that
 // keeps its memory private (Config.PrivateMemory: nothing is announced) go through the
-// ring and read the same bytes.
+// ring and read the same bytes, as do READs of a side whose peer runs as another user it
+// admitted (PeerUIDs) unless it opted in (ShareWithOtherUsers).
 func TestPlacedRead(t *testing.T) {
+	self := uint32(os.Geteuid())
 	for _, tc := range []struct {
-		name   string
-		shared bool
-		cfg    Config
+		name      string
+		mapShared bool // the destination is a shared mapping
+		cfg       Config
+		otherUID  bool // the requester's peer runs as another (allowed) user
+		placed    bool
 	}{
-		{"shared destination", true, Config{}},
-		{"private destination", false, Config{}},
-		{"Config.PrivateMemory", false, Config{PrivateMemory: true}},
+		{"shared destination", true, Config{}, false, true},
+		{"private destination", false, Config{}, false, false},
+		{"Config.PrivateMemory", true, Config{PrivateMemory: true}, false, false},
+		{"peer of another user", true, Config{PeerUIDs: []uint32{self, self + 1}}, true, false},
+		{"peer of another user, opted in", true, Config{PeerUIDs: []uint32{self, self + 1}, ShareWithOtherUsers: true}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
 			checkFDs(t)
 			p := newQPPairWith(t, tc.cfg)
-			r := newReadSetup(t, p, 1<<20, tc.shared || tc.cfg.PrivateMemory)
+			if tc.otherUID {
+				// A second user needs root and a test binary that user may run; the
+				// credential the kernel reported is replaced here, and the decision
+				// made from it as newConn makes it.
+				p.a.remote.UID = self + 1
+				p.a.shares = p.a.cfg.sharesWith(p.a.remote.UID, self)
+			}
+			r := newReadSetup(t, p, 1<<20, tc.mapShared)
 			r.read(t, p, 1) // announces a shared destination
-			waitMapped(t, p.a, tc.shared)
+			waitMapped(t, p.a, tc.placed)
 			before := p.devs[1].Stats()
 			r.read(t, p, 2)
 			r.read(t, p, 3)
 			placed := p.devs[1].Stats().PlacedBytes - before.PlacedBytes
 			want := uint64(0)
-			if tc.shared {
+			if tc.placed {
 				want = 2 << 20
 			}
 			if placed != want {

@@ -12,8 +12,10 @@ import (
 // Shared registered memory: a placed READ (soft.SharedMemoryWire) copies once, from the
 // responder's memory straight into the requester's. The requester's registered memory must
 // be a shared mapping (verbs.MapOptions.Shared: a sealed memfd); the first READ into a
-// mapping announces it to the peer (its descriptor over the socket, control.go) and goes
-// the ring's way, as every READ into it does until the peer answers that it mapped it.
+// mapping on this connection (or WRITE from it) announces it to the peer (its descriptor
+// over the socket, control.go), never earlier, and goes the ring's way, as every READ into
+// it does until the peer answers that it mapped it. Memory is shared only with a peer of
+// this process's own user unless Config says otherwise (Config.sharesWith).
 //
 // Lifetimes: the peer's regions stay mapped here until Close, which waits for a copy in
 // progress (peerMu). What this side announced stays announced until Close too: a mapping
@@ -38,7 +40,7 @@ var _ soft.SharedMemoryWire = (*Conn)(nil)
 // false. It never waits: an announcement the socket cannot take now is tried again later.
 func (c *Conn) ShareLocal(buf []byte) (soft.Placement, bool) {
 	m, off, ok := verbs.Lookup(buf)
-	if !ok || m.SharedFile() < 0 || c.cfg.PrivateMemory || c.sticky() != nil || c.peerGone.Load() {
+	if !ok || m.SharedFile() < 0 || !c.shares || c.sticky() != nil || c.peerGone.Load() {
 		return soft.Placement{}, false
 	}
 	c.shareMu.Lock()

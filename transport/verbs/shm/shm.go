@@ -14,7 +14,8 @@
 // bound to, rights, window and region bounds) are the soft NIC's, executed by the side that
 // owns the memory, so the rules are enforced where the memory lives, as a NIC enforces
 // them. The rings replace the socket, and one thing more: registered memory mapped with
-// verbs.MapOptions.Shared (the pool's slabs) is passed to the peer, which maps it, so that a
+// verbs.MapOptions.Shared (the pool's slabs) is passed to a peer of the same user (Config
+// says whom else), which maps it, so that a
 // READ into it is placed: the owner of the source copies the bytes straight into the
 // requester's destination, after its checks, and sends a completion without payload
 // (regions_linux.go, soft.SharedMemoryWire). A READ into other memory, or into a mapping
@@ -83,13 +84,18 @@ type Config struct {
 	// doorbell (each direction adapts its spin below it, see the package doc). Zero:
 	// DefaultSpin; negative: never spin.
 	Spin time.Duration
-	// PrivateMemory keeps this side's registered memory to itself: no mapping is passed
-	// to the peer, and READs into it and WRITEs from it go through the ring (two copies).
-	// A shared mapping holds many buffers (a pool's slab serves every connection), and a
-	// peer that maps it can read and write all of them at any time: a process that
-	// accepts peers of another user (PeerUIDs) and must keep them from each other's
-	// buffers sets it. The peer's own choice is unaffected.
+	// PrivateMemory keeps this side's registered memory to itself with every peer: no
+	// mapping is passed to the peer, and READs into it and WRITEs from it go through the
+	// ring (two copies). A shared mapping holds many buffers (a pool's slab serves every
+	// connection), and a peer that maps it can read and write all of them at any time.
+	// By default memory is shared only with a peer running as this process's own
+	// effective user (see ShareWithOtherUsers). The peer's own choice is unaffected.
 	PrivateMemory bool
+	// ShareWithOtherUsers also shares registered memory with a peer admitted through
+	// PeerUIDs that runs as another user, which can then read and write every buffer of
+	// each slab it is handed, other connections' included. Off by default: with such a
+	// peer READs and WRITEs go through the ring.
+	ShareWithOtherUsers bool
 	// HandshakeTimeout bounds a connection's setup when the caller set no deadline
 	// (Listener.Accept's connections, whose setup runs on their first Read or Write).
 	// Zero: 10 s.
@@ -127,6 +133,12 @@ func (c Config) handshakeTimeout() time.Duration {
 		return 10 * time.Second
 	}
 	return c.HandshakeTimeout
+}
+
+// sharesWith reports whether this side shares registered memory with a peer running as
+// uid, this process running as self.
+func (c Config) sharesWith(uid, self uint32) bool {
+	return !c.PrivateMemory && (uid == self || c.ShareWithOtherUsers)
 }
 
 func (c Config) check() error {
