@@ -157,7 +157,18 @@ func (w *ResponseWriter) Write(status Code, payload []byte) error {
 	err := w.write(status, payload)
 	if n := w.sc.grant; n > 0 {
 		w.sc.grant = 0
-		w.sc.c.grantFor(n) // after the response: it overlaps the response's way to the caller
+		c := w.sc.c
+		if !w.sc.inline {
+			c.grantFor(n) // after the response: it overlaps the response's way to the caller
+			return err
+		}
+		// An inline handler runs on the poller, which must not spend a grant's zeroing:
+		// counted as a handler, so that Close waits for it.
+		c.t.running.Add(1)
+		go func() {
+			defer c.t.running.Done()
+			c.grantFor(n)
+		}()
 	}
 	return err
 }

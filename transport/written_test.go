@@ -233,3 +233,24 @@ func TestGrantBounds(t *testing.T) {
 		}
 	})
 }
+
+// TestWrittenRequestsInline: a handler run inline on the poller (Config.InlineHandlers)
+// leaves the grant to a goroutine of its own, counted as a handler, and the next large
+// request is written into it all the same.
+func TestWrittenRequestsInline(t *testing.T) {
+	e := newEnv(t, fabrics[1], echo, Config{InlineHandlers: true})
+	req := payload(1<<20, 5)
+	for i := range 3 {
+		if i > 0 {
+			waitGrant(t, e.conn)
+		}
+		resp, err := e.conn.Call(context.Background(), req)
+		if err != nil || !bytes.Equal(resp.Bytes(), req) {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		resp.Release()
+	}
+	if st := e.server.Stats(); st.PushedIn != 2 || st.Inline == 0 {
+		t.Fatalf("%d requests written, %d handlers inline: want 2 written, inline handlers", st.PushedIn, st.Inline)
+	}
+}
