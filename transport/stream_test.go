@@ -291,8 +291,8 @@ func testStreamEnd(t *testing.T, fb fabric, big []byte, handler func(ctx context
 	st.Close()
 }
 
-// TestStreamOverrun: a peer that sends past the window it was granted, or after its own
-// end, fails the connection with ErrProtocol.
+// TestStreamOverrun: a peer that sends past the window it was granted, after its own end,
+// or acks (on a message) more than was sent, fails the connection with ErrProtocol.
 func TestStreamOverrun(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -315,6 +315,12 @@ func TestStreamOverrun(t *testing.T) {
 			}
 			h := st.header(wire.KindStreamMsg) // what Send would refuse to send now
 			_, err := st.c.send(ctx, &h, []byte("more"), nil, revoke{}, sendWait)
+			return err
+		}},
+		{"acks more than was sent", func(ctx context.Context, st *Stream) error {
+			h := st.header(wire.KindStreamMsg)
+			h.RKey = 1 << 20 // an ack riding the message, for bytes the server never sent
+			_, err := st.c.send(ctx, &h, []byte("x"), nil, revoke{}, sendWait)
 			return err
 		}},
 	} {

@@ -100,7 +100,7 @@ var Systems = []System{
 	{Name: "mwrpc-tls", Desc: "mwrpc-tcp with the fabric's stream inside TLS 1.3 (transport credentials; self-signed certificate, the handshake not measured)", Serve: serveMwrpcTLS, Dial: dialMwrpcTLS},
 	{Name: "mwrpc-shm", Desc: mwrpcSHMDesc, Serve: serveMwrpcSHM, Dial: dialMwrpcSHM,
 		StreamDesc: mwrpcSHMStreamDesc, ServeStream: serveMwrpcSHMStream, DialStream: dialMwrpcSHMStream},
-	{Name: "mwrpc-shm-lent", Desc: "mwrpc-shm with mwrpc-lent's client: requests built in registered memory, responses lent (over shm the peer then places READs and WRITEs straight into that memory: one copy each way)", Serve: serveMwrpcSHM, Dial: dialMwrpcSHMLent},
+	{Name: "mwrpc-shm-lent", Desc: "mwrpc-shm with mwrpc-lent's client: requests built in registered memory, responses lent (over shm the server's READ of the request and its written response then cross in one copy each, made by the client)", Serve: serveMwrpcSHM, Dial: dialMwrpcSHMLent},
 	{Name: "mwrpc-inproc", Desc: "mwrpc, soft provider over the in-process fabric (one soft.NewFabric; in-process mode only)", Open: openMwrpcInproc},
 	{Name: "grpc", Desc: "gRPC-Go over loopback TCP, hand-written ServiceDesc, raw-bytes codec (no protobuf)", Serve: serveGRPC, Dial: dialGRPC,
 		StreamDesc: grpcStreamDesc, ServeStream: serveGRPCStream, DialStream: dialGRPCStream},
