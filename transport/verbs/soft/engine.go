@@ -47,30 +47,7 @@ func (q *QP) step(l link, maxPayload int) stepResult {
 	preferSQ := q.txPreferSQ && q.sqSendable()
 	q.txPreferSQ = false
 	if q.outHead < len(q.outq) && !preferSQ {
-		if maxPayload > 0 && len(q.outq[q.outHead].data) > maxPayload {
-			q.mu.Unlock()
-			return stepDefer
-		}
-		if head := &q.outq[q.outHead]; len(head.data) > readSegMax {
-			return q.stepSegment(l, head)
-		}
-		f := q.outq[q.outHead]
-		q.outq[q.outHead] = outFrame{}
-		if q.outHead++; q.outHead == len(q.outq) {
-			q.outq, q.outHead = q.outq[:0], 0
-		}
-		q.txHdr = f.h
-		q.piggyback(&q.txHdr)
-		q.mu.Unlock()
-		segs := q.txSegs[:0]
-		if len(f.data) > 0 {
-			segs = append(segs, f.data)
-		}
-		q.transmit(l, &q.txHdr, segs)
-		if f.mr != nil {
-			f.mr.release()
-		}
-		return stepMore
+		return q.stepOut(l, maxPayload)
 	}
 	if q.state != verbs.QPStateRTS || q.halted || q.rnrWait || q.sqNext == q.sqTail {
 		if q.ackPending && q.ackDue { // nothing to carry it: the delayed ACK goes alone
@@ -83,6 +60,41 @@ func (q *QP) step(l link, maxPayload int) stepResult {
 		q.mu.Unlock()
 		return stepIdle
 	}
+	return q.stepSQ(l, maxPayload)
+}
+
+// stepOut transmits the responder's next frame (an ACK, a NAK, a READ response or a
+// segment of one). q.mu is held on entry and released.
+func (q *QP) stepOut(l link, maxPayload int) stepResult {
+	if maxPayload > 0 && len(q.outq[q.outHead].data) > maxPayload {
+		q.mu.Unlock()
+		return stepDefer
+	}
+	if head := &q.outq[q.outHead]; len(head.data) > readSegMax {
+		return q.stepSegment(l, head)
+	}
+	f := q.outq[q.outHead]
+	q.outq[q.outHead] = outFrame{}
+	if q.outHead++; q.outHead == len(q.outq) {
+		q.outq, q.outHead = q.outq[:0], 0
+	}
+	q.txHdr = f.h
+	q.piggyback(&q.txHdr)
+	q.mu.Unlock()
+	segs := q.txSegs[:0]
+	if len(f.data) > 0 {
+		segs = append(segs, f.data)
+	}
+	q.transmit(l, &q.txHdr, segs)
+	if f.mr != nil {
+		f.mr.release()
+	}
+	return stepMore
+}
+
+// stepSQ transmits the send queue's next work request, or executes it where it is local
+// (BIND_MW, LOCAL_INV), unless it must wait. q.mu is held on entry and released.
+func (q *QP) stepSQ(l link, maxPayload int) stepResult {
 	// What waits in the SQ may not be able to go; a READ response we passed over can.
 	idle := stepIdle
 	if q.outHead < len(q.outq) {
