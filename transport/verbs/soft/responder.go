@@ -280,18 +280,8 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 	case opWrite:
 		return q.onWrite(h, src)
 	}
-	// SEND, SEND_WITH_IMM, SEND_WITH_INV and WRITE_WITH_IMM consume a receive: the oldest
-	// of the QP's own, or of its SRQ's.
-	var r *rwqe
-	switch {
-	case q.srq != nil:
-		if q.srq.take(&q.rxWQE) {
-			r = &q.rxWQE
-		}
-	case q.rqHead != q.rqTail:
-		r = &q.rq[q.rqHead%uint64(len(q.rq))]
-		q.rqHead++
-	}
+	// SEND, SEND_WITH_IMM, SEND_WITH_INV and WRITE_WITH_IMM consume a receive.
+	r := q.takeReceive()
 	if r == nil {
 		q.dev.stats.rnrNaks.Add(1)
 		q.respond(header{op: opNak, syn: synRNR, psn: h.psn, imm: uint32(q.rnrTimer / time.Microsecond)})
@@ -300,36 +290,9 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 		return nil
 	}
 	wc := verbs.WorkCompletion{WRID: r.wrid, Opcode: verbs.WCRecv, ByteLen: h.len, QPNum: q.qpn}
-	var segs [][]byte
-	var wmr *mr
-	if h.op == opWriteImm {
-		wc.Opcode, wc.Flags, wc.ImmData = verbs.WCRecvRDMAWithImm, verbs.WCWithImm, h.imm
-		if h.len > 0 {
-			if q.access&verbs.AccessRemoteWrite == 0 {
-				q.setFault(q.protocolFault(h, "the QP does not allow remote writes"))
-				return q.refuse(h, &wc, verbs.WCRemInvReqErr, synInvalid)
-			}
-			b, m, why := q.resolveRemote(h.rkey, h.raddr, uint64(h.len), verbs.AccessRemoteWrite)
-			if why != "" {
-				q.setFault(q.accessFault(h, h.rkey, h.raddr, h.len, why))
-				return q.refuse(h, &wc, verbs.WCRemAccessErr, synAccess)
-			}
-			segs, wmr = append(q.rxSegs[:0], b), m
-		}
-	} else {
-		var ok bool
-		if segs, ok = q.resolveRecvSGEs(r.sges); !ok {
-			return q.refuse(h, &wc, verbs.WCLocProtErr, synOperation)
-		}
-		var room uint64
-		for _, s := range segs {
-			room += uint64(len(s))
-		}
-		if uint64(h.len) > room {
-			q.releaseRx()
-			q.setFault(q.protocolFault(h, fmt.Sprintf("it does not fit the %d-byte receive", room)))
-			return q.refuse(h, &wc, verbs.WCLocLenErr, synInvalid)
-		}
+	segs, wmr, ok := q.placeRecv(h, &wc, r)
+	if !ok {
+		return nil // refused: the receive completed with the error, the QP is in ERR
 	}
 	// The receive is this QP's now, whether it came from rq or the SRQ: a move to ERR
 	// while the payload is placed completes it first, flushed (toError).
@@ -353,6 +316,72 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 		q.mu.Unlock()
 		return err
 	}
+	q.completeRecv(h, wc)
+	return nil
+}
+
+// takeReceive takes the oldest receive of the QP's own, or of its SRQ's (into q.rxWQE);
+// nil when there is none. q.mu is held.
+func (q *QP) takeReceive() *rwqe {
+	switch {
+	case q.srq != nil:
+		if q.srq.take(&q.rxWQE) {
+			return &q.rxWQE
+		}
+	case q.rqHead != q.rqTail:
+		r := &q.rq[q.rqHead%uint64(len(q.rq))]
+		q.rqHead++
+		return r
+	}
+	return nil
+}
+
+// placeRecv says where a message that consumes receive r lands: for WRITE_WITH_IMM the
+// memory its rkey names (wmr, held until released), else r's scatter list. It fills in
+// wc's opcode for WRITE_WITH_IMM. ok is false when the message is refused: the receive
+// then completed with the error, the QP went to ERR and q.mu was released. q.mu is held on
+// entry.
+func (q *QP) placeRecv(h *header, wc *verbs.WorkCompletion, r *rwqe) (segs [][]byte, wmr *mr, ok bool) {
+	if h.op == opWriteImm {
+		wc.Opcode, wc.Flags, wc.ImmData = verbs.WCRecvRDMAWithImm, verbs.WCWithImm, h.imm
+		if h.len == 0 {
+			return nil, nil, true
+		}
+		if q.access&verbs.AccessRemoteWrite == 0 {
+			q.setFault(q.protocolFault(h, "the QP does not allow remote writes"))
+			_ = q.refuse(h, wc, verbs.WCRemInvReqErr, synInvalid)
+			return nil, nil, false
+		}
+		b, m, why := q.resolveRemote(h.rkey, h.raddr, uint64(h.len), verbs.AccessRemoteWrite)
+		if why != "" {
+			q.setFault(q.accessFault(h, h.rkey, h.raddr, h.len, why))
+			_ = q.refuse(h, wc, verbs.WCRemAccessErr, synAccess)
+			return nil, nil, false
+		}
+		return append(q.rxSegs[:0], b), m, true
+	}
+	segs, ok = q.resolveRecvSGEs(r.sges)
+	if !ok {
+		_ = q.refuse(h, wc, verbs.WCLocProtErr, synOperation)
+		return nil, nil, false
+	}
+	var room uint64
+	for _, s := range segs {
+		room += uint64(len(s))
+	}
+	if uint64(h.len) > room {
+		q.releaseRx()
+		q.setFault(q.protocolFault(h, fmt.Sprintf("it does not fit the %d-byte receive", room)))
+		_ = q.refuse(h, wc, verbs.WCLocLenErr, synInvalid)
+		return nil, nil, false
+	}
+	return segs, nil, true
+}
+
+// completeRecv completes a receive whose payload was placed: with its immediate data, or
+// for SEND_WITH_INV after invalidating the rkey it carries (a refused invalidation fails
+// the receive and the QP). q.mu is held on entry and released.
+func (q *QP) completeRecv(h *header, wc verbs.WorkCompletion) {
 	switch h.op {
 	case opSendImm:
 		wc.Flags, wc.ImmData = verbs.WCWithImm, h.imm
@@ -364,14 +393,13 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 			q.respond(header{op: opNak, syn: synInvalid, psn: h.psn})
 			q.toError(0)
 			q.mu.Unlock()
-			return nil
+			return
 		}
 		wc.Flags, wc.InvalidatedRKey = verbs.WCWithInv, h.imm
 	}
 	q.rcq.push(wc)
 	q.acknowledge(h.psn)
 	q.unlockAndKick() // work the ACK it carried let go; the ACK of its own waits
-	return nil
 }
 
 // unlockAndKick releases q.mu and wakes the engine if it has something to do.
