@@ -161,22 +161,47 @@ type outFrame struct {
 }
 
 func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
+	scq, rcq, s, err := p.checkQPAttr(&a)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.useForQP(scq, rcq, s); err != nil {
+		return nil, err
+	}
+	q := newQP(p, a, scq, rcq, s)
+	d := p.dev
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		p.unuseForQP(scq, rcq, s)
+		return nil, fmt.Errorf("soft: create QP: device %s: %w", d.name, verbs.ErrClosed)
+	}
+	q.qpn = d.nextQPN
+	d.nextQPN++
+	d.qps[q.qpn] = q
+	d.mu.Unlock()
+	return q, nil
+}
+
+// checkQPAttr checks a QP's attributes against p (its type, CQs and SRQ of this device
+// and PD, capacities within the provider's) and returns its CQs and SRQ. It fills in the
+// default type, and with an SRQ zeroes the receive capacities, as libibverbs ignores them.
+func (p *pd) checkQPAttr(a *verbs.QPInitAttr) (scq, rcq *cq, s *srq, err error) {
 	if a.Type == 0 {
 		a.Type = verbs.QPTypeRC
 	}
 	if a.Type != verbs.QPTypeRC && a.Type != verbs.QPTypeUD {
-		return nil, fmt.Errorf("soft: create QP of type %v: %w", a.Type, verbs.ErrUnsupported)
+		return nil, nil, nil, fmt.Errorf("soft: create QP of type %v: %w", a.Type, verbs.ErrUnsupported)
 	}
 	scq, ok1 := a.SendCQ.(*cq)
 	rcq, ok2 := a.RecvCQ.(*cq)
 	if !ok1 || !ok2 || scq == nil || rcq == nil || scq.dev != p.dev || rcq.dev != p.dev {
-		return nil, fmt.Errorf("soft: create QP: send and receive CQs must be CQs of device %s: %w", p.dev.name, verbs.ErrInvalid)
+		return nil, nil, nil, fmt.Errorf("soft: create QP: send and receive CQs must be CQs of device %s: %w", p.dev.name, verbs.ErrInvalid)
 	}
-	var s *srq
 	if a.SRQ != nil {
 		var ok bool
 		if s, ok = a.SRQ.(*srq); !ok || s == nil || s.pd != p {
-			return nil, fmt.Errorf("soft: create QP: the SRQ must be an SRQ of this PD: %w", verbs.ErrInvalid)
+			return nil, nil, nil, fmt.Errorf("soft: create QP: the SRQ must be an SRQ of this PD: %w", verbs.ErrInvalid)
 		}
 		// As in libibverbs, the receive capacities are ignored.
 		a.Cap.MaxRecvWR, a.Cap.MaxRecvSGE = 0, 0
@@ -184,32 +209,55 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	c := a.Cap
 	switch {
 	case c.MaxSendWR < 0 || c.MaxSendWR > maxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > maxQPWR:
-		return nil, fmt.Errorf("soft: create QP: queue depths %d/%d outside 0..%d: %w", c.MaxSendWR, c.MaxRecvWR, maxQPWR, verbs.ErrInvalid)
+		return nil, nil, nil, fmt.Errorf("soft: create QP: queue depths %d/%d outside 0..%d: %w", c.MaxSendWR, c.MaxRecvWR, maxQPWR, verbs.ErrInvalid)
 	case c.MaxSendSGE < 0 || c.MaxSendSGE > maxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > maxSGE:
-		return nil, fmt.Errorf("soft: create QP: SGE counts %d/%d outside 0..%d: %w", c.MaxSendSGE, c.MaxRecvSGE, maxSGE, verbs.ErrInvalid)
+		return nil, nil, nil, fmt.Errorf("soft: create QP: SGE counts %d/%d outside 0..%d: %w", c.MaxSendSGE, c.MaxRecvSGE, maxSGE, verbs.ErrInvalid)
 	case c.MaxInlineData < 0 || c.MaxInlineData > maxInlineData:
-		return nil, fmt.Errorf("soft: create QP: max inline data %d outside 0..%d: %w", c.MaxInlineData, maxInlineData, verbs.ErrInvalid)
+		return nil, nil, nil, fmt.Errorf("soft: create QP: max inline data %d outside 0..%d: %w", c.MaxInlineData, maxInlineData, verbs.ErrInvalid)
 	}
+	return scq, rcq, s, nil
+}
+
+// useForQP takes, for a new QP, a use of p, of both CQs and of the SRQ (if any), so that
+// none is destroyed under it; it takes none when one is gone.
+func (p *pd) useForQP(scq, rcq *cq, s *srq) error {
 	if err := p.use(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := scq.use(); err != nil {
 		p.unuse()
-		return nil, err
+		return err
 	}
 	if err := rcq.use(); err != nil {
 		scq.unuse()
 		p.unuse()
-		return nil, err
+		return err
 	}
 	if s != nil {
 		if err := s.users.Acquire("soft: create QP: SRQ"); err != nil {
 			rcq.unuse()
 			scq.unuse()
 			p.unuse()
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
+
+// unuseForQP gives back what useForQP took.
+func (p *pd) unuseForQP(scq, rcq *cq, s *srq) {
+	if s != nil {
+		s.users.Release()
+	}
+	rcq.unuse()
+	scq.unuse()
+	p.unuse()
+}
+
+// newQP makes a QP of a's type and capacities on p, its queues allocated, in RESET and
+// not yet numbered.
+func newQP(p *pd, a verbs.QPInitAttr, scq, rcq *cq, s *srq) *QP {
+	c := a.Cap
 	q := &QP{
 		dev: p.dev, pd: p, typ: a.Type, scq: scq, rcq: rcq, cap: c, sigAll: a.SigAll,
 		initPSN: rand.Uint32() & psnMask,
@@ -232,23 +280,7 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	for i := range q.rq {
 		q.rq[i].sges = make([]verbs.SGE, 0, c.MaxRecvSGE)
 	}
-	d := p.dev
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		if s != nil {
-			s.users.Release()
-		}
-		rcq.unuse()
-		scq.unuse()
-		p.unuse()
-		return nil, fmt.Errorf("soft: create QP: device %s: %w", d.name, verbs.ErrClosed)
-	}
-	q.qpn = d.nextQPN
-	d.nextQPN++
-	d.qps[q.qpn] = q
-	d.mu.Unlock()
-	return q, nil
+	return q
 }
 
 // Num returns the QP number.
