@@ -73,71 +73,15 @@ func newPSN() uint32 { return rand.Uint32() & 0xffffff }
 // CreateQP creates a queue pair in RESET (ibv_create_qp). Cap() reports the capacities the
 // device granted, which may exceed those asked for.
 func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
-	if a.Type == 0 {
-		a.Type = verbs.QPTypeRC
+	ctype, scq, rcq, s, err := p.checkQPAttr(&a)
+	if err != nil {
+		return nil, err
 	}
-	var ctype C.enum_ibv_qp_type
-	switch a.Type {
-	case verbs.QPTypeRC:
-		ctype = C.IBV_QPT_RC
-	case verbs.QPTypeUD:
-		ctype = C.IBV_QPT_UD
-	default:
-		return nil, fmt.Errorf("ibv: create QP of type %v: %w", a.Type, verbs.ErrUnsupported)
+	if err := p.useForQP(scq, rcq, s); err != nil {
+		return nil, err
 	}
 	d := p.dev
-	scq, ok1 := a.SendCQ.(*cq)
-	rcq, ok2 := a.RecvCQ.(*cq)
-	if !ok1 || !ok2 || scq == nil || rcq == nil || scq.dev != d || rcq.dev != d {
-		return nil, fmt.Errorf("ibv: create QP: send and receive CQs must be CQs of device %s: %w", d.name, verbs.ErrInvalid)
-	}
-	var s *srq
-	if a.SRQ != nil {
-		var ok bool
-		if s, ok = a.SRQ.(*srq); !ok || s == nil || s.pd.protection() != p.protection() {
-			return nil, fmt.Errorf("ibv: create QP: the SRQ must be an SRQ of this PD: %w", verbs.ErrInvalid)
-		}
-		// libibverbs ignores the receive capacities then; they are reported as 0.
-		a.Cap.MaxRecvWR, a.Cap.MaxRecvSGE = 0, 0
-	}
 	c := a.Cap
-	lim := d.attr
-	switch {
-	case c.MaxSendWR < 0 || c.MaxSendWR > lim.MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > lim.MaxQPWR:
-		return nil, fmt.Errorf("ibv: create QP: queue depths %d/%d outside 0..%d: %w", c.MaxSendWR, c.MaxRecvWR, lim.MaxQPWR, verbs.ErrInvalid)
-	case c.MaxSendSGE < 0 || c.MaxSendSGE > lim.MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > lim.MaxSGE:
-		return nil, fmt.Errorf("ibv: create QP: SGE counts %d/%d outside 0..%d: %w", c.MaxSendSGE, c.MaxRecvSGE, lim.MaxSGE, verbs.ErrInvalid)
-	case c.MaxInlineData < 0 || c.MaxInlineData > lim.MaxInlineData:
-		return nil, fmt.Errorf("ibv: create QP: max inline data %d outside 0..%d: %w", c.MaxInlineData, lim.MaxInlineData, verbs.ErrInvalid)
-	}
-	if err := p.use(); err != nil {
-		return nil, err
-	}
-	if err := scq.use(); err != nil {
-		p.unuse()
-		return nil, err
-	}
-	if err := rcq.use(); err != nil {
-		scq.unuse()
-		p.unuse()
-		return nil, err
-	}
-	if s != nil {
-		if err := s.users.Acquire("ibv: create QP: SRQ"); err != nil {
-			rcq.unuse()
-			scq.unuse()
-			p.unuse()
-			return nil, err
-		}
-	}
-	undo := func() {
-		if s != nil {
-			s.users.Release()
-		}
-		rcq.unuse()
-		scq.unuse()
-		p.unuse()
-	}
 	var ia C.struct_ibv_qp_init_attr
 	ia.send_cq = scq.c
 	ia.recv_cq = rcq.c
@@ -155,39 +99,123 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 	}
 	cq, err := C.ibv_create_qp(p.c, &ia)
 	if cq == nil {
-		undo()
+		p.unuseForQP(scq, rcq, s)
 		return nil, errnoErr(fmt.Sprintf("%s: create %v QP %+v", d.name, a.Type, c), cErr(err))
 	}
 	q := &qp{dev: d, pd: p, c: cq, typ: a.Type, scq: scq, rcq: rcq, sigAll: a.SigAll, qpn: uint32(cq.qp_num), psn: newPSN(), srq: s}
-	// ibv_create_qp may report the capacities asked for while the queues it made are
-	// larger (rxe rounds them up to a power of two, less one); ibv_query_qp reports those.
-	got := ia.cap
-	var qa C.struct_ibv_qp_attr
-	var qi C.struct_ibv_qp_init_attr
-	if C.ibv_query_qp(cq, &qa, C.IBV_QP_CAP, &qi) == 0 {
-		got.max_send_wr = max(got.max_send_wr, qa.cap.max_send_wr)
-		got.max_recv_wr = max(got.max_recv_wr, qa.cap.max_recv_wr)
-		got.max_send_sge = max(got.max_send_sge, qa.cap.max_send_sge)
-		got.max_recv_sge = max(got.max_recv_sge, qa.cap.max_recv_sge)
-		got.max_inline_data = max(got.max_inline_data, qa.cap.max_inline_data)
-	}
-	if s != nil { // the QP has no receive queue of its own
-		got.max_recv_wr, got.max_recv_sge = 0, 0
-	}
-	q.cap = verbs.QPCap{
-		MaxSendWR: int(got.max_send_wr), MaxRecvWR: int(got.max_recv_wr),
-		MaxSendSGE: int(got.max_send_sge), MaxRecvSGE: int(got.max_recv_sge),
-		MaxInlineData: int(got.max_inline_data),
-	}
+	q.cap = grantedCap(cq, ia.cap, s != nil)
 	if err := q.alloc(); err != nil {
 		C.ibv_destroy_qp(cq)
-		undo()
+		p.unuseForQP(scq, rcq, s)
 		return nil, err
 	}
 	d.mu.Lock()
 	d.qps[q.qpn] = q
 	d.mu.Unlock()
 	return q, nil
+}
+
+// checkQPAttr checks a QP's attributes against p (its type, CQs and SRQ of this device
+// and PD, capacities within the device's) and returns the C type, its CQs and SRQ. It
+// fills in the default type, and with an SRQ zeroes the receive capacities, as
+// libibverbs ignores them.
+func (p *pd) checkQPAttr(a *verbs.QPInitAttr) (ctype C.enum_ibv_qp_type, scq, rcq *cq, s *srq, err error) {
+	if a.Type == 0 {
+		a.Type = verbs.QPTypeRC
+	}
+	switch a.Type {
+	case verbs.QPTypeRC:
+		ctype = C.IBV_QPT_RC
+	case verbs.QPTypeUD:
+		ctype = C.IBV_QPT_UD
+	default:
+		return 0, nil, nil, nil, fmt.Errorf("ibv: create QP of type %v: %w", a.Type, verbs.ErrUnsupported)
+	}
+	d := p.dev
+	scq, ok1 := a.SendCQ.(*cq)
+	rcq, ok2 := a.RecvCQ.(*cq)
+	if !ok1 || !ok2 || scq == nil || rcq == nil || scq.dev != d || rcq.dev != d {
+		return 0, nil, nil, nil, fmt.Errorf("ibv: create QP: send and receive CQs must be CQs of device %s: %w", d.name, verbs.ErrInvalid)
+	}
+	if a.SRQ != nil {
+		var ok bool
+		if s, ok = a.SRQ.(*srq); !ok || s == nil || s.pd.protection() != p.protection() {
+			return 0, nil, nil, nil, fmt.Errorf("ibv: create QP: the SRQ must be an SRQ of this PD: %w", verbs.ErrInvalid)
+		}
+		// libibverbs ignores the receive capacities then; they are reported as 0.
+		a.Cap.MaxRecvWR, a.Cap.MaxRecvSGE = 0, 0
+	}
+	c := a.Cap
+	lim := d.attr
+	switch {
+	case c.MaxSendWR < 0 || c.MaxSendWR > lim.MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > lim.MaxQPWR:
+		return 0, nil, nil, nil, fmt.Errorf("ibv: create QP: queue depths %d/%d outside 0..%d: %w", c.MaxSendWR, c.MaxRecvWR, lim.MaxQPWR, verbs.ErrInvalid)
+	case c.MaxSendSGE < 0 || c.MaxSendSGE > lim.MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > lim.MaxSGE:
+		return 0, nil, nil, nil, fmt.Errorf("ibv: create QP: SGE counts %d/%d outside 0..%d: %w", c.MaxSendSGE, c.MaxRecvSGE, lim.MaxSGE, verbs.ErrInvalid)
+	case c.MaxInlineData < 0 || c.MaxInlineData > lim.MaxInlineData:
+		return 0, nil, nil, nil, fmt.Errorf("ibv: create QP: max inline data %d outside 0..%d: %w", c.MaxInlineData, lim.MaxInlineData, verbs.ErrInvalid)
+	}
+	return ctype, scq, rcq, s, nil
+}
+
+// useForQP takes, for a new QP, a use of p, of both CQs and of the SRQ (if any), so that
+// none is destroyed under it; it takes none when one is gone.
+func (p *pd) useForQP(scq, rcq *cq, s *srq) error {
+	if err := p.use(); err != nil {
+		return err
+	}
+	if err := scq.use(); err != nil {
+		p.unuse()
+		return err
+	}
+	if err := rcq.use(); err != nil {
+		scq.unuse()
+		p.unuse()
+		return err
+	}
+	if s != nil {
+		if err := s.users.Acquire("ibv: create QP: SRQ"); err != nil {
+			rcq.unuse()
+			scq.unuse()
+			p.unuse()
+			return err
+		}
+	}
+	return nil
+}
+
+// unuseForQP gives back what useForQP took.
+func (p *pd) unuseForQP(scq, rcq *cq, s *srq) {
+	if s != nil {
+		s.users.Release()
+	}
+	rcq.unuse()
+	scq.unuse()
+	p.unuse()
+}
+
+// grantedCap is what a new QP can hold: ibv_create_qp may report the capacities asked for
+// while the queues it made are larger (rxe rounds them up to a power of two, less one);
+// ibv_query_qp reports those. A QP on an SRQ has no receive queue of its own.
+func grantedCap(c *C.struct_ibv_qp, asked C.struct_ibv_qp_cap, onSRQ bool) verbs.QPCap {
+	got := asked
+	var qa C.struct_ibv_qp_attr
+	var qi C.struct_ibv_qp_init_attr
+	if C.ibv_query_qp(c, &qa, C.IBV_QP_CAP, &qi) == 0 {
+		got.max_send_wr = max(got.max_send_wr, qa.cap.max_send_wr)
+		got.max_recv_wr = max(got.max_recv_wr, qa.cap.max_recv_wr)
+		got.max_send_sge = max(got.max_send_sge, qa.cap.max_send_sge)
+		got.max_recv_sge = max(got.max_recv_sge, qa.cap.max_recv_sge)
+		got.max_inline_data = max(got.max_inline_data, qa.cap.max_inline_data)
+	}
+	if onSRQ {
+		got.max_recv_wr, got.max_recv_sge = 0, 0
+	}
+	return verbs.QPCap{
+		MaxSendWR: int(got.max_send_wr), MaxRecvWR: int(got.max_recv_wr),
+		MaxSendSGE: int(got.max_send_sge), MaxRecvSGE: int(got.max_recv_sge),
+		MaxInlineData: int(got.max_inline_data),
+	}
 }
 
 // alloc allocates the C memory PostSend and PostRecv fill: one batch of requests per side.
@@ -278,78 +306,26 @@ func (q *qp) Modify(a verbs.QPAttr) error {
 	var attr C.struct_ibv_qp_attr
 	attr.qp_state = C.enum_ibv_qp_state(to)
 	mask := C.int(C.IBV_QP_STATE)
-	lim := q.dev.attr
 	psn := q.psn
+	var err error
 	switch {
 	case to == verbs.QPStateReset:
 		psn = newPSN()
 	case to == verbs.QPStateError:
 	case (from == verbs.QPStateReset || from == verbs.QPStateInit) && to == verbs.QPStateInit:
-		p := a.Port
-		if p == 0 {
-			p = port
-		}
-		if p != port {
-			return fmt.Errorf("ibv: modify QP %d to INIT: port %d (the provider uses port 1): %w", q.qpn, p, verbs.ErrUnsupported)
-		}
-		attr.pkey_index = 0
-		attr.port_num = C.uint8_t(p)
-		mask |= C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT
-		if q.typ == verbs.QPTypeUD {
-			attr.qkey = udQKey
-			mask |= C.IBV_QP_QKEY
-			break
-		}
-		if a.Access&^(verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 {
-			return fmt.Errorf("ibv: modify QP %d to INIT: access %v (only REMOTE_* rights apply to a QP): %w", q.qpn, a.Access, verbs.ErrInvalid)
-		}
-		attr.qp_access_flags = C.uint(a.Access)
-		mask |= C.IBV_QP_ACCESS_FLAGS
+		err = q.toInit(a, &attr, &mask)
 	case from == verbs.QPStateInit && to == verbs.QPStateRTR:
-		if q.typ == verbs.QPTypeUD {
-			break
-		}
-		mtu, err := mtuEnum(a.PathMTU, q.dev.activeMTU)
-		if err != nil {
-			return fmt.Errorf("ibv: modify QP %d to RTR: %w", q.qpn, err)
-		}
-		if a.MaxDestRdAtomic < 0 || a.MaxDestRdAtomic > lim.MaxQPRdAtom {
-			return fmt.Errorf("ibv: modify QP %d to RTR: max_dest_rd_atomic %d outside 0..%d: %w", q.qpn, a.MaxDestRdAtomic, lim.MaxQPRdAtom, verbs.ErrInvalid)
-		}
-		attr.path_mtu = mtu
-		attr.dest_qp_num = C.uint32_t(a.Remote.QPN)
-		attr.rq_psn = C.uint32_t(a.Remote.PSN & 0xffffff)
-		attr.max_dest_rd_atomic = C.uint8_t(a.MaxDestRdAtomic)
-		attr.min_rnr_timer = C.uint8_t(rnrTimerCode(a.MinRNRTimer))
-		ah := &attr.ah_attr
-		ah.dlid = C.uint16_t(a.Remote.LID)
-		ah.port_num = port
-		if q.dev.ethernet || a.Remote.LID == 0 {
-			ah.is_global = 1
-			*(*[16]byte)(unsafe.Pointer(&ah.grh.dgid)) = a.Remote.GID
-			ah.grh.sgid_index = C.uint8_t(q.dev.gidIndex)
-			ah.grh.hop_limit = 64
-		}
-		mask |= C.IBV_QP_AV | C.IBV_QP_PATH_MTU | C.IBV_QP_DEST_QPN | C.IBV_QP_RQ_PSN |
-			C.IBV_QP_MAX_DEST_RD_ATOMIC | C.IBV_QP_MIN_RNR_TIMER
+		err = q.toRTR(a, &attr, &mask)
 	case from == verbs.QPStateRTR && to == verbs.QPStateRTS:
 		attr.sq_psn = C.uint32_t(psn)
 		mask |= C.IBV_QP_SQ_PSN
-		if q.typ == verbs.QPTypeUD {
-			break
-		}
-		if a.MaxRdAtomic < 0 || a.MaxRdAtomic > lim.MaxQPInitRdAtom || a.RNRRetry < 0 || a.RNRRetry > 7 || a.RetryCnt < 0 || a.RetryCnt > 7 {
-			return fmt.Errorf("ibv: modify QP %d to RTS: max_rd_atomic %d (0..%d), rnr_retry %d (0..7), retry_cnt %d (0..7): %w",
-				q.qpn, a.MaxRdAtomic, lim.MaxQPInitRdAtom, a.RNRRetry, a.RetryCnt, verbs.ErrInvalid)
-		}
-		attr.max_rd_atomic = C.uint8_t(max(a.MaxRdAtomic, 1))
-		attr.timeout = C.uint8_t(timeoutCode(a.Timeout))
-		attr.retry_cnt = C.uint8_t(a.RetryCnt)
-		attr.rnr_retry = C.uint8_t(a.RNRRetry)
-		mask |= C.IBV_QP_TIMEOUT | C.IBV_QP_RETRY_CNT | C.IBV_QP_RNR_RETRY | C.IBV_QP_MAX_QP_RD_ATOMIC
+		err = q.toRTS(a, &attr, &mask)
 	case from == verbs.QPStateRTS && to == verbs.QPStateRTS:
 	default:
-		return fmt.Errorf("ibv: modify QP %d from %v to %v: transition not allowed: %w", q.qpn, from, to, verbs.ErrInvalid)
+		err = fmt.Errorf("ibv: modify QP %d from %v to %v: transition not allowed: %w", q.qpn, from, to, verbs.ErrInvalid)
+	}
+	if err != nil {
+		return err
 	}
 	if rc := C.ibv_modify_qp(q.c, &attr, mask); rc != 0 {
 		return errnoErr(fmt.Sprintf("modify QP %d from %v to %v", q.qpn, from, to), syscall.Errno(rc))
@@ -362,6 +338,84 @@ func (q *qp) Modify(a verbs.QPAttr) error {
 	case verbs.QPStateError:
 		q.errored.Store(true)
 	}
+	return nil
+}
+
+// toInit fills in the attributes of a move to INIT: the port, and the QKey (UD) or the
+// remote access rights (RC).
+func (q *qp) toInit(a verbs.QPAttr, attr *C.struct_ibv_qp_attr, mask *C.int) error {
+	p := a.Port
+	if p == 0 {
+		p = port
+	}
+	if p != port {
+		return fmt.Errorf("ibv: modify QP %d to INIT: port %d (the provider uses port 1): %w", q.qpn, p, verbs.ErrUnsupported)
+	}
+	attr.pkey_index = 0
+	attr.port_num = C.uint8_t(p)
+	*mask |= C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT
+	if q.typ == verbs.QPTypeUD {
+		attr.qkey = udQKey
+		*mask |= C.IBV_QP_QKEY
+		return nil
+	}
+	if a.Access&^(verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 {
+		return fmt.Errorf("ibv: modify QP %d to INIT: access %v (only REMOTE_* rights apply to a QP): %w", q.qpn, a.Access, verbs.ErrInvalid)
+	}
+	attr.qp_access_flags = C.uint(a.Access)
+	*mask |= C.IBV_QP_ACCESS_FLAGS
+	return nil
+}
+
+// toRTR fills in the attributes of an RC QP's move to RTR: the path to the remote QP, its
+// number and PSN, the MTU and the READs it may have outstanding here.
+func (q *qp) toRTR(a verbs.QPAttr, attr *C.struct_ibv_qp_attr, mask *C.int) error {
+	if q.typ == verbs.QPTypeUD {
+		return nil
+	}
+	lim := q.dev.attr
+	mtu, err := mtuEnum(a.PathMTU, q.dev.activeMTU)
+	if err != nil {
+		return fmt.Errorf("ibv: modify QP %d to RTR: %w", q.qpn, err)
+	}
+	if a.MaxDestRdAtomic < 0 || a.MaxDestRdAtomic > lim.MaxQPRdAtom {
+		return fmt.Errorf("ibv: modify QP %d to RTR: max_dest_rd_atomic %d outside 0..%d: %w", q.qpn, a.MaxDestRdAtomic, lim.MaxQPRdAtom, verbs.ErrInvalid)
+	}
+	attr.path_mtu = mtu
+	attr.dest_qp_num = C.uint32_t(a.Remote.QPN)
+	attr.rq_psn = C.uint32_t(a.Remote.PSN & 0xffffff)
+	attr.max_dest_rd_atomic = C.uint8_t(a.MaxDestRdAtomic)
+	attr.min_rnr_timer = C.uint8_t(rnrTimerCode(a.MinRNRTimer))
+	ah := &attr.ah_attr
+	ah.dlid = C.uint16_t(a.Remote.LID)
+	ah.port_num = port
+	if q.dev.ethernet || a.Remote.LID == 0 {
+		ah.is_global = 1
+		*(*[16]byte)(unsafe.Pointer(&ah.grh.dgid)) = a.Remote.GID
+		ah.grh.sgid_index = C.uint8_t(q.dev.gidIndex)
+		ah.grh.hop_limit = 64
+	}
+	*mask |= C.IBV_QP_AV | C.IBV_QP_PATH_MTU | C.IBV_QP_DEST_QPN | C.IBV_QP_RQ_PSN |
+		C.IBV_QP_MAX_DEST_RD_ATOMIC | C.IBV_QP_MIN_RNR_TIMER
+	return nil
+}
+
+// toRTS fills in the attributes of an RC QP's move to RTS (the send PSN is set by
+// Modify): READs outstanding, the ACK timeout and the retry counts.
+func (q *qp) toRTS(a verbs.QPAttr, attr *C.struct_ibv_qp_attr, mask *C.int) error {
+	if q.typ == verbs.QPTypeUD {
+		return nil
+	}
+	lim := q.dev.attr
+	if a.MaxRdAtomic < 0 || a.MaxRdAtomic > lim.MaxQPInitRdAtom || a.RNRRetry < 0 || a.RNRRetry > 7 || a.RetryCnt < 0 || a.RetryCnt > 7 {
+		return fmt.Errorf("ibv: modify QP %d to RTS: max_rd_atomic %d (0..%d), rnr_retry %d (0..7), retry_cnt %d (0..7): %w",
+			q.qpn, a.MaxRdAtomic, lim.MaxQPInitRdAtom, a.RNRRetry, a.RetryCnt, verbs.ErrInvalid)
+	}
+	attr.max_rd_atomic = C.uint8_t(max(a.MaxRdAtomic, 1))
+	attr.timeout = C.uint8_t(timeoutCode(a.Timeout))
+	attr.retry_cnt = C.uint8_t(a.RetryCnt)
+	attr.rnr_retry = C.uint8_t(a.RNRRetry)
+	*mask |= C.IBV_QP_TIMEOUT | C.IBV_QP_RETRY_CNT | C.IBV_QP_RNR_RETRY | C.IBV_QP_MAX_QP_RD_ATOMIC
 	return nil
 }
 
@@ -493,46 +547,7 @@ func (q *qp) fillSend(i int, wr *verbs.SendWR) error {
 	in.imm, in.inv_rkey, in.rkey, in.remote_addr, in.length, in.access, in.num_sge = 0, 0, 0, 0, 0, 0, 0
 	in.mw, in.mr = nil, nil
 	if op == verbs.WRBindMW {
-		b := &wr.Bind
-		switch {
-		case q.typ != verbs.QPTypeRC:
-			return fmt.Errorf("ibv: BIND_MW on a %v QP (needs RC): %w", q.typ, verbs.ErrInvalid)
-		case len(wr.SGL) > 0:
-			return fmt.Errorf("ibv: BIND_MW with %d SGEs (needs none): %w", len(wr.SGL), verbs.ErrInvalid)
-		case wr.ImmData != 0:
-			return fmt.Errorf("ibv: BIND_MW with immediate data: %w", verbs.ErrInvalid)
-		case b.MW == nil:
-			return fmt.Errorf("ibv: BIND_MW without a window: %w", verbs.ErrInvalid)
-		case b.MW.Type() == verbs.MWType1 && b.Access&verbs.AccessZeroBased != 0:
-			return fmt.Errorf("ibv: zero-based bind of a type-1 window: %w", verbs.ErrInvalid)
-		}
-		w, ok := b.MW.(*mw)
-		if !ok || w == nil {
-			return fmt.Errorf("ibv: BIND_MW of a window of another provider: %w", verbs.ErrInvalid)
-		}
-		m, ok := b.MR.(*mr)
-		if !ok || m == nil {
-			return fmt.Errorf("ibv: BIND_MW over a region of another provider: %w", verbs.ErrInvalid)
-		}
-		mc := m.cptr()
-		if mc == nil {
-			return fmt.Errorf("ibv: BIND_MW over a deregistered region: %w", verbs.ErrInvalid)
-		}
-		w.mu.Lock()
-		wc := w.c
-		if wc != nil && w.typ == verbs.MWType2 && verbs.KeyIndex(b.RKey) == verbs.KeyIndex(w.allocKey) {
-			w.boundQP = q
-		}
-		w.mu.Unlock()
-		if wc == nil {
-			return fmt.Errorf("ibv: BIND_MW of a deallocated window: %w", verbs.ErrInvalid)
-		}
-		in.mw, in.mr = wc, mc
-		in.remote_addr = C.uint64_t(b.Addr)
-		in.length = C.uint64_t(b.Length)
-		in.rkey = C.uint32_t(b.RKey)
-		in.access = C.uint32_t(b.Access)
-		return nil
+		return q.fillBind(in, wr)
 	}
 	if q.typ != verbs.QPTypeRC {
 		return fmt.Errorf("ibv: %v on a %v QP: %w", op, q.typ, verbs.ErrUnsupported)
@@ -576,6 +591,52 @@ func (q *qp) fillSend(i int, wr *verbs.SendWR) error {
 		sg[j] = C.struct_ibv_sge{addr: C.uint64_t(s.Addr), length: C.uint32_t(s.Length), lkey: C.uint32_t(s.LKey)}
 	}
 	in.num_sge = C.uint32_t(len(wr.SGL))
+	return nil
+}
+
+// fillBind checks a BIND_MW and stores it in in: the window and region it names (both of
+// this provider, the window allocated, the region registered), the range, key and access.
+// A type-2 window bound under its allocation's key index records the QP it is bound to.
+func (q *qp) fillBind(in *C.struct_mwibv_swr, wr *verbs.SendWR) error {
+	b := &wr.Bind
+	switch {
+	case q.typ != verbs.QPTypeRC:
+		return fmt.Errorf("ibv: BIND_MW on a %v QP (needs RC): %w", q.typ, verbs.ErrInvalid)
+	case len(wr.SGL) > 0:
+		return fmt.Errorf("ibv: BIND_MW with %d SGEs (needs none): %w", len(wr.SGL), verbs.ErrInvalid)
+	case wr.ImmData != 0:
+		return fmt.Errorf("ibv: BIND_MW with immediate data: %w", verbs.ErrInvalid)
+	case b.MW == nil:
+		return fmt.Errorf("ibv: BIND_MW without a window: %w", verbs.ErrInvalid)
+	case b.MW.Type() == verbs.MWType1 && b.Access&verbs.AccessZeroBased != 0:
+		return fmt.Errorf("ibv: zero-based bind of a type-1 window: %w", verbs.ErrInvalid)
+	}
+	w, ok := b.MW.(*mw)
+	if !ok || w == nil {
+		return fmt.Errorf("ibv: BIND_MW of a window of another provider: %w", verbs.ErrInvalid)
+	}
+	m, ok := b.MR.(*mr)
+	if !ok || m == nil {
+		return fmt.Errorf("ibv: BIND_MW over a region of another provider: %w", verbs.ErrInvalid)
+	}
+	mc := m.cptr()
+	if mc == nil {
+		return fmt.Errorf("ibv: BIND_MW over a deregistered region: %w", verbs.ErrInvalid)
+	}
+	w.mu.Lock()
+	wc := w.c
+	if wc != nil && w.typ == verbs.MWType2 && verbs.KeyIndex(b.RKey) == verbs.KeyIndex(w.allocKey) {
+		w.boundQP = q
+	}
+	w.mu.Unlock()
+	if wc == nil {
+		return fmt.Errorf("ibv: BIND_MW of a deallocated window: %w", verbs.ErrInvalid)
+	}
+	in.mw, in.mr = wc, mc
+	in.remote_addr = C.uint64_t(b.Addr)
+	in.length = C.uint64_t(b.Length)
+	in.rkey = C.uint32_t(b.RKey)
+	in.access = C.uint32_t(b.Access)
 	return nil
 }
 
