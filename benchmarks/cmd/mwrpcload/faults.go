@@ -282,120 +282,170 @@ type workload struct {
 
 func runFault(n *fabricNet, f fault, l workload, recoverBound time.Duration) (r Row) {
 	r = Row{Fabric: n.name, Fault: f.name}
-	problem := func(format string, a ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, a...)) }
+	fr := &faultRun{n: n, row: &r}
 	srv, err := startServer(n)
 	if err != nil {
-		problem("%v", err)
+		fr.problem("%v", err)
 		return r
 	}
-	defer func() {
-		_ = srv.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = srv.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = srv.Process.Kill()
-			<-done
-		}
-	}()
+	fr.srv = srv
+	defer fr.stopServer()
 	before, err := statsFromClientSide(n)
 	if err != nil {
-		problem("before: %v", err)
+		fr.problem("before: %v", err)
 		return r
 	}
+	cl, out, ok := fr.strike(f, l, &before)
+	if !ok {
+		return r
+	}
+	if err := cl.Wait(); err != nil {
+		fr.problem("caller: %v", err)
+	}
+	if !fr.checkClient(out, f, recoverBound) {
+		return r
+	}
+	fr.checkServer(before)
+	return r
+}
+
+// faultRun is one row of the fault suite while it runs: the server process (a new one
+// after a server kill) and the row its problems go to.
+type faultRun struct {
+	n   *fabricNet
+	srv *exec.Cmd
+	row *Row
+}
+
+func (fr *faultRun) problem(format string, a ...any) {
+	fr.row.Problems = append(fr.row.Problems, fmt.Sprintf(format, a...))
+}
+
+// stopServer ends the server process: SIGTERM, then SIGKILL after 10 s.
+func (fr *faultRun) stopServer() {
+	srv := fr.srv
+	_ = srv.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = srv.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = srv.Process.Kill()
+		<-done
+	}
+}
+
+// strike starts the callers, strikes with the fault after a lead (netem on the link, a
+// kill of the server or of the caller) and heals it; it returns the caller running on and
+// the buffer its summary goes to. After a server restart, before is the new server's
+// baseline. ok is false when the row cannot go on (its problem recorded).
+func (fr *faultRun) strike(f fault, l workload, before **load.Stats) (cl *callerProc, out *bytes.Buffer, ok bool) {
 	const lead, tail = 3 * time.Second, 8 * time.Second
+	n := fr.n
 	total := lead + f.length + tail
-	var out bytes.Buffer
+	out = new(bytes.Buffer)
 	// A row with a heal calls until well after it, however long setting the fault up and
 	// healing it took (tc on a slow machine can take seconds).
 	heals := f.netem != "" || f.kill == "server"
 	if heals {
 		total += time.Minute // a bound only
 	}
-	cl, err := caller(n, total, l, &out, heals)
+	cl, err := caller(n, total, l, out, heals)
 	if err != nil {
-		problem("%v", err)
-		return r
+		fr.problem("%v", err)
+		return nil, nil, false
 	}
 	time.Sleep(lead)
 	switch {
 	case f.netem != "":
 		if err := netem(n, f.netem); err != nil {
-			problem("%v", err)
+			fr.problem("%v", err)
 		}
 		time.Sleep(f.length)
 		if err := netem(n, ""); err != nil {
-			problem("%v", err)
+			fr.problem("%v", err)
 		}
 		if err := sendHeal(cl); err != nil {
-			problem("%v", err)
+			fr.problem("%v", err)
 		}
 	case f.kill == "server":
-		_ = srv.Process.Kill()
-		_ = srv.Wait()
+		_ = fr.srv.Process.Kill()
+		_ = fr.srv.Wait()
 		time.Sleep(f.length)
-		if srv, err = startServer(n); err != nil {
-			problem("restart: %v", err)
+		srv, err := startServer(n)
+		if err != nil {
+			fr.problem("restart: %v", err)
 			_ = cl.Process.Kill()
 			_ = cl.Wait()
-			return r
+			return nil, nil, false
 		}
+		fr.srv = srv
 		if err := sendHeal(cl); err != nil {
-			problem("%v", err)
+			fr.problem("%v", err)
 		}
-		if before, err = statsFromClientSide(n); err != nil { // the new server's own baseline
-			problem("after the restart: %v", err)
+		if *before, err = statsFromClientSide(n); err != nil { // the new server's own baseline
+			fr.problem("after the restart: %v", err)
 		}
 	case f.kill == "client":
 		_ = cl.Process.Kill() // mid-call: every caller has a call out (the server holds each 50 ms)
 		_ = cl.Wait()
 		out.Reset()
-		if cl, err = caller(n, tail, l, &out, false); err != nil { // service goes on for a new client
-			problem("%v", err)
-			return r
+		if cl, err = caller(n, tail, l, out, false); err != nil { // service goes on for a new client
+			fr.problem("%v", err)
+			return nil, nil, false
 		}
 	}
-	if err := cl.Wait(); err != nil {
-		problem("caller: %v", err)
+	return cl, out, true
+}
+
+// checkClient reads the caller's summary into the row and records what it shows wrong:
+// hung or misdelivered calls, a call past its deadline, no success, what the client kept,
+// or service resuming later than recoverBound after a heal. It returns false when there
+// was no summary to read.
+func (fr *faultRun) checkClient(out *bytes.Buffer, f fault, recoverBound time.Duration) bool {
+	if err := json.Unmarshal(out.Bytes(), &fr.row.Client); err != nil {
+		fr.problem("caller's summary %q: %v", out.String(), err)
+		return false
 	}
-	if err := json.Unmarshal(out.Bytes(), &r.Client); err != nil {
-		problem("caller's summary %q: %v", out.String(), err)
-		return r
-	}
-	c := r.Client
+	c := fr.row.Client
 	switch {
 	case c.Hung > 0:
-		problem("%d calls hung", c.Hung)
+		fr.problem("%d calls hung", c.Hung)
 	case c.Mismatched > 0:
-		problem("%d responses reached the wrong call", c.Mismatched)
+		fr.problem("%d responses reached the wrong call", c.Mismatched)
 	case c.MaxCallMs > c.DeadlineMs+float64(HangBound/time.Millisecond):
-		problem("a call took %.0f ms against a %.0f ms deadline", c.MaxCallMs, c.DeadlineMs)
+		fr.problem("a call took %.0f ms against a %.0f ms deadline", c.MaxCallMs, c.DeadlineMs)
 	case c.OK == 0:
-		problem("no call succeeded")
+		fr.problem("no call succeeded")
 	case c.WindowsExposedAfter != 0 || c.GoroutinesLeaked != 0:
-		problem("the client kept %d windows bound and %d goroutines", c.WindowsExposedAfter, c.GoroutinesLeaked)
+		fr.problem("the client kept %d windows bound and %d goroutines", c.WindowsExposedAfter, c.GoroutinesLeaked)
 	}
 	if f.length > 0 && (c.RecoverMs < 0 || c.RecoverMs > float64(recoverBound/time.Millisecond)) {
-		problem("service resumed %.0f ms after the heal (bound %v)", c.RecoverMs, recoverBound)
+		fr.problem("service resumed %.0f ms after the heal (bound %v)", c.RecoverMs, recoverBound)
 	}
-	// The callers are gone: the server returns to what it held before (the stats
-	// connection's own slots), within the peer timeout and the lease.
+	return true
+}
+
+// checkServer waits (30 s at most), the callers gone, for the server to return to what it
+// held before (the stats connection's own slots), within the peer timeout and the lease,
+// and records in the row what it kept.
+func (fr *faultRun) checkServer(before *load.Stats) {
 	var after *load.Stats
+	var err error
 	for wait := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		if after, err = statsFromClientSide(n); err != nil {
-			problem("after: %v", err)
-			return r
+		if after, err = statsFromClientSide(fr.n); err != nil {
+			fr.problem("after: %v", err)
+			return
 		}
 		if after.WindowsExposed == 0 && after.PoolInUse <= before.PoolInUse && after.Goroutines <= before.Goroutines+2 || time.Now().After(wait) {
 			break
 		}
 	}
+	r := fr.row
 	r.ServerWindows, r.ServerPoolDelta, r.ServerGoroutineDelta = after.WindowsExposed, after.PoolInUse-before.PoolInUse, after.Goroutines-before.Goroutines
 	if r.ServerWindows != 0 || r.ServerPoolDelta > 0 || r.ServerGoroutineDelta > 2 {
-		problem("the server kept %d windows bound, %d pooled buffers and %d goroutines", r.ServerWindows, r.ServerPoolDelta, r.ServerGoroutineDelta)
+		fr.problem("the server kept %d windows bound, %d pooled buffers and %d goroutines", r.ServerWindows, r.ServerPoolDelta, r.ServerGoroutineDelta)
 	}
-	return r
 }
 
 // printTable writes the rows as a markdown table.
