@@ -136,6 +136,31 @@ type analysis struct {
 // CallBegin marks, finds the most common sequence of steps and takes, over the calls that
 // followed it, the median of each step's time from the one before.
 func analyse(ph *phase) *analysis {
+	evs := joinMarks(ph)
+	begins := callBegins(evs)
+	a := &analysis{ByCategory: map[string]float64{}, Syscalls: map[string]float64{}, LostMarks: ph.lost}
+	seqs, t := splitCalls(evs, begins)
+	a.Calls = len(seqs)
+	a.P50us = float64(percentile(ph.lat, 0.5)) / 1e3
+	t.report(a, len(begins))
+	matched := typicalCalls(a, seqs)
+	if len(matched) == 0 {
+		return a
+	}
+	stepRows(a, matched)
+	return a
+}
+
+// callSeq is one call's marks, from its CallBegin to its CallEnd, with the signature its
+// sequence of steps is compared by.
+type callSeq struct {
+	evs []event
+	sig string
+	lat time.Duration
+}
+
+// joinMarks puts both processes' marks on one timeline, in time order.
+func joinMarks(ph *phase) []event {
 	evs := make([]event, 0, len(ph.client)+len(ph.server))
 	for _, r := range ph.client {
 		evs = append(evs, event{t: r.T, side: 'C', step: r.Step, aux: r.Aux, n: 1})
@@ -144,68 +169,97 @@ func analyse(ph *phase) *analysis {
 		evs = append(evs, event{t: r.T, side: 'S', step: r.Step, aux: r.Aux, n: 1})
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].t < evs[j].t })
+	return evs
+}
+
+// callBegins is where each call starts: the indexes of the client's CallBegin marks.
+func callBegins(evs []event) []int {
 	var begins []int
 	for i := range evs {
 		if evs[i].side == 'C' && evs[i].step == probe.CallBegin {
 			begins = append(begins, i)
 		}
 	}
-	a := &analysis{ByCategory: map[string]float64{}, Syscalls: map[string]float64{}, LostMarks: ph.lost}
-	type callSeq struct {
-		evs []event
-		sig string
-		lat time.Duration
-	}
+	return begins
+}
+
+// tally counts, over all calls, the syscalls in each call's stretch of the timeline and
+// the steps that came after a call had already ended.
+type tally struct {
+	sys        map[string]int
+	after      map[string]int
+	afterLabel map[string]string
+}
+
+// splitCalls cuts the timeline at each call's beginning and keeps the calls that ended
+// before the next began.
+func splitCalls(evs []event, begins []int) ([]callSeq, *tally) {
+	t := &tally{sys: map[string]int{}, after: map[string]int{}, afterLabel: map[string]string{}}
 	var seqs []callSeq
-	after := map[string]int{}
-	afterLabel := map[string]string{}
-	sys := map[string]int{}
 	for k, b := range begins {
 		end := len(evs)
 		if k+1 < len(begins) {
 			end = begins[k+1]
 		}
 		win := evs[b:end]
-		for i := range win {
-			e := &win[i]
-			switch e.step {
-			case probe.Write, probe.Writev:
-				sys[string(e.side)+" write/writev"]++
-			case probe.Read, probe.ReadPay:
-				sys[string(e.side)+" read"]++
-			}
-		}
+		t.countSyscalls(win)
 		ce := slices.IndexFunc(win, func(e event) bool { return e.side == 'C' && e.step == probe.CallEnd })
 		if ce < 0 {
 			continue
 		}
-		for i := range win[ce+1:] {
-			e := &win[ce+1+i]
-			after[e.key()]++
-			afterLabel[e.key()] = fmt.Sprintf("%c: %s", e.side, e.label())
-		}
-		in := mergeReads(append([]event(nil), win[:ce+1]...))
-		var sb strings.Builder
-		for i := range in {
-			sb.WriteString(in[i].key())
-			sb.WriteByte(' ')
-		}
-		seqs = append(seqs, callSeq{in, sb.String(), time.Duration(in[len(in)-1].t - in[0].t)})
+		t.countAfter(win[ce+1:])
+		seqs = append(seqs, newCallSeq(mergeReads(append([]event(nil), win[:ce+1]...))))
 	}
-	a.Calls = len(seqs)
-	a.P50us = float64(percentile(ph.lat, 0.5)) / 1e3
-	for k, v := range sys {
-		a.Syscalls[k] = float64(v) / float64(max(1, len(begins)))
+	return seqs, t
+}
+
+func (t *tally) countSyscalls(win []event) {
+	for i := range win {
+		switch e := &win[i]; e.step {
+		case probe.Write, probe.Writev:
+			t.sys[string(e.side)+" write/writev"]++
+		case probe.Read, probe.ReadPay:
+			t.sys[string(e.side)+" read"]++
+		}
 	}
-	for k, v := range after {
+}
+
+func (t *tally) countAfter(rest []event) {
+	for i := range rest {
+		e := &rest[i]
+		t.after[e.key()]++
+		t.afterLabel[e.key()] = fmt.Sprintf("%c: %s", e.side, e.label())
+	}
+}
+
+// report writes the counts per call into a: syscalls per begun call, and the steps after
+// the call that at least one call in twenty had.
+func (t *tally) report(a *analysis, begun int) {
+	for k, v := range t.sys {
+		a.Syscalls[k] = float64(v) / float64(max(1, begun))
+	}
+	for k, v := range t.after {
 		if f := float64(v) / float64(max(1, a.Calls)); f >= 0.05 {
-			a.After = append(a.After, fmt.Sprintf("%s: %.2f per call", afterLabel[k], f))
+			a.After = append(a.After, fmt.Sprintf("%s: %.2f per call", t.afterLabel[k], f))
 		}
 	}
 	sort.Strings(a.After)
-	// The sequence is the most common one among the calls around the median (p40-p60):
-	// the most common overall may be that of a slower mode (the floor is bimodal on a VM:
-	// docs/performance.md).
+}
+
+func newCallSeq(in []event) callSeq {
+	var sb strings.Builder
+	for i := range in {
+		sb.WriteString(in[i].key())
+		sb.WriteByte(' ')
+	}
+	return callSeq{in, sb.String(), time.Duration(in[len(in)-1].t - in[0].t)}
+}
+
+// typicalCalls picks the sequence of steps and returns the calls that followed it with a
+// latency around the median (p40-p60). The sequence is the most common one in that band:
+// the most common overall may be that of a slower mode (the floor is bimodal on a VM:
+// docs/performance.md).
+func typicalCalls(a *analysis, seqs []callSeq) []callSeq {
 	lats := make([]time.Duration, len(seqs))
 	for i, s := range seqs {
 		lats[i] = s.lat
@@ -225,8 +279,6 @@ func analyse(ph *phase) *analysis {
 			best = s
 		}
 	}
-	// The rows are the medians over the calls of the band that followed it: the median
-	// call, step by step (so the rows add up to about the p50).
 	var matched []callSeq
 	var inSeq []time.Duration
 	for _, s := range seqs {
@@ -239,9 +291,12 @@ func analyse(ph *phase) *analysis {
 	}
 	a.Matched, a.Band = len(inSeq), len(matched)
 	a.AllP50 = float64(percentile(inSeq, 0.5)) / 1e3
-	if len(matched) == 0 {
-		return a
-	}
+	return matched
+}
+
+// stepRows writes the rows: the medians over the matched calls, step by step (so the rows
+// add up to about the p50 of the band).
+func stepRows(a *analysis, matched []callSeq) {
 	n := len(matched[0].evs)
 	deltas := make([][]time.Duration, n)
 	ats := make([][]time.Duration, n)
@@ -270,7 +325,6 @@ func analyse(ph *phase) *analysis {
 		}
 		a.Rows = append(a.Rows, r)
 	}
-	return a
 }
 
 func sideName(s byte) string {
