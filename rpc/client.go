@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -353,6 +354,8 @@ func (c *Client) connect(ep *endpoint, backoff *time.Duration) bool {
 	b := *backoff
 	wait := b/2 + rand.N(b/2+1)
 	*backoff = min(2*b, c.opts.backoffMax)
+	// At Debug: every retry of a server that is down would otherwise flood the log.
+	c.logger().Debug("mwrpc: connecting failed; retrying", slog.String("address", ep.addr), slog.Any("error", err), slog.Duration("retry_in", wait))
 	select {
 	case <-time.After(wait):
 		return true
