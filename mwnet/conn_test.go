@@ -27,14 +27,21 @@ func targets(t testing.TB) map[string]string {
 	return m
 }
 
-// pair listens on target and returns both ends of one connection.
-func pair(t testing.TB, target string) (l *Listener, client, server net.Conn) {
+// listen listens on target for the test and closes the listener when the test ends.
+func listen(t testing.TB, target string) *Listener {
 	t.Helper()
 	l, err := Listen(target)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// pair listens on target and returns both ends of one connection.
+func pair(t testing.TB, target string) (l *Listener, client, server net.Conn) {
+	t.Helper()
+	l = listen(t, target)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := Dial(ctx, l.Addr().String())

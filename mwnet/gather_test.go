@@ -15,18 +15,15 @@ import (
 )
 
 // TestWritesGathered: small Writes that come while another Write waits for the peer's
-// window go out together, as one SEND, once it is done; each Write's bytes stay whole. The listener's side writes (its transport's Stats count the
-// SENDs) to a dialer with the smallest window that reads only once every writer waits.
+// window go out together, as one SEND, once it is done; each Write's bytes stay whole.
+// The listener's side writes (its transport's Stats count the SENDs) to a dialer with the
+// smallest window that reads only once every writer waits.
 func TestWritesGathered(t *testing.T) {
 	const writers, size = 20, 100
 	for name, target := range targets(t) {
 		t.Run(name, func(t *testing.T) {
 			leakcheck.Check(t)
-			l, err := Listen(target)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
+			l := listen(t, target)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			c, err := Dial(ctx, l.Addr().String(), WithTransport(transport.Config{StreamWindow: 64 << 10}))

@@ -100,11 +100,7 @@ func TestPlainCallRefused(t *testing.T) {
 // accepts again once the program takes what waits.
 func TestBacklog(t *testing.T) {
 	leakcheck.Check(t)
-	l, err := Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := listen(t, "127.0.0.1:0")
 	const backlog = 8 // Backlog's behavior, with fewer dialers (each has a transport of its own)
 	l.mu.Lock()
 	l.backlog = backlog

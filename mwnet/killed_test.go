@@ -17,11 +17,7 @@ func TestPeerProcessKilled(t *testing.T) {
 	for name, target := range targets(t) {
 		t.Run(name, func(t *testing.T) {
 			leakcheck.Check(t)
-			l, err := Listen(target)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
+			l := listen(t, target)
 			peer := exec.Command(os.Args[0], "-test.run=^$")
 			peer.Env = append(os.Environ(), peerEnv+"="+l.Addr().String())
 			peer.Stderr = os.Stderr

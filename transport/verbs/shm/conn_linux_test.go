@@ -277,22 +277,29 @@ func TestHostileRing(t *testing.T) {
 			if _, err := victim.Read(make([]byte, 1)); !errors.Is(err, ErrProtocol) {
 				t.Fatalf("the failure is not sticky: %v", err)
 			}
-			attacker.SetReadDeadline(time.Now().Add(5 * time.Second))
-			if _, err := attacker.Read(make([]byte, 1)); err != io.EOF {
-				t.Fatalf("attacker's read after the victim failed: %v, want EOF", err)
-			}
-			if _, err := ok1.Write([]byte("still")); err != nil {
-				t.Fatal(err)
-			}
-			b := make([]byte, 5)
-			if _, err := io.ReadFull(ok2, b); err != nil || string(b) != "still" {
-				t.Fatalf("another connection: %q %v", b, err)
-			}
+			othersGoOn(t, attacker, ok1, ok2)
 		})
 	}
 }
 
 // rawClient dials path and returns the socket, to speak for a hostile client.
+// othersGoOn checks what a failed connection leaves: its attacking end reads EOF once the
+// victim gave up, and another connection (ok1 to ok2) still carries bytes.
+func othersGoOn(t *testing.T, attacker, ok1, ok2 *Conn) {
+	t.Helper()
+	attacker.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := attacker.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("attacker's read after the victim failed: %v, want EOF", err)
+	}
+	if _, err := ok1.Write([]byte("still")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 5)
+	if _, err := io.ReadFull(ok2, b); err != nil || string(b) != "still" {
+		t.Fatalf("another connection: %q %v", b, err)
+	}
+}
+
 func rawClient(t *testing.T, path string) *net.UnixConn {
 	t.Helper()
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})

@@ -130,17 +130,27 @@ func (q *QP) onPlacedRead(h *header, src payloadSource, b []byte, m *mr) error {
 	return nil
 }
 
-// placeInto reads the placement from src and copies b there.
-func (q *QP) placeInto(l link, src payloadSource, b []byte) error {
+// readPlacement reads the placement a placed READ response or WRITE carries (op names
+// which) from src, on a wire that must share memory.
+func (q *QP) readPlacement(l link, src payloadSource, op string) (SharedMemoryWire, Placement, error) {
 	sw := sharedWire(l)
 	if sw == nil {
-		return fmt.Errorf("%w: a placed READ on a wire without shared memory", errFrame)
+		return nil, Placement{}, fmt.Errorf("%w: a placed %s on a wire without shared memory", errFrame, op)
 	}
 	d := q.rxPlace[:] // not a local array: through the interface it would escape
 	if err := src.fill(q, d); err != nil {
-		return err
+		return nil, Placement{}, err
 	}
 	p, err := parsePlacement(d)
+	if err != nil {
+		return nil, Placement{}, err
+	}
+	return sw, p, nil
+}
+
+// placeInto reads the placement from src and copies b there.
+func (q *QP) placeInto(l link, src payloadSource, b []byte) error {
+	sw, p, err := q.readPlacement(l, src, "READ")
 	if err != nil {
 		return err
 	}
@@ -197,15 +207,7 @@ func (q *QP) placeWrite(l link, h *header, segs [][]byte) [][]byte {
 // pullWrite executes a placed WRITE into b: it reads the placement from src and copies the
 // writer's source from there.
 func (q *QP) pullWrite(src payloadSource, b []byte) error {
-	sw := sharedWire(q.link)
-	if sw == nil {
-		return fmt.Errorf("%w: a placed WRITE on a wire without shared memory", errFrame)
-	}
-	d := q.rxPlace[:] // not a local array: through the interface it would escape
-	if err := src.fill(q, d); err != nil {
-		return err
-	}
-	p, err := parsePlacement(d)
+	sw, p, err := q.readPlacement(q.link, src, "WRITE")
 	if err != nil {
 		return err
 	}
