@@ -105,12 +105,21 @@ func TestKeepaliveDetectsHungPeer(t *testing.T) {
 	if !errors.Is(err, rpc.ErrUnavailable) || time.Since(t0) > 2*time.Second {
 		t.Fatalf("call on a hung connection: %v after %v; want Unavailable within about keepalive interval + timeout", err, time.Since(t0))
 	}
-	// The client reconnects (through the proxy, whose new connections flow).
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel2()
-	out := new(Msg)
-	if err := c.Invoke(ctx2, "/test.Svc/Echo", &Msg{Text: "after"}, out, rpc.WaitForReady()); err != nil || out.Text != "after" {
-		t.Fatalf("after reconnecting: %v", err)
+	// The client reconnects (through the proxy, whose new connections flow). A ping of the
+	// new connection that misses its 100 ms on a loaded machine drops that one too, as it
+	// should: the call is made again on the next.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ctx2, cancel2 := context.WithDeadline(context.Background(), deadline)
+		out := new(Msg)
+		err := c.Invoke(ctx2, "/test.Svc/Echo", &Msg{Text: "after"}, out, rpc.WaitForReady())
+		cancel2()
+		if err == nil && out.Text == "after" {
+			break
+		}
+		if !errors.Is(err, rpc.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("after reconnecting: %v (%q)", err, out.Text)
+		}
+		t.Logf("after reconnecting: %v (made again)", err)
 	}
 }
 
@@ -148,8 +157,20 @@ func frozenClient(t *testing.T, backoff time.Duration) *rpc.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if _, err := (svcClient{c}).Echo(context.Background(), &Msg{Text: "before"}); err != nil {
-		t.Fatal(err)
+	// On a loaded machine a ping can miss its 100 ms before the freeze too: the keepalive
+	// then drops the connection, as it should, and the call fails Unavailable. Until one call
+	// went through, the client reconnects (WaitForReady) and the call is made again.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := c.Invoke(ctx, "/test.Svc/Echo", &Msg{Text: "before"}, new(Msg), rpc.WaitForReady())
+		cancel()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, rpc.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("the call before the freeze: %v", err)
+		}
+		t.Logf("the call before the freeze: %v (made again)", err)
 	}
 	px.freeze()
 	return c
