@@ -270,7 +270,17 @@ func (h *hostile) attack(name, want string, bound float64, run func()) {
 			lat, err := h.goodCalls(0, stop)
 			res <- result{lat, err}
 		}()
+		// An attack that fails (Fatalf) stops the good client too, so that its calls do not
+		// run on into the next attack (racing on its connection, and leaking).
+		finished := false
+		defer func() {
+			if !finished {
+				close(stop)
+				<-res
+			}
+		}()
 		run()
+		finished = true
 		close(stop)
 		r := <-res
 		cpu1, _ := sampleCPU()

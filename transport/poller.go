@@ -98,7 +98,20 @@ func newPoller(t *Transport, i int) (*poller, error) {
 // token (it is awake, or about to park), the poller is kicked so that nothing is left. It
 // reaps two batches at most: a busy queue is the poller's, and the goroutine lent to us (a
 // stream reader) has its own connection to serve.
+//
+// Another reapInline that found the token held while this one had it set missed: this one
+// reaps again once it let go. The kick alone is not enough then: while a handler runs
+// inline on the poller goroutine with the queue lent, the kick waits for the handler, and
+// so would the completion.
 func (p *poller) reapInline() {
+	for p.reapInlineOnce() && p.missed.Swap(false) {
+	}
+}
+
+// reapInlineOnce is one reapInline; it reports whether it held the token and let it go
+// with the queue armed and empty, so that whatever a reapInline that found it held added
+// (missed) is its to reap.
+func (p *poller) reapInlineOnce() bool {
 	if !p.active.TryLock() {
 		// Held: by the poller, which the kick makes look again, or by a reaper about to
 		// run a handler inline with the queue lent, which looks at missed once it let go
@@ -106,13 +119,13 @@ func (p *poller) reapInline() {
 		p.missed.Store(true)
 		if !p.active.TryLock() {
 			p.kick()
-			return
+			return false
 		}
 		p.missed.Store(false)
 	}
 	if p.stopped {
 		p.active.Unlock()
-		return
+		return false
 	}
 	probe.Mark(probe.Reap)
 	for round := 0; ; round++ {
@@ -124,23 +137,27 @@ func (p *poller) reapInline() {
 		p.lendable = false
 		if p.stopped { // while a handler ran inline with the queue lent
 			p.active.Unlock()
-			return
+			return false
 		}
 		// An overrun, or still busy: the poller's, unless it lent us the queue while it
 		// runs a handler.
 		if err != nil || n > 0 && round > 0 && !p.lent.Load() {
 			p.active.Unlock()
 			p.kick()
-			return
+			return false
 		}
 		if n > 0 {
 			continue
 		}
-		if empty, err := p.arm(); err != nil || empty {
+		if empty, err := p.arm(); err != nil {
 			break
+		} else if empty {
+			p.active.Unlock()
+			return true
 		}
 	}
 	p.active.Unlock()
+	return false
 }
 
 // runInline runs a handler to completion where its request was reaped. As the last of
