@@ -405,6 +405,7 @@ func TestCQCapacity(t *testing.T) {
 			if err != nil {
 				t.Fatalf("second connection: %v", err)
 			}
+			ended0 := e.server.Stats()
 			_, err = e.client.Dial(ctx, addr)
 			if !errors.Is(err, ErrCapacity) || !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "Config.Pollers") {
 				t.Fatalf("third connection: %v, want ErrCapacity naming Config.Pollers", err)
@@ -415,16 +416,21 @@ func TestCQCapacity(t *testing.T) {
 			// The server tears its side down when it notices, and setups it refused may still
 			// be ending: wait until only the first connection's share is committed there, and
 			// only it is admitted (MaxConns counts admissions, which end after the commitment
-			// is given back: a dial in between was refused as beyond MaxConns under load).
+			// is given back: a dial in between was refused as beyond MaxConns under load). The
+			// refused third connection's own end on the server is waited for too (Refused or
+			// SetupFailed): under load the server may accept its stream only now, and admit it
+			// for a moment after open was seen at 1.
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 				e.server.mu.Lock()
 				committed, open := e.server.pollers[0].committed, e.server.open
 				e.server.mu.Unlock()
-				if committed == sendWR+recvWR && open == 1 {
+				s := e.server.Stats()
+				ended := s.Refused+s.SetupFailed > ended0.Refused+ended0.SetupFailed
+				if committed == sendWR+recvWR && open == 1 && ended {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("the server still has %d completions committed and %d connections admitted, want %d and 1", committed, open, sendWR+recvWR)
+					t.Fatalf("the server still has %d completions committed and %d connections admitted, want %d and 1 (the refused connection's end counted: %v)", committed, open, sendWR+recvWR, ended)
 				}
 			}
 			third, err := e.client.Dial(ctx, addr)
