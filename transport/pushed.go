@@ -260,23 +260,11 @@ func (c *Conn) sendPushed(ctx context.Context, h *wire.Header, buf *pool.Buf, g 
 // onPushed takes a written request: the SEND_WITH_INV that announces it revokes the grant
 // the peer wrote it into, whose buffer becomes the request's.
 func (c *Conn) onPushed(h *wire.Header, wc *verbs.WorkCompletion) {
-	if wc.Flags&verbs.WCWithInv == 0 {
-		c.fail(fmt.Errorf("%w: it sent a written request that revokes no grant", ErrProtocol))
-		return
-	}
-	c.t.counters.revoked.Add(1)
-	b, ok := c.revoked(wc.InvalidatedRKey)
+	// A grant is write-only: one that allowed more is not ours.
+	buf, ok := c.writtenInto(h, wc, "request", "grant", func(a verbs.Access) bool { return a == verbs.AccessRemoteWrite })
 	if !ok {
 		return // failed the connection
 	}
-	if b.Buf == nil || uint64(h.Len) > b.Length || b.Access != verbs.AccessRemoteWrite {
-		if b.Buf != nil {
-			b.Buf.Release()
-		}
-		c.fail(fmt.Errorf("%w: it wrote a request of %d bytes into window 0x%x, which is %d bytes and granted %v", ErrProtocol, h.Len, wc.InvalidatedRKey, b.Length, b.Access))
-		return
-	}
 	c.t.counters.pushedIn.Add(1)
-	b.Buf.SetLen(int(h.Len))
-	c.dispatch(h, b.Buf.Bytes(), -1, b.Buf, time.Now()) // the response revokes the caller's window
+	c.dispatch(h, buf.Bytes(), -1, buf, time.Now()) // the response revokes the caller's window
 }

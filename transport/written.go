@@ -114,22 +114,35 @@ func (c *Conn) onWriteDone(i int) {
 // onWritten delivers a written response: the SEND_WITH_INV that announces it revokes the
 // request window the peer wrote it into, whose buffer becomes the response's.
 func (c *Conn) onWritten(h *wire.Header, wc *verbs.WorkCompletion) {
+	buf, ok := c.writtenInto(h, wc, "response", "window", func(a verbs.Access) bool { return a&verbs.AccessRemoteWrite != 0 })
+	if !ok {
+		return // failed the connection
+	}
+	c.deliver(h, buf.Bytes(), -1, buf)
+}
+
+// writtenInto takes the message of h.Len bytes the peer RDMA-wrote (a written response or
+// request, what) into a window of ours (kind: "window" or "grant") and announced in the
+// SEND_WITH_INV that revokes it: the window's buffer, cut to the message. The window must
+// have granted an access that allowed the write (granted) and be long enough; otherwise,
+// or when the SEND revokes nothing, the connection fails and ok is false.
+func (c *Conn) writtenInto(h *wire.Header, wc *verbs.WorkCompletion, what, kind string, granted func(verbs.Access) bool) (buf *pool.Buf, ok bool) {
 	if wc.Flags&verbs.WCWithInv == 0 {
-		c.fail(fmt.Errorf("%w: it sent a written response that revokes no window", ErrProtocol))
-		return
+		c.fail(fmt.Errorf("%w: it sent a written %s that revokes no %s", ErrProtocol, what, kind))
+		return nil, false
 	}
 	c.t.counters.revoked.Add(1)
 	b, ok := c.revoked(wc.InvalidatedRKey)
 	if !ok {
-		return // failed the connection
+		return nil, false
 	}
-	if b.Buf == nil || uint64(h.Len) > b.Length || b.Access&verbs.AccessRemoteWrite == 0 {
+	if b.Buf == nil || uint64(h.Len) > b.Length || !granted(b.Access) {
 		if b.Buf != nil {
 			b.Buf.Release()
 		}
-		c.fail(fmt.Errorf("%w: it wrote a response of %d bytes into window 0x%x, which is %d bytes and granted %v", ErrProtocol, h.Len, wc.InvalidatedRKey, b.Length, b.Access))
-		return
+		c.fail(fmt.Errorf("%w: it wrote a %s of %d bytes into window 0x%x, which is %d bytes and granted %v", ErrProtocol, what, h.Len, wc.InvalidatedRKey, b.Length, b.Access))
+		return nil, false
 	}
 	b.Buf.SetLen(int(h.Len))
-	c.deliver(h, b.Buf.Bytes(), -1, b.Buf)
+	return b.Buf, true
 }
