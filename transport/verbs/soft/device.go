@@ -177,10 +177,14 @@ type Stats struct {
 	// memory and a same-host peer's shared memory: placed READs they served and placed
 	// WRITEs they received (one copy each, counted nowhere else).
 	PlacedBytes uint64
+	// EngineWakes counts the times a QP's NIC engine goroutine woke to transmit what a
+	// poster left it (a frame too large to write at once, a socket that was full, or a
+	// transmit in progress): each is a goroutine hand-off on the send path.
+	EngineWakes uint64
 }
 
 type stats struct {
-	socketTx, socketRx, copied, discarded, rnrNaks, placed atomic.Uint64
+	socketTx, socketRx, copied, discarded, rnrNaks, placed, engineWakes atomic.Uint64
 }
 
 // Stats returns the device's copy counters.
@@ -189,6 +193,7 @@ func (d *Device) Stats() Stats {
 		SocketTxBytes: d.stats.socketTx.Load(), SocketRxBytes: d.stats.socketRx.Load(),
 		CopyBytes: d.stats.copied.Load(), DiscardBytes: d.stats.discarded.Load(),
 		RNRNaks: d.stats.rnrNaks.Load(), PlacedBytes: d.stats.placed.Load(),
+		EngineWakes: d.stats.engineWakes.Load(),
 	}
 }
 

@@ -18,6 +18,7 @@ func (q *QP) engine(l link, stop <-chan struct{}) {
 			return
 		}
 		probe.Mark(probe.EngWake)
+		q.dev.stats.engineWakes.Add(1)
 		q.txMu.Lock()
 		for q.step(l, 0) == stepMore {
 		}
