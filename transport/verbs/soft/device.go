@@ -112,7 +112,7 @@ type Device struct {
 	qps     map[uint32]*QP
 	nextQPN uint32
 
-	stats stats
+	stats [statStripes]stats // a QP counts in stripe qpn % statStripes (QP.st)
 
 	// readersReaping counts stream readers running a CQ's armed handler: while one does,
 	// posters send only with writes that never wait (QP.transmitTry, cq.endDefer).
@@ -179,17 +179,36 @@ type Stats struct {
 	PlacedBytes uint64
 }
 
+// stats is one stripe of a device's counters. Every frame a QP sends or receives adds to
+// them, so the QPs of one device (a Client's lanes, a server's connections, each with its
+// own reader on its own core) count in stripes of their own: one set of counters that
+// every QP added to was a cache line every core wrote on every message.
 type stats struct {
 	socketTx, socketRx, copied, discarded, rnrNaks, placed atomic.Uint64
+	_                                                      [cacheLine - 6*8]byte
 }
+
+// statStripes is how many stripes a device's counters have: QPs made one after another
+// (a Client's lanes) count in different ones up to this many.
+const statStripes = 16
+
+// cacheLine is what a stripe is padded to: two 64-byte lines, as the adjacent-line
+// prefetcher of x86 cores pulls pairs.
+const cacheLine = 128
 
 // Stats returns the device's copy counters.
 func (d *Device) Stats() Stats {
-	return Stats{
-		SocketTxBytes: d.stats.socketTx.Load(), SocketRxBytes: d.stats.socketRx.Load(),
-		CopyBytes: d.stats.copied.Load(), DiscardBytes: d.stats.discarded.Load(),
-		RNRNaks: d.stats.rnrNaks.Load(), PlacedBytes: d.stats.placed.Load(),
+	var s Stats
+	for i := range d.stats {
+		st := &d.stats[i]
+		s.SocketTxBytes += st.socketTx.Load()
+		s.SocketRxBytes += st.socketRx.Load()
+		s.CopyBytes += st.copied.Load()
+		s.DiscardBytes += st.discarded.Load()
+		s.RNRNaks += st.rnrNaks.Load()
+		s.PlacedBytes += st.placed.Load()
 	}
+	return s
 }
 
 func (d *Device) use() error {

@@ -44,7 +44,7 @@ func frameStream() ([]testFrame, []byte) {
 		frames = append(frames, testFrame{header{op: opAck, psn: uint32(i)}, nil})
 	}
 	w := &writeRecorder{}
-	l := &tcpLink{q: &QP{dev: &Device{}}, conn: w}
+	l := &tcpLink{q: bareQP(), conn: w}
 	for _, f := range frames {
 		if err := l.send(&f.h, [][]byte{f.payload}); err != nil {
 			panic(err)
@@ -95,7 +95,7 @@ func TestLinkWrites(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := &writeRecorder{}
-			l := &tcpLink{q: &QP{dev: &Device{}}, conn: w}
+			l := &tcpLink{q: bareQP(), conn: w}
 			var frames []testFrame
 			var small, large uint64
 			for i, n := range tc.sizes {
@@ -310,7 +310,7 @@ func TestTryFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &tcpLink{q: &QP{dev: &Device{}}, conn: tc, raw: raw}
+	l := &tcpLink{q: bareQP(), conn: tc, raw: raw}
 	var sent []testFrame
 	next := func(n int) testFrame {
 		f := testFrame{header{op: opSend, psn: uint32(len(sent)), len: uint32(n)}, bytes.Repeat([]byte{byte(len(sent))}, n)}
@@ -391,4 +391,10 @@ func TestTryFlush(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// bareQP is a QP of a device of its own, no more: enough for a link's writes and reads.
+func bareQP() *QP {
+	d := &Device{}
+	return &QP{dev: d, st: &d.stats[0]}
 }

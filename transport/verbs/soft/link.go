@@ -65,7 +65,7 @@ type sliceSource struct {
 }
 
 func (s *sliceSource) fill(q *QP, dst []byte) error {
-	q.dev.stats.copied.Add(uint64(len(dst)))
+	q.st.copied.Add(uint64(len(dst)))
 	for len(dst) > 0 {
 		if len(s.segs) == 0 {
 			return io.ErrUnexpectedEOF
@@ -154,7 +154,7 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 		for _, p := range payload {
 			l.stage = append(l.stage, p...)
 		}
-		l.q.dev.stats.copied.Add(uint64(h.len))
+		l.q.st.copied.Add(uint64(h.len))
 		return nil
 	}
 	if h.len <= batchFrameMax {
@@ -177,7 +177,7 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 			l.pend = append(l.pend, p...)
 		}
 		l.pendN++
-		l.q.dev.stats.copied.Add(uint64(h.len))
+		l.q.st.copied.Add(uint64(h.len))
 		return nil
 	}
 	if err := l.flush(); err != nil { // what came first leaves first
@@ -188,7 +188,7 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 	l.vec = append(l.vec, payload...)
 	l.bufs = l.vec
 	// Counted before the write: the peer may have the bytes before writev returns here.
-	l.q.dev.stats.socketTx.Add(uint64(h.len))
+	l.q.st.socketTx.Add(uint64(h.len))
 	probe.MarkN(probe.Writev, h.len)
 	_, err := l.bufs.WriteTo(l.conn)
 	probe.Mark(probe.WritevDone)
@@ -374,8 +374,8 @@ func (l *tcpLink) readLoop() {
 		}
 		if err == nil && src == &l.src {
 			err = l.src.discard(l.q)
-		} else if err == nil {
-			l.q.dev.stats.discarded.Add(uint64(len(l.buf.b)))
+		} else if err == nil && len(l.buf.b) > 0 {
+			l.q.st.discarded.Add(uint64(len(l.buf.b)))
 		}
 		if err != nil {
 			break
@@ -570,7 +570,7 @@ func (s *bufSource) fill(q *QP, dst []byte) error {
 	}
 	n := copy(dst, s.b)
 	s.b = s.b[n:]
-	q.dev.stats.copied.Add(uint64(n))
+	q.st.copied.Add(uint64(n))
 	return nil
 }
 
@@ -589,7 +589,7 @@ func (s *connSource) fill(q *QP, dst []byte) error {
 	}
 	n := s.fr.buffered(dst) // read ahead with the header
 	s.left -= int64(n)
-	q.dev.stats.copied.Add(uint64(n))
+	q.st.copied.Add(uint64(n))
 	if n == len(dst) {
 		return nil
 	}
@@ -598,7 +598,7 @@ func (s *connSource) fill(q *QP, dst []byte) error {
 	m, err := s.readFull(dst[n:])
 	q.eachCQ((*cq).beginDefer)
 	s.left -= int64(m)
-	q.dev.stats.socketRx.Add(uint64(m))
+	q.st.socketRx.Add(uint64(m))
 	return err
 }
 
@@ -636,7 +636,7 @@ func (s *connSource) discard(q *QP) error {
 		m, err := s.readFull(junk[n:])
 		n += m
 		s.left -= int64(n)
-		q.dev.stats.discarded.Add(uint64(n))
+		q.st.discarded.Add(uint64(n))
 		if err != nil {
 			return err
 		}

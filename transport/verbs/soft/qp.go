@@ -46,6 +46,7 @@ type QP struct {
 	cap     verbs.QPCap
 	sigAll  bool
 	qpn     uint32
+	st      *stats // the device's counters this QP adds to (its stripe)
 	initPSN uint32
 
 	rxMu     sync.Mutex // serializes incoming frames
@@ -177,6 +178,7 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 		return nil, fmt.Errorf("soft: create QP: device %s: %w", d.name, verbs.ErrClosed)
 	}
 	q.qpn = d.nextQPN
+	q.st = &d.stats[q.qpn%statStripes]
 	d.nextQPN++
 	d.qps[q.qpn] = q
 	d.mu.Unlock()
@@ -732,7 +734,7 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 			w.inline = append(w.inline, b...)
 			m.release()
 		}
-		q.dev.stats.copied.Add(uint64(len(w.inline)))
+		q.st.copied.Add(uint64(len(w.inline)))
 	}
 	q.sqTail++
 	return nil
