@@ -51,11 +51,12 @@ type Conn struct {
 	p       *poller
 	id      uint32 // in its work request ids: the poller's key to it (connTable)
 	qp      verbs.QP
-	qpn     uint32 // qp.Num(): whose a shared receive is (connTable)
-	eager   int    // largest payload sent inside a SEND
-	maxSend int    // largest payload sent at all
-	maxRecv uint32 // largest payload accepted
-	peer    Peer   // set before the connection is published
+	qpn     uint32       // qp.Num(): whose a shared receive is (connTable)
+	hot     *hotCounters // the transport's counters this connection adds to (its stripe)
+	eager   int          // largest payload sent inside a SEND
+	maxSend int          // largest payload sent at all
+	maxRecv uint32       // largest payload accepted
+	peer    Peer         // set before the connection is published
 
 	mu      sync.Mutex
 	out     sendQueue
@@ -101,7 +102,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	cfg := &t.cfg
 	id := p.unusedID(func() uint32 { return t.nextConn.Add(1) & 0xffffff })
 	c := &Conn{
-		t: t, p: p, id: id,
+		t: t, p: p, id: id, hot: &t.counters.hot[t.counters.nextHot.Add(1)%hotStripes],
 		eager:   min(cfg.EagerThreshold, int(peer.SlotSize)-wire.HeaderLen),
 		maxSend: min(cfg.MaxMessage, int(peer.MaxMessage)),
 		maxRecv: uint32(cfg.MaxMessage),

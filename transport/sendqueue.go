@@ -256,9 +256,9 @@ func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload []byte, pre 
 	b := s.buf.Bytes()[:cap(s.buf.Bytes())]
 	wire.PutHeader(b, h)
 	n := copy(b[wire.HeaderLen:], payload)
-	c.t.counters.sends.Add(1)
+	c.hot.sends.Add(1)
 	if n > 0 {
-		c.t.counters.eagerBytes.Add(uint64(n))
+		c.hot.eagerBytes.Add(uint64(n))
 	}
 	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(wire.HeaderLen + n), LKey: s.buf.LKey()}
 	last := len(s.wrs) - 1

@@ -411,7 +411,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		sc.ctx.cancel(context.Canceled)
 	}
 	c.t.running.Add(1)
-	c.t.counters.served.Add(1)
+	c.hot.served.Add(1)
 	c.requests.Add(1)
 	if crowded {
 		c.t.counters.events[evCrowded].Add(1)
@@ -427,7 +427,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		// Run to completion here: no hand-off, and the response cannot wait on anything
 		// this goroutine would have to reap (Config.InlineHandlers).
 		sc.inline = true
-		c.t.counters.inline.Add(1)
+		c.hot.inline.Add(1)
 		c.p.runInline(sc)
 		return
 	}
