@@ -115,7 +115,7 @@ type Device struct {
 	stats [statStripes]stats // a QP counts in stripe qpn % statStripes (QP.st)
 
 	// readersReaping counts stream readers running a CQ's armed handler: while one does,
-	// posters send only with writes that never wait (QP.transmitTry, cq.endDefer).
+	// posters send only with writes that never wait (QP.transmitTryOnce, cq.endDefer).
 	readersReaping atomic.Int32
 }
 

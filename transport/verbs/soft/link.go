@@ -230,7 +230,7 @@ func (l *tcpLink) flush() error {
 // tryFlush writes what waits (stage, and pend in its wire form: in place when nothing is
 // staged, so a BATCH is not copied again) as far as the socket takes it without waiting,
 // and reports whether all of it left. A stream reader that runs a completion handler
-// transmits this way (QP.transmitTry): it must never block on a socket, or two readers
+// transmits this way (QP.transmitTryOnce): it must never block on a socket, or two readers
 // each writing to the other's full stream would deadlock. What the socket did not take
 // (out) is the engine's to write first.
 func (l *tcpLink) tryFlush() (bool, error) {
@@ -319,7 +319,7 @@ func (l *tcpLink) writeNow(b []byte) (int, error) {
 // TryWriter is implemented by streams that can write without waiting, as a non-blocking
 // write(2) on a socket does (the shm fabric's connections): TryWrite writes as much of p as
 // the stream takes at once and returns how much, 0 when it takes nothing now. A QP's stream
-// reader that runs a completion handler sends through it (QP.transmitTry) rather than wake
+// reader that runs a completion handler sends through it (QP.transmitTryOnce) rather than wake
 // the engine.
 type TryWriter interface {
 	TryWrite(p []byte) (int, error)

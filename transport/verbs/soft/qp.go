@@ -49,10 +49,11 @@ type QP struct {
 	st      *stats // the device's counters this QP adds to (its stripe)
 	initPSN uint32
 
-	rxMu     sync.Mutex // serializes incoming frames
-	rxClosed bool       // rxMu: the link was shut down; deliveries are refused
-	txMu     sync.Mutex // held by whoever transmits: the engine, or a poster doing it inline
-	mu       sync.Mutex // everything below
+	rxMu     sync.Mutex  // serializes incoming frames
+	rxClosed bool        // rxMu: the link was shut down; deliveries are refused
+	txMu     sync.Mutex  // held by whoever transmits: the engine, or a poster doing it inline
+	txAgain  atomic.Bool // a poster found txMu held: its holder transmits once more (takeTx)
+	mu       sync.Mutex  // everything below
 
 	state     verbs.QPState
 	destroyed bool
@@ -631,17 +632,55 @@ const inlineTxMax = 16 << 10
 
 // transmitInline is the doorbell: when no one else is transmitting, the posting goroutine
 // sends what it can itself, saving the hand-off to the engine goroutine. Anything it leaves
-// (a large frame, or work while the engine holds txMu) is the engine's. A stream reader
-// running a completion handler (an inline handler's response) sends only what the socket
-// takes at once (transmitTry).
+// (a large frame) is the engine's. A stream reader running a completion handler (an inline
+// handler's response) sends only what the socket takes at once (transmitTryOnce). A poster that
+// finds another transmitting leaves its work requests to that one (takeTx): the holder
+// looks again once it let go, up to txRounds times, and only then wakes the engine.
 func (q *QP) transmitInline(l link) {
-	if q.dev.readersReaping.Load() > 0 {
-		q.transmitTry(l)
-		return
+	for round := 0; q.transmitOnce(l); round++ {
+		if round == txRounds {
+			q.kick()
+			return
+		}
 	}
+}
+
+// txRounds is how many times a poster transmits again for others who found txMu held
+// while it transmitted (their work requests came in after its last step): a goroutine
+// whose own work is sent does not stay to send everyone's.
+const txRounds = 2
+
+// takeTx takes txMu for a poster, or reports that it is held: the holder then transmits
+// this poster's work requests, which were queued before the poster asked (txAgain), and
+// looks at txAgain once it let go (letGoTx), so that one of the two sees the other. A
+// holder that lets go with txAgain set is asked again. That saves the engine's wake-up
+// (a futex wake of an idle thread on a many-core machine) every time two of a lane's
+// callers post at once.
+func (q *QP) takeTx() bool {
 	if !q.txMu.TryLock() {
-		q.kick()
-		return
+		q.txAgain.Store(true)
+		if !q.txMu.TryLock() {
+			return false
+		}
+	}
+	q.txAgain.Store(false) // what those who asked queued is stepped from here on
+	return true
+}
+
+// letGoTx lets go of txMu and reports whether a poster asked for another round.
+func (q *QP) letGoTx() bool {
+	q.txMu.Unlock()
+	return q.txAgain.Load()
+}
+
+// transmitOnce is one round of transmitInline; it reports whether a poster asked for
+// another.
+func (q *QP) transmitOnce(l link) bool {
+	if q.dev.readersReaping.Load() > 0 {
+		return q.transmitTryOnce(l)
+	}
+	if !q.takeTx() {
+		return false
 	}
 	probe.Mark(probe.TxInline)
 	st := stepMore
@@ -649,28 +688,35 @@ func (q *QP) transmitInline(l link) {
 		st = q.step(l, inlineTxMax)
 	}
 	q.flushTx(l)
-	q.txMu.Unlock()
+	again := q.letGoTx()
 	if st == stepDefer {
 		q.kick()
 	}
+	return again
 }
 
-// tryTxMax is the largest frame payload a stream reader transmits itself (transmitTry),
+// tryTxMax is the largest frame payload a stream reader transmits itself (transmitTryOnce),
 // copied to the link's stage: a 64 KiB eager message and its envelope. Copying 64 KiB
 // costs about 2 µs; the engine's wake-up it saves, 7-10 µs across vCPUs.
 const tryTxMax = 68 << 10
 
-// transmitTry is transmitInline while a stream reader runs a completion handler: the
+// transmitTryOnce is transmitInline while a stream reader runs a completion handler: the
 // poster may be that reader, which must never block on a socket. It sends frames of up to
 // tryTxMax bytes, gathered, with one write that does not wait (tcpLink.tryFlush); what the
 // socket does not take at once, larger frames (a 1 MiB READ response), and everything on a
 // link without a raw socket or a TryWriter (TLS, the in-process fabric) are the engine's. Saves the
 // engine's wake-up on every response an inline handler sends.
-func (q *QP) transmitTry(l link) {
+//
+// It is one round of transmitInline (for a poster that finds txMu held, see takeTx), and
+// reports whether a poster asked for another.
+func (q *QP) transmitTryOnce(l link) bool {
 	tl, ok := l.(*tcpLink)
-	if !ok || (tl.raw == nil && tl.try == nil) || !q.txMu.TryLock() {
+	if !ok || (tl.raw == nil && tl.try == nil) {
 		q.kick()
-		return
+		return false
+	}
+	if !q.takeTx() {
+		return false
 	}
 	probe.Mark(probe.TxInline)
 	st := stepMore
@@ -692,10 +738,11 @@ func (q *QP) transmitTry(l link) {
 	if err != nil {
 		q.linkDown(nil)
 	}
-	q.txMu.Unlock()
+	again := q.letGoTx()
 	if err == nil && (!done || st != stepIdle) {
 		q.kick()
 	}
+	return again && err == nil
 }
 
 func (q *QP) postSend(wr *verbs.SendWR) error {
