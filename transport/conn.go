@@ -53,6 +53,7 @@ type Conn struct {
 	qp      verbs.QP
 	qpn     uint32       // qp.Num(): whose a shared receive is (connTable)
 	hot     *hotCounters // the transport's counters this connection adds to (its stripe)
+	stripe  uint32       // hot's index, and where its calls count in Transport.running
 	eager   int          // largest payload sent inside a SEND
 	maxSend int          // largest payload sent at all
 	maxRecv uint32       // largest payload accepted
@@ -102,7 +103,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	cfg := &t.cfg
 	id := p.unusedID(func() uint32 { return t.nextConn.Add(1) & 0xffffff })
 	c := &Conn{
-		t: t, p: p, id: id, hot: &t.counters.hot[t.counters.nextHot.Add(1)%hotStripes],
+		t: t, p: p, id: id, stripe: t.counters.nextHot.Add(1) % hotStripes,
 		eager:   min(cfg.EagerThreshold, int(peer.SlotSize)-wire.HeaderLen),
 		maxSend: min(cfg.MaxMessage, int(peer.MaxMessage)),
 		maxRecv: uint32(cfg.MaxMessage),
@@ -117,6 +118,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		tornCh:  make(chan struct{}),
 		awayCh:  make(chan struct{}),
 	}
+	c.hot = &t.counters.hot[c.stripe]
 	nsend, nread, sendWR, recvWR := queueSizes(cfg, peer)
 	var err error
 	c.qp, err = t.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, SRQ: p.srq, Cap: verbs.QPCap{

@@ -72,40 +72,54 @@ type Transport struct {
 
 // counter counts running handlers and lets Close and WaitIdle wait for none (a WaitGroup
 // may not be waited on while others Add from zero). Every call of every connection counts
-// itself in and out, so that is one atomic add; the lock is taken only once someone has
-// waited and the count reaches zero.
+// itself in and out, in the stripe of its connection (Conn.stripe), so that the calls of
+// connections on different cores do not all write one cache line; the lock is taken only
+// once someone has waited and a stripe reaches zero, and then all of them are summed.
 type counter struct {
-	n       atomic.Int64
+	n       [hotStripes]paddedCount
 	waiting atomic.Bool // a wait has begun: Add to zero closes idle
 	mu      sync.Mutex
 	idle    chan struct{} // mu
 }
 
-func (c *counter) Add(d int) {
-	if c.n.Add(int64(d)) != 0 || !c.waiting.Load() {
+type paddedCount struct {
+	v atomic.Int64
+	_ [cacheLine - 8]byte
+}
+
+// Add adds d to stripe i's count. A call counts itself out in the stripe it counted
+// itself in: no stripe goes below zero, so all are zero only when no handler runs.
+func (c *counter) Add(i uint32, d int) {
+	if c.n[i].v.Add(int64(d)) != 0 || !c.waiting.Load() {
 		return
 	}
 	c.mu.Lock()
-	if c.n.Load() == 0 && c.idle != nil {
+	if c.none() && c.idle != nil {
 		close(c.idle)
 		c.idle = nil
 	}
 	c.mu.Unlock()
 }
 
-func (c *counter) Done() { c.Add(-1) }
+// Done counts a handler of stripe i out.
+func (c *counter) Done(i uint32) { c.Add(i, -1) }
 
 // count returns how many handlers run.
-func (c *counter) count() int { return int(c.n.Load()) }
+func (c *counter) count() (n int) {
+	for i := range c.n {
+		n += int(c.n[i].v.Load())
+	}
+	return n
+}
 
 // none reports whether no handler runs.
-func (c *counter) none() bool { return c.n.Load() == 0 }
+func (c *counter) none() bool { return c.count() == 0 }
 
 // wait returns when no handler runs, or ctx ends.
 func (c *counter) wait(ctx context.Context) error {
 	c.mu.Lock()
 	c.waiting.Store(true) // before the load: an Add to zero after it sees waiting
-	if c.n.Load() == 0 {
+	if c.none() {
 		c.mu.Unlock()
 		return nil
 	}
