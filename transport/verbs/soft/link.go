@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -111,6 +112,30 @@ type tcpLink struct {
 	fr     frameReader
 	buf    bufSource
 	guard  stallGuard
+	// cork: the reader delivers a frame with whole frames read ahead behind it, so a held
+	// post (QP.PostSendHeld) leaves its frames for it to write (held) before it waits on
+	// the stream again (letGo). A held poster stores held before it loads cork, the reader
+	// stores cork before it loads held: one of the two sees the other.
+	cork atomic.Bool
+	held atomic.Bool
+}
+
+// holdForReader reports whether a held post may leave what it gathered for the reader.
+// txMu is held.
+func (l *tcpLink) holdForReader() bool {
+	l.held.Store(true)
+	return l.cork.Load()
+}
+
+// letGo is the reader's, before it may wait on the stream: held posts hold no more, and
+// what they left is written (as a reader writes: without waiting; the rest is the
+// engine's).
+func (l *tcpLink) letGo() {
+	l.cork.Store(false)
+	if l.held.Load() {
+		l.held.Store(false)
+		l.q.transmitTry(l)
+	}
 }
 
 // stallGuard bounds how long a frame, once begun, may stop arriving: a peer that sends a
@@ -190,6 +215,7 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 	// Counted before the write: the peer may have the bytes before writev returns here.
 	l.q.st.socketTx.Add(uint64(h.len))
 	probe.MarkN(probe.Writev, h.len)
+	l.q.st.writes.Add(1)
 	_, err := l.bufs.WriteTo(l.conn)
 	probe.Mark(probe.WritevDone)
 	clear(l.vec) // drop references to registered memory
@@ -216,12 +242,14 @@ func (l *tcpLink) flush() error {
 		l.vec = append(l.vec[:0], b[:headerLen], zeroPad[:], b[headerLen:])
 		l.bufs = l.vec
 		probe.MarkN(probe.Writev, uint32(len(b)-headerLen))
+		l.q.st.writes.Add(1)
 		_, err = l.bufs.WriteTo(l.conn)
 		probe.Mark(probe.WritevDone)
 		clear(l.vec)
 		return err
 	}
 	probe.MarkN(probe.Write, uint32(len(b)))
+	l.q.st.writes.Add(1)
 	_, err = l.conn.Write(b)
 	probe.Mark(probe.WriteDone)
 	return err
@@ -249,6 +277,7 @@ func (l *tcpLink) tryFlush() (bool, error) {
 		l.tryFn = l.tryWrite // one closure for the link's life, not one per write
 	}
 	probe.MarkN(probe.Write, uint32(len(b)))
+	l.q.st.writes.Add(1)
 	n, err := l.writeNow(b)
 	probe.Mark(probe.WriteDone)
 	switch {
@@ -330,6 +359,7 @@ func (l *tcpLink) flushOut() error {
 	if l.out == nil {
 		return nil
 	}
+	l.q.st.writes.Add(1)
 	_, err := l.conn.Write(l.out)
 	l.out, l.stage = nil, l.stage[:0]
 	return err
@@ -350,10 +380,15 @@ func (l *tcpLink) readLoop() {
 	var err error
 	for {
 		l.guard.disarm()
+		if !l.fr.ready() {
+			l.letGo() // next reads the stream, and may wait for it
+		}
 		var small []byte
 		if small, err = l.fr.next(&h); err != nil {
 			break // the stream ended, or a peer that breaks the protocol is dropped
 		}
+		// Responses to this frame may wait for the next ones' while they are read ahead.
+		l.cork.Store(small != nil && l.fr.ready())
 		probe.MarkN(probe.Frame, uint32(h.op))
 		var src payloadSource = &l.src
 		if small != nil { // in the reader's buffer: a small frame, or one of a BATCH
@@ -483,6 +518,23 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 		return nil, nil
 	}
 	return f.rb[f.off+headerLen : f.off+f.used], nil
+}
+
+// ready reports whether the frame after the current one is a small one or a BATCH whose
+// bytes rb holds whole, so that next returns it without reading the stream.
+func (f *frameReader) ready() bool {
+	if len(f.batch) > 0 {
+		return true
+	}
+	b := f.rb[min(f.off+f.used, f.have):f.have]
+	if len(b) < headerLen {
+		return false
+	}
+	n := binary.LittleEndian.Uint32(b[8:]) // the payload length (wire.go); next checks the rest
+	if opcode(b[0]) != opBatch && n > smallMax {
+		return false
+	}
+	return uint64(len(b)) >= headerLen+uint64(n)
 }
 
 // Read takes the current frame's payload: first what the last reads brought in behind its
