@@ -40,12 +40,13 @@ type Client struct {
 	want    []*endpoint                 // the endpoints of the addresses (eps: want, then leaving)
 	leaving []*endpoint                 // removed, kept while no endpoint of want is up (update)
 	next    atomic.Uint32
-	up      chan struct{} // closed and replaced whenever an endpoint comes up or a dial fails
-	upMu    sync.Mutex
-	closed  chan struct{}
-	ctx     context.Context // ends when the client closes
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// up is closed and replaced whenever an endpoint comes up or a dial fails. A call loads
+	// it before it looks for a connection (no lock: every call of every caller does).
+	up     atomic.Pointer[chan struct{}]
+	closed chan struct{}
+	ctx    context.Context // ends when the client closes
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	name       string        // the target as given, for errors and logs
 	resolver   Resolver      // nil: a fixed list of addresses
@@ -90,9 +91,7 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 		return nil, err
 	}
 	for {
-		c.upMu.Lock()
-		up := c.up
-		c.upMu.Unlock()
+		up := *c.up.Load()
 		// Up once one endpoint is, and each has had its first try (so that the first
 		// calls spread over all the endpoints that answer at once).
 		eps := *c.eps.Load()
@@ -162,7 +161,9 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 // resolver. A target that cannot be read (an unknown scheme, no host, no port) or an
 // address that cannot be dialed at all is InvalidArgument.
 func NewClient(target string, opts ...DialOption) (*Client, error) {
-	c := &Client{closed: make(chan struct{}), up: make(chan struct{}), name: target, resolveNow: make(chan struct{}, 1)}
+	c := &Client{closed: make(chan struct{}), name: target, resolveNow: make(chan struct{}, 1)}
+	up := make(chan struct{})
+	c.up.Store(&up)
 	c.eps.Store(new([]*endpoint))
 	for _, o := range opts {
 		o.applyDial(&c.opts)
@@ -452,10 +453,8 @@ func (c *Client) slowerPings(ep *endpoint, interval time.Duration, why error) ti
 }
 
 func (c *Client) signalUp() {
-	c.upMu.Lock()
-	close(c.up)
-	c.up = make(chan struct{})
-	c.upMu.Unlock()
+	up := make(chan struct{})
+	close(*c.up.Swap(&up))
 }
 
 // usable says whether ep may take calls: its connection is up and, with WithHealthCheck,
@@ -480,7 +479,10 @@ func (c *Client) pick() *endpoint {
 	if n == 0 {
 		return nil
 	}
-	start := int(c.next.Add(1))
+	start := 0
+	if n > 1 { // one endpoint: no counter every call of every caller writes
+		start = int(c.next.Add(1))
+	}
 	if c.opts.balancer == LeastOutstanding { // ties go round robin
 		var best *endpoint
 		for i := 0; i < n; i++ {
@@ -778,9 +780,7 @@ func (c *Client) envelopeInto(ctx context.Context, buf *pool.Buf, room int, meth
 // Unavailable at once, or, with WaitForReady, waits until one comes up or ctx ends.
 func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *transport.Conn, error) {
 	for {
-		c.upMu.Lock()
-		up := c.up
-		c.upMu.Unlock()
+		up := *c.up.Load()
 		if ep := c.pick(); ep != nil {
 			conn := ep.conn.Load()
 			if c.opts.healthCheck && !ep.healthyOn(conn) {

@@ -263,7 +263,7 @@ func WithHealthCheck(service string) DialOption {
 func WithClientLogger(l *slog.Logger) DialOption { return WithLogger(l) }
 
 // WithLanes pins the number of connections (lanes) a client keeps to each endpoint; calls
-// and streams are spread over them round robin. Without it a client starts with one and
+// and streams are spread over them at random. Without it a client starts with one and
 // opens another while its calls in flight pass two per lane, up to GOMAXPROCS lanes: on
 // many cores one connection's reader and socket are the queue every call waits in. Each
 // lane is a connection to the server's limits (MaxConnsPerHost) and counters; balancing,

@@ -117,7 +117,7 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 	if probe.Enabled {
 		probe.MarkN(probe.Call, b2u(large != nil))
 	}
-	c.t.counters.calls.Add(1)
+	c.hot.calls.Add(1)
 	cl, err := c.register()
 	if err != nil {
 		if large != nil {

@@ -51,11 +51,14 @@ type Conn struct {
 	p       *poller
 	id      uint32 // in its work request ids: the poller's key to it (connTable)
 	qp      verbs.QP
-	qpn     uint32 // qp.Num(): whose a shared receive is (connTable)
-	eager   int    // largest payload sent inside a SEND
-	maxSend int    // largest payload sent at all
-	maxRecv uint32 // largest payload accepted
-	peer    Peer   // set before the connection is published
+	qpn     uint32       // qp.Num(): whose a shared receive is (connTable)
+	hot     *hotCounters // the transport's counters this connection adds to (its stripe)
+	stripe  uint32       // hot's index, and where its calls count in Transport.running
+	held    heldPoster   // qp, when it can hold an inline handler's response for its reader
+	eager   int          // largest payload sent inside a SEND
+	maxSend int          // largest payload sent at all
+	maxRecv uint32       // largest payload accepted
+	peer    Peer         // set before the connection is published
 
 	mu      sync.Mutex
 	out     sendQueue
@@ -101,7 +104,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	cfg := &t.cfg
 	id := p.unusedID(func() uint32 { return t.nextConn.Add(1) & 0xffffff })
 	c := &Conn{
-		t: t, p: p, id: id,
+		t: t, p: p, id: id, stripe: t.counters.nextHot.Add(1) % hotStripes,
 		eager:   min(cfg.EagerThreshold, int(peer.SlotSize)-wire.HeaderLen),
 		maxSend: min(cfg.MaxMessage, int(peer.MaxMessage)),
 		maxRecv: uint32(cfg.MaxMessage),
@@ -116,6 +119,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		tornCh:  make(chan struct{}),
 		awayCh:  make(chan struct{}),
 	}
+	c.hot = &t.counters.hot[c.stripe]
 	nsend, nread, sendWR, recvWR := queueSizes(cfg, peer)
 	var err error
 	c.qp, err = t.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, SRQ: p.srq, Cap: verbs.QPCap{
@@ -124,6 +128,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		return nil, fmt.Errorf("mwrpc: create QP: %w", err)
 	}
 	c.qpn = c.qp.Num()
+	c.held, _ = c.qp.(heldPoster)
 	if c.win.ws, err = pool.NewWindows(t.pd, c.qp, cfg.Windows); err != nil {
 		c.abort()
 		return nil, fmt.Errorf("mwrpc: %w", err)

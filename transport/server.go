@@ -97,10 +97,10 @@ func (sc *serverCall) finish() {
 		// read it: it stays as it is, and the next call gets a new one.
 		ctx = new(callCtx)
 	}
-	t := c.t
+	t, stripe := c.t, c.stripe
 	*sc = serverCall{ctx: ctx, w: ResponseWriter{sc: sc}}
 	serverCallPool.Put(sc)
-	t.running.Done()
+	t.running.Done(stripe)
 }
 
 // ResponseWriter sends a handler's response.
@@ -164,9 +164,9 @@ func (w *ResponseWriter) Write(status Code, payload []byte) error {
 		}
 		// An inline handler runs on the poller, which must not spend a grant's zeroing:
 		// counted as a handler, so that Close waits for it.
-		c.t.running.Add(1)
+		c.t.running.Add(c.stripe, 1)
 		go func() {
-			defer c.t.running.Done()
+			defer c.t.running.Done(c.stripe)
 			c.grantFor(n)
 		}()
 	}
@@ -410,8 +410,8 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	if dead { // fail already canceled the calls it knew of: this one starts canceled
 		sc.ctx.cancel(context.Canceled)
 	}
-	c.t.running.Add(1)
-	c.t.counters.served.Add(1)
+	c.t.running.Add(c.stripe, 1)
+	c.hot.served.Add(1)
 	c.requests.Add(1)
 	if crowded {
 		c.t.counters.events[evCrowded].Add(1)
@@ -427,7 +427,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		// Run to completion here: no hand-off, and the response cannot wait on anything
 		// this goroutine would have to reap (Config.InlineHandlers).
 		sc.inline = true
-		c.t.counters.inline.Add(1)
+		c.hot.inline.Add(1)
 		c.p.runInline(sc)
 		return
 	}

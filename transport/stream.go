@@ -535,7 +535,7 @@ func (s *Stream) sendAck(consumed int64, window int, status uint16) {
 	binary.LittleEndian.PutUint32(p[4:], uint32(window))
 	h := s.header(wire.KindStreamAck)
 	h.Status = status
-	s.c.t.counters.streamAcks.Add(1)
+	s.c.hot.streamAcks.Add(1)
 	if _, err := s.c.send(bg, &h, p[:], nil, revoke{}, sendTry); errors.Is(err, errNoCredit) {
 		s.c.queueCtrl(h, revoke{}, string(p[:]))
 	}
@@ -643,7 +643,7 @@ func (s *Stream) onPeerBlocked() {
 	if ack > 0 {
 		var p [wire.StreamAckLen]byte
 		binary.LittleEndian.PutUint32(p[0:], uint32(ack))
-		s.c.t.counters.streamAcks.Add(1)
+		s.c.hot.streamAcks.Add(1)
 		s.c.queueCtrl(s.header(wire.KindStreamAck), revoke{}, string(p[:]))
 	}
 }
@@ -702,7 +702,7 @@ func (c *Conn) openInStream(h *wire.Header) bool {
 	c.mu.Unlock()
 	var p [wire.StreamAckLen]byte
 	binary.LittleEndian.PutUint32(p[4:], uint32(c.t.cfg.StreamWindow))
-	c.t.counters.streamAcks.Add(1)
+	c.hot.streamAcks.Add(1)
 	c.queueCtrl(st.header(wire.KindStreamAck), revoke{}, string(p[:]))
 	return true
 }

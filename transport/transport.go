@@ -72,40 +72,54 @@ type Transport struct {
 
 // counter counts running handlers and lets Close and WaitIdle wait for none (a WaitGroup
 // may not be waited on while others Add from zero). Every call of every connection counts
-// itself in and out, so that is one atomic add; the lock is taken only once someone has
-// waited and the count reaches zero.
+// itself in and out, in the stripe of its connection (Conn.stripe), so that the calls of
+// connections on different cores do not all write one cache line; the lock is taken only
+// once someone has waited and a stripe reaches zero, and then all of them are summed.
 type counter struct {
-	n       atomic.Int64
+	n       [hotStripes]paddedCount
 	waiting atomic.Bool // a wait has begun: Add to zero closes idle
 	mu      sync.Mutex
 	idle    chan struct{} // mu
 }
 
-func (c *counter) Add(d int) {
-	if c.n.Add(int64(d)) != 0 || !c.waiting.Load() {
+type paddedCount struct {
+	v atomic.Int64
+	_ [cacheLine - 8]byte
+}
+
+// Add adds d to stripe i's count. A call counts itself out in the stripe it counted
+// itself in: no stripe goes below zero, so all are zero only when no handler runs.
+func (c *counter) Add(i uint32, d int) {
+	if c.n[i].v.Add(int64(d)) != 0 || !c.waiting.Load() {
 		return
 	}
 	c.mu.Lock()
-	if c.n.Load() == 0 && c.idle != nil {
+	if c.none() && c.idle != nil {
 		close(c.idle)
 		c.idle = nil
 	}
 	c.mu.Unlock()
 }
 
-func (c *counter) Done() { c.Add(-1) }
+// Done counts a handler of stripe i out.
+func (c *counter) Done(i uint32) { c.Add(i, -1) }
 
 // count returns how many handlers run.
-func (c *counter) count() int { return int(c.n.Load()) }
+func (c *counter) count() (n int) {
+	for i := range c.n {
+		n += int(c.n[i].v.Load())
+	}
+	return n
+}
 
 // none reports whether no handler runs.
-func (c *counter) none() bool { return c.n.Load() == 0 }
+func (c *counter) none() bool { return c.count() == 0 }
 
 // wait returns when no handler runs, or ctx ends.
 func (c *counter) wait(ctx context.Context) error {
 	c.mu.Lock()
 	c.waiting.Store(true) // before the load: an Add to zero after it sees waiting
-	if c.n.Load() == 0 {
+	if c.none() {
 		c.mu.Unlock()
 		return nil
 	}
@@ -724,9 +738,42 @@ type Stats struct {
 }
 
 type counters struct {
-	calls, served, streams, inline, bound, reads, revoked, reclaimed, eagerBytes, readBytes, access, idleClosed, unshared, written, granted, pushed, pushedIn atomic.Uint64
-	sends, streamAcks                                                                                                                                         atomic.Uint64
-	events                                                                                                                                                    [numEvents]atomic.Uint64
+	streams, bound, reads, revoked, reclaimed, readBytes, access, idleClosed, unshared, written, granted, pushed, pushedIn atomic.Uint64
+	events                                                                                                                 [numEvents]atomic.Uint64
+	hot                                                                                                                    [hotStripes]hotCounters
+	nextHot                                                                                                                atomic.Uint32
+}
+
+// hotCounters are the counters every message adds to, in stripes: a connection counts in
+// one of its own (Conn.hot), so that callers on different connections (a Client's lanes, a
+// server's peers), each on its own core, do not all write one cache line per call.
+type hotCounters struct {
+	calls, served, inline, sends, eagerBytes, streamAcks atomic.Uint64
+	_                                                    [cacheLine - 6*8]byte
+}
+
+// hotStripes is how many stripes the hot counters have: connections take them in turn.
+const hotStripes = 16
+
+// cacheLine is what a stripe is padded to: two 64-byte lines, as the adjacent-line
+// prefetcher of x86 cores pulls pairs.
+const cacheLine = 128
+
+// hotSums are the hot counters' stripes summed.
+type hotSums struct{ calls, served, inline, sends, eagerBytes, streamAcks uint64 }
+
+// hotTotals sums the stripes of the hot counters.
+func (c *counters) hotTotals() (h hotSums) {
+	for i := range c.hot {
+		s := &c.hot[i]
+		h.calls += s.calls.Load()
+		h.served += s.served.Load()
+		h.inline += s.inline.Load()
+		h.sends += s.sends.Load()
+		h.eagerBytes += s.eagerBytes.Load()
+		h.streamAcks += s.streamAcks.Load()
+	}
+	return h
 }
 
 // Stats returns a snapshot of the transport's counters. It costs about a nanosecond per
@@ -734,6 +781,7 @@ type counters struct {
 // metrics collector, not per call.
 func (t *Transport) Stats() Stats {
 	c := &t.counters
+	hot := c.hotTotals()
 	t.mu.Lock()
 	conns, exposed := len(t.conns), 0
 	for c := range t.conns {
@@ -743,13 +791,13 @@ func (t *Transport) Stats() Stats {
 	grants := int(t.grants.Load())
 	exposed = max(exposed-grants, 0)
 	t.mu.Unlock()
-	return Stats{Calls: c.calls.Load(), Served: c.served.Load(), Streams: c.streams.Load(), Inline: c.inline.Load(), WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
+	return Stats{Calls: hot.calls, Served: hot.served, Streams: c.streams.Load(), Inline: hot.inline, WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
 		RevokedPeer: c.revoked.Load(), Reclaimed: c.reclaimed.Load(),
-		EagerBytes: c.eagerBytes.Load(), ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed, Grants: grants,
+		EagerBytes: hot.eagerBytes, ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed, Grants: grants,
 		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),
 		Refused: c.events[evRefused].Load(), SetupFailed: c.events[evSetup].Load(), Protocol: c.events[evProtocol].Load(),
 		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(), Unshared: c.unshared.Load(), Written: c.written.Load(),
 		Granted: c.granted.Load(), Pushed: c.pushed.Load(), PushedIn: c.pushedIn.Load(),
-		TooManyPings: c.events[evPings].Load(), Sends: c.sends.Load(), StreamAcks: c.streamAcks.Load(),
+		TooManyPings: c.events[evPings].Load(), Sends: hot.sends, StreamAcks: hot.streamAcks,
 		Handlers: t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }

@@ -71,6 +71,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -209,6 +210,7 @@ func run(args []string, stdout, stderr io.Writer, tty bool) int {
 type options struct {
 	mode, systems, payloads, concurrency, maxInflight, out string
 	cpuprofile, serverProf, cells, streamSize, streamChunk string
+	contention                                             bool
 	cpus                                                   string
 	duration, warmup                                       time.Duration
 	rounds                                                 int
@@ -233,6 +235,7 @@ func newFlags(stderr io.Writer) (*flag.FlagSet, *options) {
 	fs.StringVar(&o.out, "out", "results", "output directory (-quick: results/quick)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (the harness's process: the clients, in two-process mode)")
 	fs.StringVar(&o.serverProf, "server-cpuprofile", "", "two-process mode: every server process writes a CPU profile of its life to PREFIX.SYSTEM.CELL.pprof")
+	fs.BoolVar(&o.contention, "contention", false, "with -cpuprofile or -server-cpuprofile: also write mutex and block profiles beside each CPU profile (NAME.mutex.pprof, NAME.block.pprof), which costs some throughput")
 	fs.StringVar(&o.cells, "cells", "echo,stream", "what to run, comma-separated: echo (the matrix of -payloads × -concurrency) and stream (the streaming cell)")
 	fs.StringVar(&o.streamSize, "stream-size", fullStream, "bytes per transfer of the streaming cell, each way (-quick: "+quickStream+")")
 	fs.StringVar(&o.streamChunk, "stream-chunk", "1MiB", "bytes per message of the streaming cell")
@@ -418,6 +421,12 @@ func (p *plan) announce(stderr io.Writer, rep *bench.Report, maxInflight string)
 // status.
 func (o *options) execute(p *plan, rep *bench.Report, start time.Time, stdout, stderr io.Writer, tty bool) int {
 	cfg := p.cfg
+	if o.contention { // server processes inherit it
+		if err := os.Setenv(contentionEnv, "1"); err != nil {
+			fmt.Fprintln(stderr, "mwrpcbench:", err)
+			return 1
+		}
+	}
 	if o.cpuprofile != "" {
 		stop, err := startCPUProfile(o.cpuprofile)
 		if err != nil {
@@ -492,7 +501,12 @@ func usage(stderr io.Writer, err error) int {
 	return 2
 }
 
-// startCPUProfile profiles this process into path until stop is called.
+// contentionEnv, set by -contention, has startCPUProfile write mutex and block profiles
+// too, in the harness and in the server processes it starts.
+const contentionEnv = "MWRPCBENCH_CONTENTION"
+
+// startCPUProfile profiles this process into path until stop is called; with
+// contentionEnv set it also records contention and writes it beside path on stop.
 func startCPUProfile(path string) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
@@ -502,10 +516,35 @@ func startCPUProfile(path string) (stop func(), err error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
+	contention := os.Getenv(contentionEnv) != ""
+	if contention {
+		runtime.SetMutexProfileFraction(10) // one contended unlock in ten
+		runtime.SetBlockProfileRate(10_000) // every blocking over 10 µs, shorter ones sampled
+	}
 	return func() {
 		pprof.StopCPUProfile()
 		_ = f.Close()
+		if contention {
+			base := strings.TrimSuffix(path, ".pprof")
+			writeProfile("mutex", base+".mutex.pprof")
+			writeProfile("block", base+".block.pprof")
+		}
 	}, nil
+}
+
+// writeProfile writes the named runtime profile to path; a failure is said on stderr
+// (the run's figures stand without it).
+func writeProfile(name, path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup(name).WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "mwrpcbench: %s profile: %v\n", name, err)
+	}
 }
 
 // parseCells reads -cells.

@@ -246,6 +246,17 @@ func (m *mwrpcInstance) Call(int) error {
 // dialMwrpcLent is dialMwrpcTCP for mwrpc-lent: each request is built in the client's
 // registered memory (rpc.Client.Buffer) and each response read where the transport put it
 // (rpc.WithLentResponses), so the client neither copies nor allocates per call.
+// dialMwrpcLanes dials as mwrpc-tcp with the client's lanes pinned to n.
+func dialMwrpcLanes(n int) func(addr string, size, _ int) (Instance, error) {
+	return func(addr string, size, _ int) (Instance, error) {
+		dev, err := soft.OpenTCP("bench-client")
+		if err != nil {
+			return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+		}
+		return dialMwrpc(dev, addr, size, rpc.WithLanes(n))
+	}
+}
+
 func dialMwrpcLent(addr string, size, _ int) (Instance, error) {
 	dev, err := soft.OpenTCP("bench-client")
 	if err != nil {

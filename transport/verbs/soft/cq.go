@@ -62,7 +62,7 @@ func (c *cq) endDefer() {
 	case run:
 		// A reader must never block on a socket: two readers each blocked writing to the
 		// other's full stream would deadlock. Work the handler posts is sent with writes that
-		// never wait, or left to the engines (QP.transmitTry).
+		// never wait, or left to the engines (QP.transmitTryOnce).
 		c.dev.readersReaping.Add(1)
 		fn()
 		c.dev.readersReaping.Add(-1)

@@ -112,10 +112,10 @@ type Device struct {
 	qps     map[uint32]*QP
 	nextQPN uint32
 
-	stats stats
+	stats [statStripes]stats // a QP counts in stripe qpn % statStripes (QP.st)
 
 	// readersReaping counts stream readers running a CQ's armed handler: while one does,
-	// posters send only with writes that never wait (QP.transmitTry, cq.endDefer).
+	// posters send only with writes that never wait (QP.transmitTryOnce, cq.endDefer).
 	readersReaping atomic.Int32
 }
 
@@ -177,24 +177,47 @@ type Stats struct {
 	// memory and a same-host peer's shared memory: placed READs they served and placed
 	// WRITEs they received (one copy each, counted nowhere else).
 	PlacedBytes uint64
+	// Writes counts the writes on the QPs' streams (write(2) and writev(2) calls on TCP,
+	// TryWrite on the shm fabric's): the frames gathered into one write count once.
+	Writes uint64
 	// EngineWakes counts the times a QP's NIC engine goroutine woke to transmit what a
 	// poster left it (a frame too large to write at once, a socket that was full, or a
 	// transmit in progress): each is a goroutine hand-off on the send path.
 	EngineWakes uint64
 }
 
+// stats is one stripe of a device's counters. Every frame a QP sends or receives adds to
+// them, so the QPs of one device (a Client's lanes, a server's connections, each with its
+// own reader on its own core) count in stripes of their own: one set of counters that
+// every QP added to was a cache line every core wrote on every message.
 type stats struct {
-	socketTx, socketRx, copied, discarded, rnrNaks, placed, engineWakes atomic.Uint64
+	socketTx, socketRx, copied, discarded, rnrNaks, placed, writes, engineWakes atomic.Uint64
+	_                                                                           [cacheLine - 8*8]byte
 }
+
+// statStripes is how many stripes a device's counters have: QPs made one after another
+// (a Client's lanes) count in different ones up to this many.
+const statStripes = 16
+
+// cacheLine is what a stripe is padded to: two 64-byte lines, as the adjacent-line
+// prefetcher of x86 cores pulls pairs.
+const cacheLine = 128
 
 // Stats returns the device's copy counters.
 func (d *Device) Stats() Stats {
-	return Stats{
-		SocketTxBytes: d.stats.socketTx.Load(), SocketRxBytes: d.stats.socketRx.Load(),
-		CopyBytes: d.stats.copied.Load(), DiscardBytes: d.stats.discarded.Load(),
-		RNRNaks: d.stats.rnrNaks.Load(), PlacedBytes: d.stats.placed.Load(),
-		EngineWakes: d.stats.engineWakes.Load(),
+	var s Stats
+	for i := range d.stats {
+		st := &d.stats[i]
+		s.SocketTxBytes += st.socketTx.Load()
+		s.SocketRxBytes += st.socketRx.Load()
+		s.CopyBytes += st.copied.Load()
+		s.DiscardBytes += st.discarded.Load()
+		s.RNRNaks += st.rnrNaks.Load()
+		s.PlacedBytes += st.placed.Load()
+		s.Writes += st.writes.Load()
+		s.EngineWakes += st.engineWakes.Load()
 	}
+	return s
 }
 
 func (d *Device) use() error {

@@ -18,12 +18,15 @@ func (q *QP) engine(l link, stop <-chan struct{}) {
 			return
 		}
 		probe.Mark(probe.EngWake)
-		q.dev.stats.engineWakes.Add(1)
-		q.txMu.Lock()
-		for q.step(l, 0) == stepMore {
+		q.st.engineWakes.Add(1)
+		for again := true; again; { // posters that found txMu held left theirs to us (takeTx)
+			q.txMu.Lock()
+			q.txAgain.Store(false)
+			for q.step(l, 0) == stepMore {
+			}
+			q.flushTx(l)
+			again = q.letGoTx()
 		}
-		q.flushTx(l)
-		q.txMu.Unlock()
 	}
 }
 

@@ -44,7 +44,7 @@ func frameStream() ([]testFrame, []byte) {
 		frames = append(frames, testFrame{header{op: opAck, psn: uint32(i)}, nil})
 	}
 	w := &writeRecorder{}
-	l := &tcpLink{q: &QP{dev: &Device{}}, conn: w}
+	l := &tcpLink{q: bareQP(), conn: w}
 	for _, f := range frames {
 		if err := l.send(&f.h, [][]byte{f.payload}); err != nil {
 			panic(err)
@@ -95,7 +95,7 @@ func TestLinkWrites(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := &writeRecorder{}
-			l := &tcpLink{q: &QP{dev: &Device{}}, conn: w}
+			l := &tcpLink{q: bareQP(), conn: w}
 			var frames []testFrame
 			var small, large uint64
 			for i, n := range tc.sizes {
@@ -310,7 +310,7 @@ func TestTryFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &tcpLink{q: &QP{dev: &Device{}}, conn: tc, raw: raw}
+	l := &tcpLink{q: bareQP(), conn: tc, raw: raw}
 	var sent []testFrame
 	next := func(n int) testFrame {
 		f := testFrame{header{op: opSend, psn: uint32(len(sent)), len: uint32(n)}, bytes.Repeat([]byte{byte(len(sent))}, n)}
@@ -390,5 +390,43 @@ func TestTryFlush(t *testing.T) {
 	}
 	if err := <-got; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// bareQP is a QP of a device of its own, no more: enough for a link's writes and reads.
+func bareQP() *QP {
+	d := &Device{}
+	return &QP{dev: d, st: &d.stats[0]}
+}
+
+// TestFrameReady: the reader holds responses (tcpLink.cork) only while the next frame is
+// one next returns without reading the stream: a small frame or a BATCH whose bytes are
+// all in rb.
+func TestFrameReady(t *testing.T) {
+	small := append(appendHeader(nil, &header{op: opSend, len: 8}), make([]byte, 8)...)
+	batch := appendHeader(nil, &header{op: opBatch, len: uint32(2 * len(small))})
+	batch = append(append(batch, small...), small...)
+	large := appendHeader(nil, &header{op: opSend, len: smallMax + 1})
+	large = append(large, make([]byte, smallMax+1)...)
+	for _, tc := range []struct {
+		name  string
+		rb    []byte
+		batch []byte
+		want  bool
+	}{
+		{"nothing read", nil, nil, false},
+		{"part of a header", small[:headerLen-1], nil, false},
+		{"a header without its payload", small[:headerLen], nil, false},
+		{"a small frame but its last byte", small[:len(small)-1], nil, false},
+		{"a whole small frame", small, nil, true},
+		{"a whole BATCH", batch, nil, true},
+		{"a BATCH but its last byte", batch[:len(batch)-1], nil, false},
+		{"a whole frame larger than smallMax", large, nil, false},
+		{"frames left in the current BATCH", nil, small, true},
+	} {
+		f := &frameReader{rb: tc.rb, have: len(tc.rb), batch: tc.batch}
+		if got := f.ready(); got != tc.want {
+			t.Errorf("%s: ready() = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -65,7 +66,7 @@ type sliceSource struct {
 }
 
 func (s *sliceSource) fill(q *QP, dst []byte) error {
-	q.dev.stats.copied.Add(uint64(len(dst)))
+	q.st.copied.Add(uint64(len(dst)))
 	for len(dst) > 0 {
 		if len(s.segs) == 0 {
 			return io.ErrUnexpectedEOF
@@ -103,7 +104,7 @@ type tcpLink struct {
 	// to stage, behind pend's frames sealed in their wire form, for tryFlush's one write
 	// (the first, when nothing is gathered before it, goes with sendNow instead).
 	trying bool
-	// While direct (a poster that is not a stream reader transmits, QP.transmitInline) or
+	// While direct (a poster that is not a stream reader transmits, QP.transmitOnce) or
 	// trying with nothing gathered yet, a large frame of up to tryTxMax bytes is written at
 	// once with one writev that does not wait, straight from registered memory (sendNow);
 	// what the socket does not take is copied to stage and left as out, for the engine to
@@ -121,6 +122,30 @@ type tcpLink struct {
 	fr     frameReader
 	buf    bufSource
 	guard  stallGuard
+	// cork: the reader delivers a frame with whole frames read ahead behind it, so a held
+	// post (QP.PostSendHeld) leaves its frames for it to write (held) before it waits on
+	// the stream again (letGo). A held poster stores held before it loads cork, the reader
+	// stores cork before it loads held: one of the two sees the other.
+	cork atomic.Bool
+	held atomic.Bool
+}
+
+// holdForReader reports whether a held post may leave what it gathered for the reader.
+// txMu is held.
+func (l *tcpLink) holdForReader() bool {
+	l.held.Store(true)
+	return l.cork.Load()
+}
+
+// letGo is the reader's, before it may wait on the stream: held posts hold no more, and
+// what they left is written (as a reader writes: without waiting; the rest is the
+// engine's).
+func (l *tcpLink) letGo() {
+	l.cork.Store(false)
+	if l.held.Load() {
+		l.held.Store(false)
+		l.q.transmitTry(l)
+	}
 }
 
 // stallGuard bounds how long a frame, once begun, may stop arriving: a peer that sends a
@@ -164,7 +189,7 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 		for _, p := range payload {
 			l.stage = append(l.stage, p...)
 		}
-		l.q.dev.stats.copied.Add(uint64(h.len))
+		l.q.st.copied.Add(uint64(h.len))
 		return nil
 	}
 	if h.len <= batchFrameMax {
@@ -187,7 +212,7 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 			l.pend = append(l.pend, p...)
 		}
 		l.pendN++
-		l.q.dev.stats.copied.Add(uint64(h.len))
+		l.q.st.copied.Add(uint64(h.len))
 		return nil
 	}
 	if err := l.flush(); err != nil { // what came first leaves first
@@ -197,8 +222,9 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 	l.vec = append(l.vec[:0], appendHeader(l.hdr[:0], h), zeroPad[:])
 	l.vec = append(l.vec, payload...)
 	// Counted before the write: the peer may have the bytes before writev returns here.
-	l.q.dev.stats.socketTx.Add(uint64(h.len))
+	l.q.st.socketTx.Add(uint64(h.len))
 	probe.MarkN(probe.Writev, h.len)
+	l.q.st.writes.Add(1)
 	if (l.direct || l.trying) && l.nowOK(h) {
 		err := l.sendNow()
 		probe.Mark(probe.WritevDone)
@@ -244,7 +270,7 @@ func (l *tcpLink) sendNow() error {
 		}
 		if len(l.stage) > 0 {
 			l.out = l.stage
-			l.q.dev.stats.copied.Add(uint64(len(l.stage)))
+			l.q.st.copied.Add(uint64(len(l.stage)))
 		}
 	}
 	clear(l.vec) // drop references to registered memory
@@ -271,12 +297,14 @@ func (l *tcpLink) flush() error {
 		l.vec = append(l.vec[:0], b[:headerLen], zeroPad[:], b[headerLen:])
 		l.bufs = l.vec
 		probe.MarkN(probe.Writev, uint32(len(b)-headerLen))
+		l.q.st.writes.Add(1)
 		_, err = l.bufs.WriteTo(l.conn)
 		probe.Mark(probe.WritevDone)
 		clear(l.vec)
 		return err
 	}
 	probe.MarkN(probe.Write, uint32(len(b)))
+	l.q.st.writes.Add(1)
 	_, err = l.conn.Write(b)
 	probe.Mark(probe.WriteDone)
 	return err
@@ -285,7 +313,7 @@ func (l *tcpLink) flush() error {
 // tryFlush writes what waits (stage, and pend in its wire form: in place when nothing is
 // staged, so a BATCH is not copied again) as far as the socket takes it without waiting,
 // and reports whether all of it left. A stream reader that runs a completion handler
-// transmits this way (QP.transmitTry): it must never block on a socket, or two readers
+// transmits this way (QP.transmitTryOnce): it must never block on a socket, or two readers
 // each writing to the other's full stream would deadlock. What the socket did not take
 // (out) is the engine's to write first.
 func (l *tcpLink) tryFlush() (bool, error) {
@@ -304,6 +332,7 @@ func (l *tcpLink) tryFlush() (bool, error) {
 		l.tryFn = l.tryWrite // one closure for the link's life, not one per write
 	}
 	probe.MarkN(probe.Write, uint32(len(b)))
+	l.q.st.writes.Add(1)
 	n, err := l.writeNow(b)
 	probe.Mark(probe.WriteDone)
 	switch {
@@ -374,7 +403,7 @@ func (l *tcpLink) writeNow(b []byte) (int, error) {
 // TryWriter is implemented by streams that can write without waiting, as a non-blocking
 // write(2) on a socket does (the shm fabric's connections): TryWrite writes as much of p as
 // the stream takes at once and returns how much, 0 when it takes nothing now. A QP's stream
-// reader that runs a completion handler sends through it (QP.transmitTry) rather than wake
+// reader that runs a completion handler sends through it (QP.transmitTryOnce) rather than wake
 // the engine.
 type TryWriter interface {
 	TryWrite(p []byte) (int, error)
@@ -385,6 +414,7 @@ func (l *tcpLink) flushOut() error {
 	if l.out == nil {
 		return nil
 	}
+	l.q.st.writes.Add(1)
 	_, err := l.conn.Write(l.out)
 	l.out, l.stage = nil, l.stage[:0]
 	return err
@@ -405,10 +435,15 @@ func (l *tcpLink) readLoop() {
 	var err error
 	for {
 		l.guard.disarm()
+		if !l.fr.ready() {
+			l.letGo() // next reads the stream, and may wait for it
+		}
 		var small []byte
 		if small, err = l.fr.next(&h); err != nil {
 			break // the stream ended, or a peer that breaks the protocol is dropped
 		}
+		// Responses to this frame may wait for the next ones' while they are read ahead.
+		l.cork.Store(small != nil && l.fr.ready())
 		probe.MarkN(probe.Frame, uint32(h.op))
 		var src payloadSource = &l.src
 		if small != nil { // in the reader's buffer: a small frame, or one of a BATCH
@@ -429,8 +464,8 @@ func (l *tcpLink) readLoop() {
 		}
 		if err == nil && src == &l.src {
 			err = l.src.discard(l.q)
-		} else if err == nil {
-			l.q.dev.stats.discarded.Add(uint64(len(l.buf.b)))
+		} else if err == nil && len(l.buf.b) > 0 {
+			l.q.st.discarded.Add(uint64(len(l.buf.b)))
 		}
 		if err != nil {
 			break
@@ -540,6 +575,23 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 	return f.rb[f.off+headerLen : f.off+f.used], nil
 }
 
+// ready reports whether the frame after the current one is a small one or a BATCH whose
+// bytes rb holds whole, so that next returns it without reading the stream.
+func (f *frameReader) ready() bool {
+	if len(f.batch) > 0 {
+		return true
+	}
+	b := f.rb[min(f.off+f.used, f.have):f.have]
+	if len(b) < headerLen {
+		return false
+	}
+	n := binary.LittleEndian.Uint32(b[8:]) // the payload length (wire.go); next checks the rest
+	if opcode(b[0]) != opBatch && n > smallMax {
+		return false
+	}
+	return uint64(len(b)) >= headerLen+uint64(n)
+}
+
 // Read takes the current frame's payload: first what the last reads brought in behind its
 // header, then straight from the stream.
 func (f *frameReader) Read(p []byte) (int, error) {
@@ -625,7 +677,7 @@ func (s *bufSource) fill(q *QP, dst []byte) error {
 	}
 	n := copy(dst, s.b)
 	s.b = s.b[n:]
-	q.dev.stats.copied.Add(uint64(n))
+	q.st.copied.Add(uint64(n))
 	return nil
 }
 
@@ -644,7 +696,7 @@ func (s *connSource) fill(q *QP, dst []byte) error {
 	}
 	n := s.fr.buffered(dst) // read ahead with the header
 	s.left -= int64(n)
-	q.dev.stats.copied.Add(uint64(n))
+	q.st.copied.Add(uint64(n))
 	if n == len(dst) {
 		return nil
 	}
@@ -653,7 +705,7 @@ func (s *connSource) fill(q *QP, dst []byte) error {
 	m, err := s.readFull(dst[n:])
 	q.eachCQ((*cq).beginDefer)
 	s.left -= int64(m)
-	q.dev.stats.socketRx.Add(uint64(m))
+	q.st.socketRx.Add(uint64(m))
 	return err
 }
 
@@ -691,7 +743,7 @@ func (s *connSource) discard(q *QP) error {
 		m, err := s.readFull(junk[n:])
 		n += m
 		s.left -= int64(n)
-		q.dev.stats.discarded.Add(uint64(n))
+		q.st.discarded.Add(uint64(n))
 		if err != nil {
 			return err
 		}

@@ -160,7 +160,7 @@ func (q *QP) placeInto(l link, src payloadSource, b []byte) error {
 	if err := sw.CopyToPeer(p, b); err != nil {
 		return fmt.Errorf("soft: qp %d: placed READ of %d bytes: %w", q.qpn, len(b), err)
 	}
-	q.dev.stats.placed.Add(uint64(len(b)))
+	q.st.placed.Add(uint64(len(b)))
 	return nil
 }
 
@@ -217,6 +217,6 @@ func (q *QP) pullWrite(src payloadSource, b []byte) error {
 	if err := sw.CopyFromPeer(b, p); err != nil {
 		return fmt.Errorf("soft: qp %d: placed WRITE of %d bytes: %w", q.qpn, len(b), err)
 	}
-	q.dev.stats.placed.Add(uint64(len(b)))
+	q.st.placed.Add(uint64(len(b)))
 	return nil
 }

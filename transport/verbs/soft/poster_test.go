@@ -66,7 +66,7 @@ func TestSendNow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &tcpLink{q: &QP{dev: &Device{}}, conn: tc, raw: raw, direct: true}
+	l := &tcpLink{q: bareQP(), conn: tc, raw: raw, direct: true}
 	sent := make([]testFrame, 0, 1024)
 	mem := make([]byte, tryTxMax)
 	frame := func(n int) testFrame {
@@ -102,11 +102,11 @@ func TestSendNow(t *testing.T) {
 	if l.out == nil {
 		t.Fatal("the socket never filled")
 	}
-	got := make(chan error, 1)
-	go func() { got <- readAll(peer, sent) }()
 	l.direct = false // the engine: it writes out first, waiting for the socket
 	last := testFrame{header{op: opSend, psn: uint32(len(sent)), len: 1}, []byte{1}}
 	sent = append(sent, last)
+	got := make(chan error, 1)
+	go func(want []testFrame) { got <- readAll(peer, want) }(sent)
 	if err := l.send(&last.h, [][]byte{last.payload}); err != nil {
 		t.Fatal(err)
 	}

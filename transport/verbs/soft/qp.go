@@ -46,12 +46,14 @@ type QP struct {
 	cap     verbs.QPCap
 	sigAll  bool
 	qpn     uint32
+	st      *stats // the device's counters this QP adds to (its stripe)
 	initPSN uint32
 
-	rxMu     sync.Mutex // serializes incoming frames
-	rxClosed bool       // rxMu: the link was shut down; deliveries are refused
-	txMu     sync.Mutex // held by whoever transmits: the engine, or a poster doing it inline
-	mu       sync.Mutex // everything below
+	rxMu     sync.Mutex  // serializes incoming frames
+	rxClosed bool        // rxMu: the link was shut down; deliveries are refused
+	txMu     sync.Mutex  // held by whoever transmits: the engine, or a poster doing it inline
+	txAgain  atomic.Bool // a poster found txMu held: its holder transmits once more (takeTx)
+	mu       sync.Mutex  // everything below
 
 	state     verbs.QPState
 	destroyed bool
@@ -177,6 +179,7 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 		return nil, fmt.Errorf("soft: create QP: device %s: %w", d.name, verbs.ErrClosed)
 	}
 	q.qpn = d.nextQPN
+	q.st = &d.stats[q.qpn%statStripes]
 	d.nextQPN++
 	d.qps[q.qpn] = q
 	d.mu.Unlock()
@@ -594,7 +597,19 @@ func (q *QP) kick() {
 
 // PostSend queues send work requests. When request i is refused, the ones before it are
 // queued and transmitted all the same (as libibverbs providers ring the doorbell for them).
-func (q *QP) PostSend(wrs []verbs.SendWR) error {
+func (q *QP) PostSend(wrs []verbs.SendWR) error { return q.post(wrs, false) }
+
+// PostSendHeld is PostSend for messages that may wait for the QP's stream reader: while
+// the reader has whole frames read ahead behind the one it delivers, what this posts is
+// gathered with whatever else is posted meanwhile, and written when the reader is about to
+// wait for the stream (tcpLink.letGo), or by the next poster that does not hold. A server
+// whose handlers run where their requests were reaped sends its responses this way: one
+// write for the responses to the requests one read brought in, rather than one each.
+// Without a stream reader, or with nothing read ahead, it is PostSend.
+func (q *QP) PostSendHeld(wrs []verbs.SendWR) error { return q.post(wrs, true) }
+
+// post is PostSend, and with hold PostSendHeld.
+func (q *QP) post(wrs []verbs.SendWR, hold bool) error {
 	if probe.Enabled && len(wrs) > 0 {
 		probe.MarkN(probe.PostSend, uint32(wrs[0].Opcode))
 	}
@@ -618,7 +633,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	l := q.link
 	q.mu.Unlock()
 	if posted > 0 && l != nil {
-		q.transmitInline(l)
+		q.transmitInline(l, hold)
 	}
 	return err
 }
@@ -631,17 +646,55 @@ const inlineTxMax = 16 << 10
 
 // transmitInline is the doorbell: when no one else is transmitting, the posting goroutine
 // sends what it can itself, saving the hand-off to the engine goroutine. Anything it leaves
-// (a large frame, or work while the engine holds txMu) is the engine's. A stream reader
-// running a completion handler (an inline handler's response) sends only what the socket
-// takes at once (transmitTry).
-func (q *QP) transmitInline(l link) {
-	if q.dev.readersReaping.Load() > 0 {
-		q.transmitTry(l)
-		return
+// (a large frame) is the engine's. A stream reader running a completion handler (an inline
+// handler's response) sends only what the socket takes at once (transmitTryOnce). A poster that
+// finds another transmitting leaves its work requests to that one (takeTx): the holder
+// looks again once it let go, up to txRounds times, and only then wakes the engine.
+func (q *QP) transmitInline(l link, hold bool) {
+	for round := 0; q.transmitOnce(l, hold); round++ {
+		if round == txRounds {
+			q.kick()
+			return
+		}
 	}
+}
+
+// txRounds is how many times a poster transmits again for others who found txMu held
+// while it transmitted (their work requests came in after its last step): a goroutine
+// whose own work is sent does not stay to send everyone's.
+const txRounds = 2
+
+// takeTx takes txMu for a poster, or reports that it is held: the holder then transmits
+// this poster's work requests, which were queued before the poster asked (txAgain), and
+// looks at txAgain once it let go (letGoTx), so that one of the two sees the other. A
+// holder that lets go with txAgain set is asked again. That saves the engine's wake-up
+// (a futex wake of an idle thread on a many-core machine) every time two of a lane's
+// callers post at once.
+func (q *QP) takeTx() bool {
 	if !q.txMu.TryLock() {
-		q.kick()
-		return
+		q.txAgain.Store(true)
+		if !q.txMu.TryLock() {
+			return false
+		}
+	}
+	q.txAgain.Store(false) // what those who asked queued is stepped from here on
+	return true
+}
+
+// letGoTx lets go of txMu and reports whether a poster asked for another round.
+func (q *QP) letGoTx() bool {
+	q.txMu.Unlock()
+	return q.txAgain.Load()
+}
+
+// transmitOnce is one round of transmitInline; it reports whether a poster asked for
+// another.
+func (q *QP) transmitOnce(l link, hold bool) bool {
+	if q.dev.readersReaping.Load() > 0 {
+		return q.transmitTryOnce(l, hold)
+	}
+	if !q.takeTx() {
+		return false
 	}
 	probe.Mark(probe.TxInline)
 	tl, direct := l.(*tcpLink)
@@ -661,31 +714,44 @@ func (q *QP) transmitInline(l link) {
 	if !left {
 		q.flushTx(l)
 	}
-	q.txMu.Unlock()
-	if st == stepDefer || left {
+	again := q.letGoTx()
+	if left { // the engine writes out first, then what the others asked for
+		q.kick()
+		return false
+	}
+	if st == stepDefer {
 		q.kick()
 	}
+	return again
 }
 
-// tryTxMax is the largest frame payload a stream reader (transmitTry), or on Linux any
-// poster (transmitInline), transmits itself with a write that never waits: a 64 KiB eager
+// tryTxMax is the largest frame payload a stream reader (transmitTryOnce), or on Linux any
+// poster (transmitOnce), transmits itself with a write that never waits: a 64 KiB eager
 // message and its envelope. Such a frame leaves straight from registered memory with one
 // writev (tcpLink.sendNow) when nothing is gathered before it; a reader copies one behind
 // gathered frames to the link's stage (about 2 µs for 64 KiB). The engine's wake-up it
 // saves costs 7-10 µs across vCPUs.
 const tryTxMax = 68 << 10
 
-// transmitTry is transmitInline while a stream reader runs a completion handler: the
+// transmitTryOnce is transmitInline while a stream reader runs a completion handler: the
 // poster may be that reader, which must never block on a socket. It sends frames of up to
 // tryTxMax bytes, gathered, with one write that does not wait (tcpLink.tryFlush); what the
 // socket does not take at once, larger frames (a 1 MiB READ response), and everything on a
 // link without a raw socket or a TryWriter (TLS, the in-process fabric) are the engine's. Saves the
 // engine's wake-up on every response an inline handler sends.
-func (q *QP) transmitTry(l link) {
+//
+// It is one round of transmitInline (for a poster that finds txMu held, see takeTx), and
+// reports whether a poster asked for another. With hold (PostSendHeld), what it gathered
+// is left for the QP's stream reader to write if the reader has frames read ahead
+// (tcpLink.holdForReader).
+func (q *QP) transmitTryOnce(l link, hold bool) bool {
 	tl, ok := l.(*tcpLink)
-	if !ok || (tl.raw == nil && tl.try == nil) || !q.txMu.TryLock() {
+	if !ok || (tl.raw == nil && tl.try == nil) {
 		q.kick()
-		return
+		return false
+	}
+	if !q.takeTx() {
+		return false
 	}
 	probe.Mark(probe.TxInline)
 	st := stepMore
@@ -699,6 +765,10 @@ func (q *QP) transmitTry(l link) {
 			st = q.step(l, tryTxMax)
 		}
 		tl.trying = false
+		if hold && st == stepIdle && tl.out == nil && tl.holdForReader() {
+			done = true
+			break
+		}
 		// Written in rounds of about batchMax: what a full round left waits for no one.
 		if done, err = tl.tryFlush(); err != nil || !done || st != stepMore {
 			break
@@ -707,9 +777,20 @@ func (q *QP) transmitTry(l link) {
 	if err != nil {
 		q.linkDown(nil)
 	}
-	q.txMu.Unlock()
+	again := q.letGoTx()
 	if err == nil && (!done || st != stepIdle) {
 		q.kick()
+	}
+	return again && err == nil
+}
+
+// transmitTry is a stream reader's transmit: rounds of transmitTryOnce, as transmitInline.
+func (q *QP) transmitTry(l link) {
+	for round := 0; q.transmitTryOnce(l, false); round++ {
+		if round == txRounds {
+			q.kick()
+			return
+		}
 	}
 }
 
@@ -749,7 +830,7 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 			w.inline = append(w.inline, b...)
 			m.release()
 		}
-		q.dev.stats.copied.Add(uint64(len(w.inline)))
+		q.st.copied.Add(uint64(len(w.inline)))
 	}
 	q.sqTail++
 	return nil

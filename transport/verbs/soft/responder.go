@@ -283,7 +283,7 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 	// SEND, SEND_WITH_IMM, SEND_WITH_INV and WRITE_WITH_IMM consume a receive.
 	r := q.takeReceive()
 	if r == nil {
-		q.dev.stats.rnrNaks.Add(1)
+		q.st.rnrNaks.Add(1)
 		q.respond(header{op: opNak, syn: synRNR, psn: h.psn, imm: uint32(q.rnrTimer / time.Microsecond)})
 		q.mu.Unlock()
 		q.kick()

@@ -152,7 +152,7 @@ func TestReadResponseOutOfOrder(t *testing.T) {
 			}
 			must(t, <-posted)
 			resp := header{op: opReadResp, psn: req.psn, len: tc.len, raddr: uint64(tc.offset)}
-			w := &tcpLink{q: &QP{dev: &Device{}}, conn: far}
+			w := &tcpLink{q: bareQP(), conn: far}
 			go func() {
 				_ = w.send(&resp, [][]byte{make([]byte, tc.len)})
 				_ = w.flush()
