@@ -137,8 +137,8 @@ func (l *tcpLink) holdForReader() bool {
 	return l.cork.Load()
 }
 
-// letGo is the reader's, before it may wait on the stream: held posts hold no more, and
-// what they left is written (as a reader writes: without waiting; the rest is the
+// letGo is the reader's, before every read of the stream (which may wait): held posts hold
+// no more, and what they left is written (as a reader writes: without waiting; the rest is the
 // engine's).
 func (l *tcpLink) letGo() {
 	l.cork.Store(false)
@@ -430,20 +430,22 @@ func (l *tcpLink) readLoop() {
 	var h header
 	l.src.r, l.src.fr = l.conn, &l.fr
 	l.fr.r = l.conn
+	l.fr.wait = l.letGo // before every read of the stream
 	l.guard = stallGuard{conn: l.conn, limit: &l.q.stallLimit}
 	l.src.guard, l.fr.guard = &l.guard, &l.guard
 	var err error
 	for {
 		l.guard.disarm()
-		if !l.fr.ready() {
-			l.letGo() // next reads the stream, and may wait for it
-		}
 		var small []byte
 		if small, err = l.fr.next(&h); err != nil {
 			break // the stream ended, or a peer that breaks the protocol is dropped
 		}
 		// Responses to this frame may wait for the next ones' while they are read ahead.
-		l.cork.Store(small != nil && l.fr.ready())
+		rest := 0
+		if small == nil {
+			rest = int(h.len) // the payload, after the header and padding next took
+		}
+		l.cork.Store(l.fr.aheadWhole(rest))
 		probe.MarkN(probe.Frame, uint32(h.op))
 		var src payloadSource = &l.src
 		if small != nil { // in the reader's buffer: a small frame, or one of a BATCH
@@ -510,6 +512,7 @@ type frameReader struct {
 	used  int
 	batch []byte // the frames of the current BATCH not returned yet (in rb)
 	guard *stallGuard
+	wait  func() // called before every read of the stream (tcpLink.letGo), or nil
 }
 
 // readAhead is rb's size once a link has carried a frame larger than smallMax: what one
@@ -575,21 +578,24 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 	return f.rb[f.off+headerLen : f.off+f.used], nil
 }
 
-// ready reports whether the frame after the current one is a small one or a BATCH whose
-// bytes rb holds whole, so that next returns it without reading the stream.
-func (f *frameReader) ready() bool {
+// aheadWhole reports whether rb holds the rest of the current frame (rest payload bytes
+// that next did not take: a larger frame's) and the whole frame after it, so that the
+// reader delivers both without reading the stream.
+func (f *frameReader) aheadWhole(rest int) bool {
 	if len(f.batch) > 0 {
-		return true
+		return true // the current frame is one of a BATCH, whose frames are all in rb
 	}
-	b := f.rb[min(f.off+f.used, f.have):f.have]
-	if len(b) < headerLen {
+	start := f.off + f.used + rest
+	if start+headerLen > f.have {
 		return false
 	}
-	n := binary.LittleEndian.Uint32(b[8:]) // the payload length (wire.go); next checks the rest
+	b := f.rb[start:f.have]
+	n := uint64(binary.LittleEndian.Uint32(b[8:])) // the payload length (wire.go); next checks the rest
+	need := headerLen + n
 	if opcode(b[0]) != opBatch && n > smallMax {
-		return false
+		need += smallMax // the padding
 	}
-	return uint64(len(b)) >= headerLen+uint64(n)
+	return uint64(len(b)) >= need
 }
 
 // Read takes the current frame's payload: first what the last reads brought in behind its
@@ -645,6 +651,9 @@ func (f *frameReader) fill(n int) error {
 	for f.have-f.off < n {
 		if f.have > f.off && !f.guard.isArmed() { // the frame has begun: it must keep coming
 			f.guard.arm()
+		}
+		if f.wait != nil {
+			f.wait()
 		}
 		probe.Mark(probe.Read)
 		m, err := f.r.Read(f.rb[f.have:])
@@ -715,6 +724,9 @@ func (s *connSource) readFull(dst []byte) (int, error) {
 	n := 0
 	for n < len(dst) {
 		s.guard.arm()
+		if s.fr.wait != nil {
+			s.fr.wait()
+		}
 		probe.Mark(probe.ReadPay)
 		m, err := s.r.Read(dst[n:])
 		probe.MarkN(probe.ReadPayDone, uint32(m))
