@@ -722,7 +722,7 @@ type Stats struct {
 	Granted      uint64 // grants given to callers: memory a next large request may be written into (Config.GrantBytes)
 	Pushed       uint64 // large requests written into the peer's grant (RDMA WRITE) instead of exposed for a READ
 	PushedIn     uint64 // large requests the peer wrote into a grant of ours
-	Unshared     uint64 // messages copied out of their shared receive slot rather than hold it: a stream's opening request, or any while the slots are crowded (SharedReceives)
+	Unshared     uint64 // messages copied out of their receive slot rather than hold it: a response while callers hold responses in half the connection's credits, a stream's opening request (SharedReceives), or any while the shared slots are crowded
 	Sends        uint64 // messages sent: SENDs posted (with or without invalidation), every kind
 	StreamAcks   uint64 // stream acks sent as messages of their own (an ack riding a stream message is not one)
 	Conns        int    // connections set up and not yet closed
