@@ -192,7 +192,7 @@ func (c *Conn) unshare(h *wire.Header, payload []byte, i int) *pool.Buf {
 //     handlers must not empty the queue every connection receives from), and always a
 //     stream's opening request (its handler runs for the stream's life).
 func (c *Conn) leaveSlot(h *wire.Header) bool {
-	if h.Kind == wire.KindResponse && int(c.in.heldResp.Load()) >= c.out.credits/2 {
+	if h.Kind == wire.KindResponse && int(c.in.heldResp.Load()) >= c.out.credits/2 && !c.t.testHoldResponses.Load() {
 		return true
 	}
 	return c.shared() && (c.p.sharedCrowded() || h.Flags&wire.FlagStream != 0)

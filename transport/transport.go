@@ -47,6 +47,9 @@ type Transport struct {
 	// Test hooks: every large message header received, and every completion polled.
 	testHookLarge atomic.Pointer[func(*wire.Header)]
 	testHookWC    atomic.Pointer[func(*verbs.WorkCompletion)]
+	// testHoldResponses: responses stay in their receive slots however many callers
+	// hold (a peer that stops returning credits; see Conn.leaveSlot).
+	testHoldResponses atomic.Bool
 	// testHookBeforeRelease runs before a caller queues the revocation of a response window.
 	testHookBeforeRelease atomic.Pointer[func(*Conn)]
 	// testHookPushUnwritten: a written request is announced without its WRITE (a hostile
