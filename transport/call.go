@@ -61,7 +61,7 @@ func (r *Response) Release() {
 	if r.buf != nil {
 		r.buf.Release()
 	} else if r.slot >= 0 {
-		c.in.heldResp.Add(-1)
+		c.out.heldResp.Add(-1)
 		c.releaseSlot(r.slot, true)
 	}
 	*r = Response{}
@@ -222,7 +222,7 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 		return
 	}
 	if slot >= 0 {
-		c.in.heldResp.Add(1) // until Release (see leaveSlot)
+		c.out.heldResp.Add(1) // until Release (see leaveSlot)
 		if !c.shared() {
 			c.mu.Lock()
 			c.in.slots[slot].held = true

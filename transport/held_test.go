@@ -58,7 +58,7 @@ func TestHeldResponses(t *testing.T) {
 			if n := e.client.Stats().Unshared; n < callers-credits/2 {
 				t.Errorf("client: %d responses copied out of their slots, want at least %d", n, callers-credits/2)
 			}
-			if n := e.conn.in.heldResp.Load(); n != 0 {
+			if n := e.conn.out.heldResp.Load(); n != 0 {
 				t.Errorf("client: %d responses counted as held after every Release, want 0", n)
 			}
 		})

@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/mwrpc/mwrpc/internal/probe"
@@ -31,9 +30,6 @@ import (
 type receiveSide struct {
 	slots []recvSlot  // nil with shared receives (poller.shared)
 	hdr   wire.Header // the poller's scratch
-	// heldResp counts the Responses callers hold in receive slots of this connection,
-	// own or shared: each holds one of the peer's credits until Release (see unshare).
-	heldResp atomic.Int32
 }
 
 type recvSlot struct {
@@ -192,7 +188,7 @@ func (c *Conn) unshare(h *wire.Header, payload []byte, i int) *pool.Buf {
 //     handlers must not empty the queue every connection receives from), and always a
 //     stream's opening request (its handler runs for the stream's life).
 func (c *Conn) leaveSlot(h *wire.Header) bool {
-	if h.Kind == wire.KindResponse && int(c.in.heldResp.Load()) >= c.out.credits/2 && !c.t.testHoldResponses.Load() {
+	if h.Kind == wire.KindResponse && int(c.out.heldResp.Load()) >= c.out.credits/2 && !c.t.testHoldResponses.Load() {
 		return true
 	}
 	return c.shared() && (c.p.sharedCrowded() || h.Flags&wire.FlagStream != 0)
