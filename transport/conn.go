@@ -54,6 +54,7 @@ type Conn struct {
 	qpn     uint32       // qp.Num(): whose a shared receive is (connTable)
 	hot     *hotCounters // the transport's counters this connection adds to (its stripe)
 	stripe  uint32       // hot's index, and where its calls count in Transport.running
+	held    heldPoster   // qp, when it can hold an inline handler's response for its reader
 	eager   int          // largest payload sent inside a SEND
 	maxSend int          // largest payload sent at all
 	maxRecv uint32       // largest payload accepted
@@ -127,6 +128,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 		return nil, fmt.Errorf("mwrpc: create QP: %w", err)
 	}
 	c.qpn = c.qp.Num()
+	c.held, _ = c.qp.(heldPoster)
 	if c.win.ws, err = pool.NewWindows(t.pd, c.qp, cfg.Windows); err != nil {
 		c.abort()
 		return nil, fmt.Errorf("mwrpc: %w", err)

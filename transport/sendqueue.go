@@ -68,6 +68,18 @@ const (
 	sendReservedAway                 // the same, from a goroutine of its own: may wait for a window
 )
 
+// heldPoster is a QP whose stream reader can hold a message until it has delivered the
+// frames it read ahead (soft's QP.PostSendHeld). The responses of handlers run where their
+// requests were reaped (sendReserved) go this way, so that the responses to the requests
+// one read brought in leave in one write, not one write(2) and one wake-up of the
+// caller's reader each. A response waits at most for the delivery of the frames that
+// read brought in (and the handlers they run inline, which are short: Config.InlineBudget;
+// Config.InlineHandlers runs every handler there, and a slow one holds up its connection's
+// responses as it holds up its requests).
+type heldPoster interface {
+	PostSendHeld(wrs []verbs.SendWR) error
+}
+
 var errNoCredit = errors.New("mwrpc: no credit")
 
 // errLate: a written response found its caller's window too old to revoke (sendWritten).
@@ -157,7 +169,11 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, pre []v
 	if probe.Enabled {
 		probe.MarkN(probe.Post, uint32(h.Kind)|uint32(b2u(inv != 0))<<8)
 	}
-	err = c.qp.PostSend(wrs)
+	if mode == sendReserved && c.held != nil {
+		err = c.held.PostSendHeld(wrs) // an inline handler's response: see heldPoster
+	} else {
+		err = c.qp.PostSend(wrs)
+	}
 	probe.Mark(probe.Posted)
 	c.postedSlot(i, s)
 	if err != nil {

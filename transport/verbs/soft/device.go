@@ -177,6 +177,9 @@ type Stats struct {
 	// memory and a same-host peer's shared memory: placed READs they served and placed
 	// WRITEs they received (one copy each, counted nowhere else).
 	PlacedBytes uint64
+	// Writes counts the writes on the QPs' streams (write(2) and writev(2) calls on TCP,
+	// TryWrite on the shm fabric's): the frames gathered into one write count once.
+	Writes uint64
 }
 
 // stats is one stripe of a device's counters. Every frame a QP sends or receives adds to
@@ -184,8 +187,8 @@ type Stats struct {
 // own reader on its own core) count in stripes of their own: one set of counters that
 // every QP added to was a cache line every core wrote on every message.
 type stats struct {
-	socketTx, socketRx, copied, discarded, rnrNaks, placed atomic.Uint64
-	_                                                      [cacheLine - 6*8]byte
+	socketTx, socketRx, copied, discarded, rnrNaks, placed, writes atomic.Uint64
+	_                                                              [cacheLine - 7*8]byte
 }
 
 // statStripes is how many stripes a device's counters have: QPs made one after another
@@ -207,6 +210,7 @@ func (d *Device) Stats() Stats {
 		s.DiscardBytes += st.discarded.Load()
 		s.RNRNaks += st.rnrNaks.Load()
 		s.PlacedBytes += st.placed.Load()
+		s.Writes += st.writes.Load()
 	}
 	return s
 }

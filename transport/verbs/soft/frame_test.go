@@ -398,3 +398,39 @@ func bareQP() *QP {
 	d := &Device{}
 	return &QP{dev: d, st: &d.stats[0]}
 }
+
+// TestFrameReady: the reader holds responses (tcpLink.cork) only while the rest of the
+// current frame and the whole next one are in rb, so that it delivers them without reading
+// the stream (before any read it lets go, whatever cork says).
+func TestFrameReady(t *testing.T) {
+	small := append(appendHeader(nil, &header{op: opSend, len: 8}), make([]byte, 8)...)
+	batch := appendHeader(nil, &header{op: opBatch, len: uint32(2 * len(small))})
+	batch = append(append(batch, small...), small...)
+	large := appendHeader(nil, &header{op: opSend, len: smallMax + 1})
+	large = append(append(large, zeroPad[:]...), make([]byte, smallMax+1)...)
+	for _, tc := range []struct {
+		name  string
+		rb    []byte
+		rest  int
+		batch []byte
+		want  bool
+	}{
+		{"nothing read", nil, 0, nil, false},
+		{"part of a header", small[:headerLen-1], 0, nil, false},
+		{"a header without its payload", small[:headerLen], 0, nil, false},
+		{"a small frame but its last byte", small[:len(small)-1], 0, nil, false},
+		{"a whole small frame", small, 0, nil, true},
+		{"a whole BATCH", batch, 0, nil, true},
+		{"a BATCH but its last byte", batch[:len(batch)-1], 0, nil, false},
+		{"a whole larger frame", large, 0, nil, true},
+		{"a larger frame but its last byte", large[:len(large)-1], 0, nil, false},
+		{"the current frame's rest, then a small frame", append(make([]byte, 100), small...), 100, nil, true},
+		{"part of the current frame's rest", make([]byte, 50), 100, nil, false},
+		{"frames left in the current BATCH", nil, 0, small, true},
+	} {
+		f := &frameReader{rb: tc.rb, have: len(tc.rb), batch: tc.batch}
+		if got := f.aheadWhole(tc.rest); got != tc.want {
+			t.Errorf("%s: aheadWhole(%d) = %v, want %v", tc.name, tc.rest, got, tc.want)
+		}
+	}
+}

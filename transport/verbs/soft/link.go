@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -111,6 +112,30 @@ type tcpLink struct {
 	fr     frameReader
 	buf    bufSource
 	guard  stallGuard
+	// cork: the reader delivers a frame with whole frames read ahead behind it, so a held
+	// post (QP.PostSendHeld) leaves its frames for it to write (held) before it waits on
+	// the stream again (letGo). A held poster stores held before it loads cork, the reader
+	// stores cork before it loads held: one of the two sees the other.
+	cork atomic.Bool
+	held atomic.Bool
+}
+
+// holdForReader reports whether a held post may leave what it gathered for the reader.
+// txMu is held.
+func (l *tcpLink) holdForReader() bool {
+	l.held.Store(true)
+	return l.cork.Load()
+}
+
+// letGo is the reader's, before every read of the stream (which may wait): held posts hold
+// no more, and what they left is written (as a reader writes: without waiting; the rest is the
+// engine's).
+func (l *tcpLink) letGo() {
+	l.cork.Store(false)
+	if l.held.Load() {
+		l.held.Store(false)
+		l.q.transmitTry(l)
+	}
 }
 
 // stallGuard bounds how long a frame, once begun, may stop arriving: a peer that sends a
@@ -190,6 +215,7 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 	// Counted before the write: the peer may have the bytes before writev returns here.
 	l.q.st.socketTx.Add(uint64(h.len))
 	probe.MarkN(probe.Writev, h.len)
+	l.q.st.writes.Add(1)
 	_, err := l.bufs.WriteTo(l.conn)
 	probe.Mark(probe.WritevDone)
 	clear(l.vec) // drop references to registered memory
@@ -216,12 +242,14 @@ func (l *tcpLink) flush() error {
 		l.vec = append(l.vec[:0], b[:headerLen], zeroPad[:], b[headerLen:])
 		l.bufs = l.vec
 		probe.MarkN(probe.Writev, uint32(len(b)-headerLen))
+		l.q.st.writes.Add(1)
 		_, err = l.bufs.WriteTo(l.conn)
 		probe.Mark(probe.WritevDone)
 		clear(l.vec)
 		return err
 	}
 	probe.MarkN(probe.Write, uint32(len(b)))
+	l.q.st.writes.Add(1)
 	_, err = l.conn.Write(b)
 	probe.Mark(probe.WriteDone)
 	return err
@@ -249,6 +277,7 @@ func (l *tcpLink) tryFlush() (bool, error) {
 		l.tryFn = l.tryWrite // one closure for the link's life, not one per write
 	}
 	probe.MarkN(probe.Write, uint32(len(b)))
+	l.q.st.writes.Add(1)
 	n, err := l.writeNow(b)
 	probe.Mark(probe.WriteDone)
 	switch {
@@ -330,6 +359,7 @@ func (l *tcpLink) flushOut() error {
 	if l.out == nil {
 		return nil
 	}
+	l.q.st.writes.Add(1)
 	_, err := l.conn.Write(l.out)
 	l.out, l.stage = nil, l.stage[:0]
 	return err
@@ -345,6 +375,7 @@ func (l *tcpLink) readLoop() {
 	var h header
 	l.src.r, l.src.fr = l.conn, &l.fr
 	l.fr.r = l.conn
+	l.fr.wait = l.letGo // before every read of the stream
 	l.guard = stallGuard{conn: l.conn, limit: &l.q.stallLimit}
 	l.src.guard, l.fr.guard = &l.guard, &l.guard
 	var err error
@@ -354,6 +385,12 @@ func (l *tcpLink) readLoop() {
 		if small, err = l.fr.next(&h); err != nil {
 			break // the stream ended, or a peer that breaks the protocol is dropped
 		}
+		// Responses to this frame may wait for the next ones' while they are read ahead.
+		rest := 0
+		if small == nil {
+			rest = int(h.len) // the payload, after the header and padding next took
+		}
+		l.cork.Store(l.fr.aheadWhole(rest))
 		probe.MarkN(probe.Frame, uint32(h.op))
 		var src payloadSource = &l.src
 		if small != nil { // in the reader's buffer: a small frame, or one of a BATCH
@@ -420,6 +457,7 @@ type frameReader struct {
 	used  int
 	batch []byte // the frames of the current BATCH not returned yet (in rb)
 	guard *stallGuard
+	wait  func() // called before every read of the stream (tcpLink.letGo), or nil
 }
 
 // readAhead is rb's size once a link has carried a frame larger than smallMax: what one
@@ -485,6 +523,26 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 	return f.rb[f.off+headerLen : f.off+f.used], nil
 }
 
+// aheadWhole reports whether rb holds the rest of the current frame (rest payload bytes
+// that next did not take: a larger frame's) and the whole frame after it, so that the
+// reader delivers both without reading the stream.
+func (f *frameReader) aheadWhole(rest int) bool {
+	if len(f.batch) > 0 {
+		return true // the current frame is one of a BATCH, whose frames are all in rb
+	}
+	start := f.off + f.used + rest
+	if start+headerLen > f.have {
+		return false
+	}
+	b := f.rb[start:f.have]
+	n := uint64(binary.LittleEndian.Uint32(b[8:])) // the payload length (wire.go); next checks the rest
+	need := headerLen + n
+	if opcode(b[0]) != opBatch && n > smallMax {
+		need += smallMax // the padding
+	}
+	return uint64(len(b)) >= need
+}
+
 // Read takes the current frame's payload: first what the last reads brought in behind its
 // header, then straight from the stream.
 func (f *frameReader) Read(p []byte) (int, error) {
@@ -538,6 +596,9 @@ func (f *frameReader) fill(n int) error {
 	for f.have-f.off < n {
 		if f.have > f.off && !f.guard.isArmed() { // the frame has begun: it must keep coming
 			f.guard.arm()
+		}
+		if f.wait != nil {
+			f.wait()
 		}
 		probe.Mark(probe.Read)
 		m, err := f.r.Read(f.rb[f.have:])
@@ -608,6 +669,9 @@ func (s *connSource) readFull(dst []byte) (int, error) {
 	n := 0
 	for n < len(dst) {
 		s.guard.arm()
+		if s.fr.wait != nil {
+			s.fr.wait()
+		}
 		probe.Mark(probe.ReadPay)
 		m, err := s.r.Read(dst[n:])
 		probe.MarkN(probe.ReadPayDone, uint32(m))

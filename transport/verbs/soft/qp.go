@@ -597,7 +597,19 @@ func (q *QP) kick() {
 
 // PostSend queues send work requests. When request i is refused, the ones before it are
 // queued and transmitted all the same (as libibverbs providers ring the doorbell for them).
-func (q *QP) PostSend(wrs []verbs.SendWR) error {
+func (q *QP) PostSend(wrs []verbs.SendWR) error { return q.post(wrs, false) }
+
+// PostSendHeld is PostSend for messages that may wait for the QP's stream reader: while
+// the reader has whole frames read ahead behind the one it delivers, what this posts is
+// gathered with whatever else is posted meanwhile, and written when the reader is about to
+// wait for the stream (tcpLink.letGo), or by the next poster that does not hold. A server
+// whose handlers run where their requests were reaped sends its responses this way: one
+// write for the responses to the requests one read brought in, rather than one each.
+// Without a stream reader, or with nothing read ahead, it is PostSend.
+func (q *QP) PostSendHeld(wrs []verbs.SendWR) error { return q.post(wrs, true) }
+
+// post is PostSend, and with hold PostSendHeld.
+func (q *QP) post(wrs []verbs.SendWR, hold bool) error {
 	if probe.Enabled && len(wrs) > 0 {
 		probe.MarkN(probe.PostSend, uint32(wrs[0].Opcode))
 	}
@@ -621,7 +633,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error {
 	l := q.link
 	q.mu.Unlock()
 	if posted > 0 && l != nil {
-		q.transmitInline(l)
+		q.transmitInline(l, hold)
 	}
 	return err
 }
@@ -636,8 +648,8 @@ const inlineTxMax = 16 << 10
 // handler's response) sends only what the socket takes at once (transmitTryOnce). A poster that
 // finds another transmitting leaves its work requests to that one (takeTx): the holder
 // looks again once it let go, up to txRounds times, and only then wakes the engine.
-func (q *QP) transmitInline(l link) {
-	for round := 0; q.transmitOnce(l); round++ {
+func (q *QP) transmitInline(l link, hold bool) {
+	for round := 0; q.transmitOnce(l, hold); round++ {
 		if round == txRounds {
 			q.kick()
 			return
@@ -675,9 +687,9 @@ func (q *QP) letGoTx() bool {
 
 // transmitOnce is one round of transmitInline; it reports whether a poster asked for
 // another.
-func (q *QP) transmitOnce(l link) bool {
+func (q *QP) transmitOnce(l link, hold bool) bool {
 	if q.dev.readersReaping.Load() > 0 {
-		return q.transmitTryOnce(l)
+		return q.transmitTryOnce(l, hold)
 	}
 	if !q.takeTx() {
 		return false
@@ -708,8 +720,10 @@ const tryTxMax = 68 << 10
 // engine's wake-up on every response an inline handler sends.
 //
 // It is one round of transmitInline (for a poster that finds txMu held, see takeTx), and
-// reports whether a poster asked for another.
-func (q *QP) transmitTryOnce(l link) bool {
+// reports whether a poster asked for another. With hold (PostSendHeld), what it gathered
+// is left for the QP's stream reader to write if the reader has frames read ahead
+// (tcpLink.holdForReader).
+func (q *QP) transmitTryOnce(l link, hold bool) bool {
 	tl, ok := l.(*tcpLink)
 	if !ok || (tl.raw == nil && tl.try == nil) {
 		q.kick()
@@ -730,6 +744,10 @@ func (q *QP) transmitTryOnce(l link) bool {
 			st = q.step(l, tryTxMax)
 		}
 		tl.trying = false
+		if hold && st == stepIdle && tl.out == nil && tl.holdForReader() {
+			done = true
+			break
+		}
 		// Written in rounds of about batchMax: what a full round left waits for no one.
 		if done, err = tl.tryFlush(); err != nil || !done || st != stepMore {
 			break
@@ -743,6 +761,16 @@ func (q *QP) transmitTryOnce(l link) bool {
 		q.kick()
 	}
 	return again && err == nil
+}
+
+// transmitTry is a stream reader's transmit: rounds of transmitTryOnce, as transmitInline.
+func (q *QP) transmitTry(l link) {
+	for round := 0; q.transmitTryOnce(l, false); round++ {
+		if round == txRounds {
+			q.kick()
+			return
+		}
+	}
 }
 
 func (q *QP) postSend(wr *verbs.SendWR) error {

@@ -1,6 +1,10 @@
 package soft
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
 
 // TestPosterLeavesToHolder: a poster that finds another goroutine transmitting leaves its
 // work requests to that one and wakes no engine; the holder is asked for another round
@@ -16,7 +20,7 @@ func TestPosterLeavesToHolder(t *testing.T) {
 	}
 
 	q.txMu.Lock() // another goroutine transmits
-	q.transmitInline(nil)
+	q.transmitInline(nil, false)
 	if len(q.wake) != 0 {
 		t.Fatal("a poster that found txMu held woke the engine")
 	}
@@ -25,5 +29,81 @@ func TestPosterLeavesToHolder(t *testing.T) {
 	}
 	if !q.takeTx() || q.letGoTx() {
 		t.Fatal("the next holder's round did not clear the request")
+	}
+}
+
+// TestHeldResponsesGathered: requests that arrive together (one BATCH, one read) and are
+// answered from the armed queue's handler with PostSendHeld leave in one or two writes,
+// not one each. (With PostSend, logged for comparison, each answer is written at once.)
+func TestHeldResponsesGathered(t *testing.T) {
+	const n = 16
+	for _, held := range []bool{true, false} {
+		t.Run(map[bool]string{true: "held", false: "not held"}[held], func(t *testing.T) {
+			open := fabrics(t)["tcp"]
+			c, s := newHost(t, open("c"), 1<<16), newHost(t, open("s"), 1<<16)
+			defer c.close(t)
+			defer s.close(t)
+			connect(t, c, s)
+			for i := 0; i < n; i++ {
+				must(t, s.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{verbs.SGEFor(s.mr, 64*i, 64)}}}))
+				must(t, c.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{verbs.SGEFor(c.mr, 4096+64*i, 64)}}}))
+			}
+			sq := s.qp.(*QP)
+			answer := func(wc *verbs.WorkCompletion) {
+				if wc.Opcode != verbs.WCRecv {
+					return
+				}
+				wr := []verbs.SendWR{{WRID: wc.WRID, Opcode: verbs.WRSend, Flags: verbs.SendInline, SGL: []verbs.SGE{verbs.SGEFor(s.mr, 64*int(wc.WRID), 8)}}}
+				if held {
+					must(t, sq.PostSendHeld(wr))
+				} else {
+					must(t, sq.PostSend(wr))
+				}
+			}
+			dcq := s.cq.(verbs.DirectCQ)
+			dcq.SetArmedHandler(func() { // as the transport's reaper: poll, arm, poll again
+				var wcs [n]verbs.WorkCompletion
+				for {
+					k, err := s.cq.Poll(wcs[:])
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					for i := range wcs[:k] {
+						answer(&wcs[i])
+					}
+					if k > 0 {
+						continue
+					}
+					must(t, s.cq.ReqNotify())
+					if k, _ = s.cq.Poll(wcs[:1]); k == 0 {
+						return
+					}
+					answer(&wcs[0])
+				}
+			})
+			defer dcq.SetArmedHandler(nil)
+			must(t, s.cq.ReqNotify())
+
+			wrs := make([]verbs.SendWR, n) // one PostSend: one BATCH on the stream
+			for i := range wrs {
+				wrs[i] = verbs.SendWR{WRID: uint64(100 + i), Opcode: verbs.WRSend, Flags: verbs.SendInline, SGL: []verbs.SGE{verbs.SGEFor(c.mr, 0, 8)}}
+			}
+			before := s.dev.Stats().Writes
+			must(t, c.qp.PostSend(wrs))
+			for got := 0; got < n; {
+				if wc := c.poll(t); wc.Opcode == verbs.WCRecv {
+					if wc.Status != verbs.WCSuccess {
+						t.Fatalf("answer %+v", wc)
+					}
+					got++
+				}
+			}
+			writes := s.dev.Stats().Writes - before
+			t.Logf("%d answers in %d writes", n, writes)
+			if held && writes > 3 {
+				t.Errorf("%d held answers to one BATCH of requests took %d writes, want at most 3", n, writes)
+			}
+		})
 	}
 }
