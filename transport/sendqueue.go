@@ -18,9 +18,9 @@ import (
 // control queue and pending window revocations, see credits.go).
 //
 // Lock rules: every field is guarded by Conn.mu, except owed, owedCtrl and heldResp
-// (atomics: the receive side counts reposted and held slots without the lock) and the contents of a slot while
-// its sender is filling it (filling set: the sender's alone until it clears it under
-// Conn.mu). A slot's registered buffer is made on first use and lives with the
+// (atomics: the receive side counts reposted and held slots without the lock) and the
+// contents of a slot while its sender is filling it (filling set: the sender's alone until
+// it clears it under Conn.mu). A slot's registered buffer is made on first use and lives with the
 // connection; teardown releases those no sender is filling.
 type sendQueue struct {
 	credits   int // the peer's receive slots for counted messages (fixed at setup)
