@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -297,4 +298,75 @@ func sizeName(n int) string {
 		return fmt.Sprintf("%dKiB", n>>10)
 	}
 	return fmt.Sprintf("%dB", n)
+}
+
+// BenchmarkLentParallel is BenchmarkLargeEcho's copy and lent modes for small payloads
+// under many callers (64 B and 4 KiB, 16 and 64 callers sharing one Client over the soft
+// TCP fabric): what lending costs when every caller borrows and gives back at once. Run it
+// with GOMAXPROCS of a real machine to see the client's shared state contended, and with
+// -mutexprofile to see where:
+//
+//	go test -run '^$' -bench LentParallel -benchmem -cpu 8 -mutexprofile mutex.out ./rpc/
+func BenchmarkLentParallel(b *testing.B) {
+	for _, mode := range []string{"copy", "lent"} {
+		var copts []rpc.DialOption
+		if mode == "lent" {
+			copts = append(copts, rpc.WithLentResponses())
+		}
+		srv := rpc.NewServer()
+		benchsvc.RegisterBench(srv, benchsvc.Echo{})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		go srv.Serve(ln)
+		client, err := rpc.Dial(context.Background(), ln.Addr().String(), copts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		svc := benchsvc.NewBenchClient(client)
+		for _, n := range []int{64, 4 << 10} {
+			payload := bytes.Repeat([]byte{1}, n)
+			call := func(ctx context.Context) error {
+				req := payload
+				var err error
+				if mode == "lent" {
+					if req, err = client.Buffer(ctx, n); err != nil {
+						return err
+					}
+				}
+				out, err := svc.Bytes(ctx, req)
+				if err == nil && len(out) != n {
+					err = fmt.Errorf("%d bytes back", len(out))
+				}
+				if err == nil && mode == "lent" {
+					err = client.Release(out)
+				}
+				return err
+			}
+			for _, conc := range []int{16, 64} {
+				b.Run(fmt.Sprintf("%s/%s/c%d", mode, sizeName(n), conc), func(b *testing.B) {
+					ctx := context.Background()
+					for i := 0; i < 10; i++ {
+						if err := call(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportAllocs()
+					b.ResetTimer()
+					b.SetParallelism((conc + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							if err := call(ctx); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				})
+			}
+		}
+		client.Close()
+		srv.Stop()
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -278,4 +279,92 @@ func TestClientAllocs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestLentSendsPerCall counts the SENDs of small calls from many callers at once: lending
+// must not cost messages. A lent response holds its receive slot until Release, so the
+// slot is reposted (and its credit returned) later than a copied one's; if held slots
+// delayed the credits, each call would cost credit Releases of its own beside its request
+// and response, and callers that keep their responses could stall the connection (the
+// transport's TestHeldResponses). Rows: copied responses, lent ones released at once, and
+// lent ones each caller keeps until its next call returns.
+func TestLentSendsPerCall(t *testing.T) {
+	const callers, calls, size = 64, 50, 64
+	for _, mode := range []string{"copy", "lent", "held"} {
+		t.Run(mode, func(t *testing.T) {
+			var copts []rpc.DialOption
+			if mode != "copy" {
+				copts = append(copts, rpc.WithLentResponses())
+			}
+			e := startLend(t, nil, copts...)
+			cs0, ss0 := e.client.Stats(), e.srv.Stats()
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := lentCalls(e.client, mode, calls, size); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+			cs, ss := e.client.Stats(), e.srv.Stats()
+			n := float64(callers * calls)
+			cli, srv := float64(cs.Sends-cs0.Sends)/n, float64(ss.Sends-ss0.Sends)/n
+			t.Logf("%s: %.3f SENDs per call from the client, %.3f from the server", mode, cli, srv)
+			if ss.Stalled != ss0.Stalled {
+				t.Errorf("%s: %d connections stalled for credits on the server, want none", mode, ss.Stalled-ss0.Stalled)
+			}
+			// One request and one response each; the rest is credit Releases (about one per
+			// Credits/8 messages received) and the odd ping.
+			if cli > 1.1 || srv > 1.1 {
+				t.Errorf("%s: %.3f SENDs per call from the client and %.3f from the server, want at most 1.1 each (a request or a response, and a credit Release per Credits/8 calls)", mode, cli, srv)
+			}
+		})
+	}
+}
+
+// lentCalls makes calls Echo calls of size bytes: with the caller's own request and a
+// copied response (mode copy), or in Buffer's memory with a lent response released at once
+// (lent) or after the next call returns (held).
+func lentCalls(c *rpc.Client, mode string, calls, size int) error {
+	ctx := context.Background()
+	payload := pattern(size, 3)
+	var held []byte
+	defer func() {
+		if held != nil {
+			_ = c.Release(held)
+		}
+	}()
+	for range calls {
+		req := payload
+		if mode != "copy" {
+			var err error
+			if req, err = c.Buffer(ctx, size); err != nil {
+				return err
+			}
+			copy(req, payload)
+		}
+		out, err := c.InvokeBytes(ctx, "/test.Raw/Echo", req)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(out, payload) {
+			return fmt.Errorf("%s: response differs from the request", mode)
+		}
+		switch mode {
+		case "lent":
+			err = c.Release(out)
+		case "held":
+			if held != nil {
+				err = c.Release(held)
+			}
+			held = out
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

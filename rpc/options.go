@@ -277,8 +277,9 @@ func WithLanes(n int) DialOption {
 // and no copy per call, whatever the size. Each lent response must be given back with
 // Client.Release once the caller is done with it, and neither it nor a slice of it used
 // afterwards. Until then it holds memory of the client's connection: the buffer a large
-// response was read into, or a receive slot (copied out by the transport while its
-// receive queue is crowded), so keep it briefly. An empty response lends nothing.
+// response was read into, or a receive slot (copied out by the transport once lent
+// responses fill half of the connection's receive slots, or its shared receive queue is
+// crowded), so keep it briefly. An empty response lends nothing.
 // Without this option (the default) every response is the caller's own copy.
 func WithLentResponses() DialOption {
 	return dialOption(func(o *dialOptions) { o.lendResponses = true })

@@ -61,6 +61,7 @@ func (r *Response) Release() {
 	if r.buf != nil {
 		r.buf.Release()
 	} else if r.slot >= 0 {
+		c.out.heldResp.Add(-1)
 		c.releaseSlot(r.slot, true)
 	}
 	*r = Response{}
@@ -220,10 +221,13 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 		cl.st.push(m, 0)
 		return
 	}
-	if slot >= 0 && !c.shared() {
-		c.mu.Lock()
-		c.in.slots[slot].held = true
-		c.mu.Unlock()
+	if slot >= 0 {
+		c.out.heldResp.Add(1) // until Release (see leaveSlot)
+		if !c.shared() {
+			c.mu.Lock()
+			c.in.slots[slot].held = true
+			c.mu.Unlock()
+		}
 	}
 	cl.resp = Response{c: c, cl: cl, status: Code(h.Status), data: payload, slot: slot, buf: buf}
 	probe.Mark(probe.Deliver)

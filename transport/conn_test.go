@@ -504,13 +504,16 @@ func TestHelloCreditsClamped(t *testing.T) {
 	_ = c.Close()
 }
 
-// TestStalledPeer: a client that never releases its responses (so never reposts receives
-// nor returns credits) cannot hold the server's handlers: after CreditTimeout the server
-// fails the connection, counts it, and its handlers return.
+// TestStalledPeer: a client that never releases its responses and keeps them in their
+// receive slots (so never reposts receives nor returns credits: a transport copies
+// responses out past half its credits, which this client is told not to) cannot hold the
+// server's handlers: after CreditTimeout the server fails the connection, counts it, and
+// its handlers return.
 func TestStalledPeer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	server, c := dialPair(t, Config{CreditTimeout: 200 * time.Millisecond}, Config{Credits: 4})
+	c.t.testHoldResponses.Store(true)
 	var held []*Response
 	var failed error
 	for i := 0; i < 12 && failed == nil; i++ { // the client's 4 credits run out after 4

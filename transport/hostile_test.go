@@ -771,12 +771,13 @@ func TestHostilePeers(t *testing.T) {
 
 	h.attack("request flood that never reads replies", "the peer stopped returning credits", 2, func() {
 		before := h.server.Stats()
-		// The attacker's connections receive into slots of their own (no shared receives),
-		// so a response it never releases holds its slot and returns no credit: with shared
-		// receives its transport would copy the responses out and return the credits once
-		// half its slots were held, and after two connections the server's handlers would
-		// no longer wait on any credit.
+		// The attacker's connections receive into slots of their own (no shared receives)
+		// and keep every response there (testHoldResponses), so a response it never
+		// releases holds its slot and returns no credit: a transport copies responses out
+		// and returns the credits once they hold half a connection's credits (or half the
+		// shared slots), and the server's handlers would no longer wait on any credit.
 		atk := h.attacker(Config{SharedReceives: -1})
+		atk.testHoldResponses.Store(true)
 		// All connections are set up before the flood begins, so that their calls are held
 		// at once: set up one by one under load, the first ones stalled and failed
 		// (CreditTimeout) before the last ones arrived, and no more than a host's share of

@@ -159,14 +159,12 @@ func (p *poller) sharedCrowded() bool {
 	return int(p.sharedHeld.Load()) > len(p.shared)/2
 }
 
-// unshare copies payload, a request's or response's in shared slot i, out to a pool
+// unshare copies payload, a request's or response's in receive slot i, out to a pool
 // buffer and reposts the slot, when the slot would otherwise stay held for as long as a
-// handler runs or a caller keeps its Response: while shared slots are crowded (a few
-// peers' slow handlers must not empty the queue every connection receives from), and
-// always for a stream's opening request (its handler runs for the stream's life). It
-// returns nil, leaving the slot held, when there is no need or no buffer.
+// handler runs or a caller keeps its Response (leaveSlot says when). It returns nil,
+// leaving the slot held, when there is no need or no buffer.
 func (c *Conn) unshare(h *wire.Header, payload []byte, i int) *pool.Buf {
-	if !c.shared() || !c.p.sharedCrowded() && h.Flags&wire.FlagStream == 0 {
+	if !c.leaveSlot(h) {
 		return nil
 	}
 	buf, err := c.t.pool.TryGet(max(len(payload), 1))
@@ -177,6 +175,23 @@ func (c *Conn) unshare(h *wire.Header, payload []byte, i int) *pool.Buf {
 	c.t.counters.unshared.Add(1)
 	c.releaseSlot(i, true)
 	return buf
+}
+
+// leaveSlot reports whether a request or response should leave its receive slot rather
+// than hold it:
+//   - a response while callers hold Responses in half the connection's receive slots:
+//     a slot's credit comes back only once it is reposted, and callers that keep their
+//     responses until others are answered (a batch read where it landed) would
+//     otherwise hold every credit, leaving the peer no way to send the responses they
+//     wait for;
+//   - with shared receives, any while the shared slots are crowded (a few peers' slow
+//     handlers must not empty the queue every connection receives from), and always a
+//     stream's opening request (its handler runs for the stream's life).
+func (c *Conn) leaveSlot(h *wire.Header) bool {
+	if h.Kind == wire.KindResponse && int(c.out.heldResp.Load()) >= c.out.credits/2 && !c.t.testHoldResponses.Load() {
+		return true
+	}
+	return c.shared() && (c.p.sharedCrowded() || h.Flags&wire.FlagStream != 0)
 }
 
 // dropShared gives back a shared slot whose message the failing connection drops (its own

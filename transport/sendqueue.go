@@ -17,10 +17,10 @@ import (
 // the peer's receive slots, and what waits to go out when a credit or a slot returns (the
 // control queue and pending window revocations, see credits.go).
 //
-// Lock rules: every field is guarded by Conn.mu, except owed and owedCtrl (atomics: the
-// receive side counts reposted slots without the lock) and the contents of a slot while
-// its sender is filling it (filling set: the sender's alone until it clears it under
-// Conn.mu). A slot's registered buffer is made on first use and lives with the
+// Lock rules: every field is guarded by Conn.mu, except owed, owedCtrl and heldResp
+// (atomics: the receive side counts reposted and held slots without the lock) and the
+// contents of a slot while its sender is filling it (filling set: the sender's alone until
+// it clears it under Conn.mu). A slot's registered buffer is made on first use and lives with the
 // connection; teardown releases those no sender is filling.
 type sendQueue struct {
 	credits   int // the peer's receive slots for counted messages (fixed at setup)
@@ -37,6 +37,10 @@ type sendQueue struct {
 
 	owed     atomic.Int32 // receive slots reposted and not yet announced
 	owedCtrl atomic.Int32 // control slots reposted and not yet announced
+	// heldResp counts the Responses callers hold in our receive slots, own or shared:
+	// credits the peer gets back only at their Release (Conn.leaveSlot). Beside owed,
+	// which the same Release adds to.
+	heldResp atomic.Int32
 }
 
 // smallSendSlot is the size a send slot starts at (or the eager limit, if smaller): most

@@ -47,6 +47,9 @@ type Transport struct {
 	// Test hooks: every large message header received, and every completion polled.
 	testHookLarge atomic.Pointer[func(*wire.Header)]
 	testHookWC    atomic.Pointer[func(*verbs.WorkCompletion)]
+	// testHoldResponses: responses stay in their receive slots however many callers
+	// hold (a peer that stops returning credits; see Conn.leaveSlot).
+	testHoldResponses atomic.Bool
 	// testHookBeforeRelease runs before a caller queues the revocation of a response window.
 	testHookBeforeRelease atomic.Pointer[func(*Conn)]
 	// testHookPushUnwritten: a written request is announced without its WRITE (a hostile
@@ -722,7 +725,7 @@ type Stats struct {
 	Granted      uint64 // grants given to callers: memory a next large request may be written into (Config.GrantBytes)
 	Pushed       uint64 // large requests written into the peer's grant (RDMA WRITE) instead of exposed for a READ
 	PushedIn     uint64 // large requests the peer wrote into a grant of ours
-	Unshared     uint64 // messages copied out of their shared receive slot rather than hold it: a stream's opening request, or any while the slots are crowded (SharedReceives)
+	Unshared     uint64 // messages copied out of their receive slot rather than hold it: a response while callers hold responses in half the connection's credits, a stream's opening request (SharedReceives), or any while the shared slots are crowded
 	Sends        uint64 // messages sent: SENDs posted (with or without invalidation), every kind
 	StreamAcks   uint64 // stream acks sent as messages of their own (an ack riding a stream message is not one)
 	Conns        int    // connections set up and not yet closed
