@@ -604,6 +604,9 @@ func (f *frameReader) Read(p []byte) (int, error) {
 	if n := f.buffered(p); n > 0 {
 		return n, nil
 	}
+	if f.wait != nil {
+		f.wait()
+	}
 	return f.r.Read(p)
 }
 
