@@ -180,6 +180,10 @@ type Stats struct {
 	// Writes counts the writes on the QPs' streams (write(2) and writev(2) calls on TCP,
 	// TryWrite on the shm fabric's): the frames gathered into one write count once.
 	Writes uint64
+	// EngineWakes counts the times a QP's NIC engine goroutine woke to transmit what a
+	// poster left it (a frame too large to write at once, a socket that was full, or a
+	// transmit in progress): each is a goroutine hand-off on the send path.
+	EngineWakes uint64
 }
 
 // stats is one stripe of a device's counters. Every frame a QP sends or receives adds to
@@ -187,8 +191,8 @@ type Stats struct {
 // own reader on its own core) count in stripes of their own: one set of counters that
 // every QP added to was a cache line every core wrote on every message.
 type stats struct {
-	socketTx, socketRx, copied, discarded, rnrNaks, placed, writes atomic.Uint64
-	_                                                              [cacheLine - 7*8]byte
+	socketTx, socketRx, copied, discarded, rnrNaks, placed, writes, engineWakes atomic.Uint64
+	_                                                                           [cacheLine - 8*8]byte
 }
 
 // statStripes is how many stripes a device's counters have: QPs made one after another
@@ -211,6 +215,7 @@ func (d *Device) Stats() Stats {
 		s.RNRNaks += st.rnrNaks.Load()
 		s.PlacedBytes += st.placed.Load()
 		s.Writes += st.writes.Load()
+		s.EngineWakes += st.engineWakes.Load()
 	}
 	return s
 }

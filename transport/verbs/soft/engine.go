@@ -18,6 +18,7 @@ func (q *QP) engine(l link, stop <-chan struct{}) {
 			return
 		}
 		probe.Mark(probe.EngWake)
+		q.st.engineWakes.Add(1)
 		for again := true; again; { // posters that found txMu held left theirs to us (takeTx)
 			q.txMu.Lock()
 			q.txAgain.Store(false)

@@ -101,10 +101,20 @@ type tcpLink struct {
 	shared SharedMemoryWire
 	out    []byte
 	// While trying (a stream reader transmits), frames larger than batchFrameMax are copied
-	// to stage, behind pend's frames sealed in their wire form, for tryFlush's one write.
+	// to stage, behind pend's frames sealed in their wire form, for tryFlush's one write
+	// (the first, when nothing is gathered before it, goes with sendNow instead).
 	trying bool
+	// While direct (a poster that is not a stream reader transmits, QP.transmitOnce) or
+	// trying with nothing gathered yet, a large frame of up to tryTxMax bytes is written at
+	// once with one writev that does not wait, straight from registered memory (sendNow);
+	// what the socket does not take is copied to stage and left as out, for the engine to
+	// write first.
+	direct bool
 	stage  []byte
 	tryFn  func(fd uintptr) bool
+	tryVFn func(fd uintptr) bool
+	tryVec [][]byte
+	iov    iovecs
 	tryBuf []byte
 	tryN   int
 	tryErr error
@@ -181,7 +191,7 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 	if err := l.flushOut(); err != nil {
 		return err
 	}
-	if l.trying && h.len > batchFrameMax {
+	if l.trying && h.len > batchFrameMax && !l.nowOK(h) {
 		l.sealPend() // what came first leaves first
 		l.stage = append(appendHeader(l.stage, h), zeroPad[:]...)
 		for _, p := range payload {
@@ -219,13 +229,58 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 	// A large frame: its header, the padding (wire.go), the payload from registered memory.
 	l.vec = append(l.vec[:0], appendHeader(l.hdr[:0], h), zeroPad[:])
 	l.vec = append(l.vec, payload...)
-	l.bufs = l.vec
 	// Counted before the write: the peer may have the bytes before writev returns here.
 	l.q.st.socketTx.Add(uint64(h.len))
 	probe.MarkN(probe.Writev, h.len)
 	l.q.st.writes.Add(1)
+	if (l.direct || l.trying) && l.nowOK(h) {
+		err := l.sendNow()
+		probe.Mark(probe.WritevDone)
+		return err
+	}
+	l.bufs = l.vec
 	_, err := l.bufs.WriteTo(l.conn)
 	probe.Mark(probe.WritevDone)
+	clear(l.vec) // drop references to registered memory
+	return err
+}
+
+// nowOK reports whether the large frame h may go with sendNow: on a socket this OS writes
+// without waiting, a frame of at most tryTxMax bytes with nothing gathered before it (while
+// trying, a frame behind gathered ones is copied behind them, for one write).
+func (l *tcpLink) nowOK(h *header) bool {
+	return directWrites && l.raw != nil && h.len <= tryTxMax && l.pendN == 0 && len(l.stage) == 0 && l.out == nil
+}
+
+// sendNow writes the large frame in vec with one writev that does not wait. What the
+// socket does not take is copied to stage and left as out (so that no reference to
+// registered memory outlives the call), and the caller hands the link to the engine, which
+// writes out first. A poster so saves the engine's wake-up (a goroutine hand-off, and on a
+// many-core machine a thread woken on another core that reads the payload from this
+// core's cache) for a frame the socket takes whole, the common case at 64 KiB.
+func (l *tcpLink) sendNow() error {
+	if l.tryVFn == nil {
+		l.tryVFn = l.tryWritev // one closure for the link's life, not one per write
+	}
+	l.tryVec = l.vec
+	err := l.raw.Write(l.tryVFn)
+	n, werr := max(l.tryN, 0), l.tryErr
+	l.tryVec, l.tryErr = nil, nil
+	if err == nil && werr != syscall.EAGAIN && werr != syscall.EINTR {
+		err = werr
+	}
+	if err == nil {
+		l.stage = l.stage[:0]
+		for _, b := range l.vec {
+			k := min(n, len(b))
+			n -= k
+			l.stage = append(l.stage, b[k:]...)
+		}
+		if len(l.stage) > 0 {
+			l.out = l.stage
+			l.q.st.copied.Add(uint64(len(l.stage)))
+		}
+	}
 	clear(l.vec) // drop references to registered memory
 	return err
 }
