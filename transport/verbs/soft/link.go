@@ -134,14 +134,22 @@ type tcpLink struct {
 // txMu is held.
 func (l *tcpLink) holdForReader() bool {
 	l.held.Store(true)
-	return l.cork.Load()
+	if l.cork.Load() {
+		return true
+	}
+	// The poster writes now, and what others held goes with it (they held under txMu, as
+	// this one does): the reader has nothing to write for them.
+	l.held.Store(false)
+	return false
 }
 
 // letGo is the reader's, before every read of the stream (which may wait): held posts hold
 // no more, and what they left is written (as a reader writes: without waiting; the rest is the
 // engine's).
 func (l *tcpLink) letGo() {
-	l.cork.Store(false)
+	if l.cork.Load() { // a poster that saw it set stored held before: the load below sees it
+		l.cork.Store(false)
+	}
 	if l.held.Load() {
 		l.held.Store(false)
 		l.q.transmitTry(l)
@@ -445,7 +453,9 @@ func (l *tcpLink) readLoop() {
 		if small == nil {
 			rest = int(h.len) // the payload, after the header and padding next took
 		}
-		l.cork.Store(l.fr.aheadWhole(rest))
+		if ahead := l.fr.aheadWhole(rest); ahead != l.cork.Load() {
+			l.cork.Store(ahead)
+		}
 		probe.MarkN(probe.Frame, uint32(h.op))
 		var src payloadSource = &l.src
 		if small != nil { // in the reader's buffer: a small frame, or one of a BATCH
