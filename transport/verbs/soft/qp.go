@@ -765,7 +765,10 @@ func (q *QP) transmitTryOnce(l link, hold bool) bool {
 			st = q.step(l, tryTxMax)
 		}
 		tl.trying = false
-		if hold && st == stepIdle && tl.out == nil && tl.holdForReader() {
+		// Held only in pend: what a writer that is not trying writes first (flush), so
+		// nothing staged (a frame over batchFrameMax copied while trying, which only
+		// tryFlush writes) may be left behind frames sent after it.
+		if hold && st == stepIdle && tl.out == nil && len(tl.stage) == 0 && tl.holdForReader() {
 			done = true
 			break
 		}
