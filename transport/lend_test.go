@@ -94,3 +94,48 @@ func TestLentQueueCatchesUp(t *testing.T) {
 		})
 	}
 }
+
+// TestTeardownWhileLentHandlerRuns: a connection whose stream reader runs a handler inline
+// with the queue lent is closed while the handler runs. The poller
+// tears it down without its token: destroying the QP waits for that reader, which takes the
+// token back once the handler returns. Holding the token there deadlocked both.
+func TestTeardownWhileLentHandlerRuns(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		if bytes.Equal(req, []byte("slow")) {
+			entered <- struct{}{}
+			<-release
+		}
+		_ = w.Write(StatusOK, req)
+	})
+	e := newEnv(t, fabrics[1], h, Config{InlineHandlers: true}) // tcp: its readers reap
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := e.conn.Call(ctx, []byte("warm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Release()
+	time.Sleep(100 * time.Millisecond) // the server's poller parks: its stream reader reaps the next request
+	go func() {
+		if resp, err := e.conn.Call(ctx, []byte("slow")); err == nil {
+			resp.Release()
+		}
+	}()
+	<-entered
+	closed := make(chan struct{})
+	go func() { // the server closes its side while the handler runs
+		_ = e.serverConn(t).Close()
+		close(closed)
+	}()
+	// Time for the poller to begin the teardown, which then waits for the reader (on a
+	// machine too loaded for that, the handler returns first and the case is not reached).
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection is not torn down 10s after its inline handler returned")
+	}
+}

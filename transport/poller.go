@@ -365,7 +365,8 @@ func (p *poller) park(timer *time.Timer, locked *bool) {
 	p.active.Lock()
 }
 
-// housekeeping flushes control messages and tears down failed connections.
+// housekeeping flushes control messages and tears down failed connections. The poller
+// calls it holding its token (active), which it lets go while tearing down.
 func (p *poller) housekeeping() {
 	p.mu.Lock()
 	dirty, retired := p.dirty, p.retired
@@ -377,8 +378,19 @@ func (p *poller) housekeeping() {
 	}
 	for _, c := range retired {
 		p.remove(c)
+	}
+	if len(retired) == 0 {
+		return
+	}
+	// Torn down without the token: destroying a QP waits for its reader, which may be a
+	// reaper that ran an inline handler with the queue lent and now waits for the token
+	// (runInline). The connections are out of the table: a reaper that takes the token
+	// meanwhile drops their completions, as the poller would.
+	p.active.Unlock()
+	for _, c := range retired {
 		c.teardown()
 	}
+	p.active.Lock()
 }
 
 func (p *poller) drainRetired() {
