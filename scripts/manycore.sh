@@ -65,7 +65,11 @@ mkdir -p "$OUT"
 	command -v lscpu >/dev/null && lscpu | grep -E '^(Model name|Socket|Core|Thread|NUMA node)' || true
 	echo "systems: $SYSTEMS"
 } >"$OUT/machine.txt"
-[ -f "$(dirname "$BIN")/BUILD" ] && cp "$(dirname "$BIN")/BUILD" "$OUT/BUILD"
+if [ -f "$(dirname "$BIN")/BUILD" ]; then
+	cp "$(dirname "$BIN")/BUILD" "$OUT/BUILD"
+	# the report's source: the commit the harness was built from, not this directory's git
+	export MWRPCBENCH_SOURCE="$(head -n 1 "$(dirname "$BIN")/BUILD")"
+fi
 
 # Estimate: cells x systems x (setup and warmup + rounds x duration).
 secs() { awk -v d="$1" 'BEGIN { if (d ~ /ms$/) { sub(/ms$/, "", d); print d / 1000 } else { sub(/s$/, "", d); print d } }'; }

@@ -56,10 +56,18 @@ func cpuModel() string {
 	return "unknown"
 }
 
+// SourceEnv, where set, is what Source reports: the tree a harness built elsewhere was
+// built from (scripts/manycore.sh sets it from the BUILD file make manycore-build writes),
+// since the git of the directory it runs in may say another commit, or nothing.
+const SourceEnv = "MWRPCBENCH_SOURCE"
+
 // Source describes the mwrpc tree the harness was built from (through the replace
 // directive: the working tree, not a release): the commit, and "with uncommitted
 // changes" when tracked files outside benchmarks/ differ from it. Empty without git.
 func Source() string {
+	if s := os.Getenv(SourceEnv); s != "" {
+		return s
+	}
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
 		return ""
