@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
 // BenchmarkCall measures echo calls of 64 B and 1 MiB at concurrency 1 and 32 over both
@@ -90,6 +92,7 @@ func benchTransport(b *testing.B, fb fabric, size, conc int) {
 		call()
 	}
 	lat := newLatencies(b.N)
+	writes := newWriteCount(e)
 	b.SetBytes(int64(2 * size))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -111,6 +114,35 @@ func benchTransport(b *testing.B, fb fabric, size, conc int) {
 	}
 	b.StopTimer()
 	lat.report(b)
+	writes.report(b)
+}
+
+// writeCount reports the writes each side's soft device made on its streams per call
+// (soft.Stats.Writes: a write(2) or writev(2) on TCP, however many frames it carries), and
+// the client's NIC engine wake-ups: the structure of a call, beside its times.
+type writeCount struct {
+	c, s   *soft.Device
+	c0, s0 soft.Stats
+}
+
+func newWriteCount(e *env) *writeCount {
+	c, cok := e.cdev.(*soft.Device)
+	s, sok := e.sdev.(*soft.Device)
+	if !cok || !sok {
+		return nil
+	}
+	return &writeCount{c: c, s: s, c0: c.Stats(), s0: s.Stats()}
+}
+
+func (w *writeCount) report(b *testing.B) {
+	if w == nil {
+		return
+	}
+	c, s, n := w.c.Stats(), w.s.Stats(), float64(b.N)
+	b.ReportMetric(float64(c.Writes-w.c0.Writes)/n, "client-writes/op")
+	b.ReportMetric(float64(s.Writes-w.s0.Writes)/n, "server-writes/op")
+	b.ReportMetric(float64(c.EngineWakes-w.c0.EngineWakes)/n, "client-wakes/op")
+	b.ReportMetric(float64(s.EngineWakes-w.s0.EngineWakes)/n, "server-wakes/op")
 }
 
 // benchRawTCP: conc connections, each a length-prefixed echo over loopback TCP. It does the
