@@ -154,9 +154,26 @@ func (q *QP) stepSQ(l link, maxPayload int) stepResult {
 	q.sqNext++
 	q.armAckTimer()
 	q.mu.Unlock()
+	if tl, ok := l.(*tcpLink); ok && maxPayload == 0 && tl.keepable(&q.txHdr) {
+		q.keepTx(tl, segs)
+		return stepMore
+	}
 	q.transmit(l, &q.txHdr, segs)
 	q.releaseTx()
 	return stepMore
+}
+
+// keepTx hands the engine's large frame in q.txHdr (a 1 MiB WRITE, say) to the link, with
+// the references to its memory: the link writes it with the frames stepped after it, in the
+// flush that ends the engine's round (tcpLink.keep). txMu is held.
+func (q *QP) keepTx(l *tcpLink, segs [][]byte) {
+	if err := l.keep(&q.txHdr, segs, q.txMRs); err != nil {
+		q.releaseTx()
+		q.linkDown(nil)
+		return
+	}
+	clear(q.txMRs) // the link's now
+	q.txMRs = q.txMRs[:0]
 }
 
 // readSegMax is the largest READ response segment. A longer response leaves in segments,

@@ -128,6 +128,14 @@ type tcpLink struct {
 	// stores cork before it loads held: one of the two sees the other.
 	cork atomic.Bool
 	held atomic.Bool
+	// kept: a large frame the engine took from the send queue (keep) waits in vec, straight
+	// from registered memory, for the frames the engine steps after it: the next flush writes
+	// it and them (pend) with one writev, so that the SEND announcing a 1 MiB WRITE costs no
+	// write of its own. keptMRs are the references to its memory, released once written;
+	// keptLen is its payload's length.
+	kept    bool
+	keptMRs []*mr
+	keptLen uint32
 }
 
 // holdForReader reports whether a held post may leave what it gathered for the reader.
@@ -245,11 +253,82 @@ func (l *tcpLink) send(h *header, payload [][]byte) error {
 	return err
 }
 
+// keepable reports whether the engine may leave the large frame h to the next flush
+// (keep): a frame the link would write on its own with writev, on a plain TCP stream (where
+// one writev takes the frames behind it too; a TLS or shm stream writes each segment).
+func (l *tcpLink) keepable(h *header) bool {
+	if h.len <= batchFrameMax || l.trying || l.direct {
+		return false
+	}
+	_, ok := l.conn.(*net.TCPConn)
+	return ok
+}
+
+// keep takes the large frame h, whose payload lies in registered memory held by mrs, and
+// leaves it for the next flush, which writes it with the frames sent after it (they are
+// gathered in pend meanwhile): one writev for a WRITE and the SEND that announces it. The
+// link takes mrs' references when it returns nil, and releases them once the frame is
+// written; what was gathered before h leaves first, as it did. txMu is held by the engine
+// (QP.stepSQ), whose every round ends with a flush, so the frame and its memory are held
+// no longer than the round.
+func (l *tcpLink) keep(h *header, payload [][]byte, mrs []*mr) error {
+	if err := l.flush(); err != nil { // what came first leaves first
+		return err
+	}
+	l.vec = append(l.vec[:0], appendHeader(l.hdr[:0], h), zeroPad[:])
+	l.vec = append(l.vec, payload...)
+	l.keptMRs = append(l.keptMRs, mrs...)
+	l.kept, l.keptLen = true, h.len
+	// Counted before the write: the peer may have the bytes before writev returns here.
+	l.q.st.socketTx.Add(uint64(h.len))
+	return nil
+}
+
+// writeKept writes the frame keep left in vec, and pend's frames behind it, with one writev;
+// then it drops the references to registered memory and releases its regions.
+func (l *tcpLink) writeKept() error {
+	l.kept = false
+	l.vec = l.appendPend(l.vec)
+	probe.MarkN(probe.Writev, l.keptLen)
+	l.q.st.writes.Add(1)
+	l.bufs = l.vec
+	_, err := l.bufs.WriteTo(l.conn)
+	probe.Mark(probe.WritevDone)
+	clear(l.vec)
+	for i, m := range l.keptMRs {
+		m.release()
+		l.keptMRs[i] = nil
+	}
+	l.keptMRs = l.keptMRs[:0]
+	return err
+}
+
+// appendPend appends the pending frames' wire form to vec and empties pend: one alone as it
+// is (a medium one with its padding), more as one BATCH. Their bytes stay where they are
+// until written: nothing is added to pend before the write that takes vec.
+func (l *tcpLink) appendPend(vec net.Buffers) net.Buffers {
+	if l.pendN == 0 {
+		return vec
+	}
+	b := l.pend[headerLen:]
+	switch {
+	case l.pendN > 1:
+		appendHeader(l.pend[:0], &header{op: opBatch, len: uint32(len(b))})
+		vec = append(vec, l.pend)
+	case len(b) > headerLen+smallMax: // a medium frame alone
+		vec = append(vec, b[:headerLen], zeroPad[:], b[headerLen:])
+	default:
+		vec = append(vec, b)
+	}
+	l.pend, l.pendN = l.pend[:headerLen], 0
+	return vec
+}
+
 // nowOK reports whether the large frame h may go with sendNow: on a socket this OS writes
 // without waiting, a frame of at most tryTxMax bytes with nothing gathered before it (while
 // trying, a frame behind gathered ones is copied behind them, for one write).
 func (l *tcpLink) nowOK(h *header) bool {
-	return directWrites && l.raw != nil && h.len <= tryTxMax && l.pendN == 0 && len(l.stage) == 0 && l.out == nil
+	return directWrites && l.raw != nil && h.len <= tryTxMax && l.pendN == 0 && len(l.stage) == 0 && l.out == nil && !l.kept
 }
 
 // sendNow writes the large frame in vec with one writev that does not wait. What the
@@ -290,6 +369,9 @@ func (l *tcpLink) sendNow() error {
 func (l *tcpLink) flush() error {
 	if err := l.flushOut(); err != nil {
 		return err
+	}
+	if l.kept {
+		return l.writeKept()
 	}
 	if l.pendN == 0 {
 		return nil

@@ -166,3 +166,141 @@ func readAll(r io.Reader, want []testFrame) error {
 	}
 	return nil
 }
+
+// TestWriteCarriesAnnouncement: the SENDs posted right behind a large RDMA WRITE (the
+// message that announces a 1 MiB payload written into the peer's window) leave in the
+// WRITE's writev, not in a write of their own: one write per WRITE and its announcement
+// (Stats.Writes, the sender's side), whether the announcement is one small frame, a medium
+// one (padded) or several (a BATCH). The peer gets the payload and then the announcements,
+// intact and in order, and the WRITE's memory is released (Dereg at close does not wait).
+func TestWriteCarriesAnnouncement(t *testing.T) {
+	const big = 1 << 20
+	c, s := newHost(t, mustOpen(t), 2*big), newHost(t, mustOpen(t), 2*big)
+	defer c.close(t)
+	defer s.close(t)
+	connect(t, c, s)
+	for _, tc := range []struct {
+		name  string
+		sends []int // the announcements' lengths
+	}{
+		{"one small SEND", []int{68}},
+		{"a medium SEND", []int{4 << 10}},
+		{"three SENDs", []int{68, 200, 1 << 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const calls = 10
+			before := c.dev.Stats().Writes
+			for i := range calls {
+				writeAndAnnounce(t, c, s, big, tc.sends, byte(i))
+			}
+			if w := c.dev.Stats().Writes - before; w != calls {
+				t.Errorf("%d WRITEs of 1 MiB, each with its announcements %v: %d writes, want %d (the announcements go in the WRITE's writev)", calls, tc.sends, w, calls)
+			}
+		})
+	}
+}
+
+// writeAndAnnounce posts, in one PostSend, a WRITE of n bytes from c's memory into s's and
+// SENDs of the given lengths behind it; it checks that s receives each SEND, in order, with
+// the WRITE's bytes already in place.
+func writeAndAnnounce(t *testing.T, c, s *host, n int, sends []int, fill byte) {
+	t.Helper()
+	src := c.mr.Bytes()[:n]
+	for i := range src {
+		src[i] = fill + byte(i)
+	}
+	wrs := []verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{verbs.SGEFor(c.mr, 0, n)},
+		RemoteAddr: s.mr.Addr(), RKey: s.mr.RKey()}}
+	off := n // each SEND's payload behind the WRITE's, in both memories
+	for i, m := range sends {
+		b := c.mr.Bytes()[off : off+m]
+		for j := range b {
+			b[j] = byte(i) + fill + byte(j>>3)
+		}
+		must(t, s.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(10 + i), SGL: []verbs.SGE{verbs.SGEFor(s.mr, off, m)}}}))
+		wrs = append(wrs, verbs.SendWR{WRID: uint64(10 + i), Opcode: verbs.WRSend, SGL: []verbs.SGE{verbs.SGEFor(c.mr, off, m)}})
+		off += m
+	}
+	wrs[len(wrs)-1].Flags = verbs.SendSignaled
+	must(t, c.qp.PostSend(wrs))
+	for i := range sends {
+		wc := s.poll(t)
+		if wc.Status != verbs.WCSuccess || wc.WRID != uint64(10+i) || wc.ByteLen != uint32(sends[i]) {
+			t.Fatalf("receive %d: %+v", i, wc)
+		}
+		if i == 0 && !bytes.Equal(s.mr.Bytes()[:n], src) {
+			t.Fatal("the first announcement arrived before the WRITE's payload was in place")
+		}
+	}
+	if !bytes.Equal(s.mr.Bytes()[n:off], c.mr.Bytes()[n:off]) {
+		t.Fatal("the announcements' payloads differ")
+	}
+	if wc := c.poll(t); wc.Status != verbs.WCSuccess || wc.WRID != uint64(10+len(sends)-1) {
+		t.Fatalf("send completion %+v", wc)
+	}
+}
+
+// TestKeepOrder: a large frame the engine keeps (tcpLink.keep) leaves after what was
+// gathered before it and before what is sent after it, whether the frames behind it are
+// written by a flush, by a larger frame that follows, or because pend filled up; the link
+// keeps no reference to the frame's memory once it is written.
+func TestKeepOrder(t *testing.T) {
+	tc, peer := tcpPair(t)
+	l := &tcpLink{q: bareQP(), conn: tc}
+	var sent []testFrame
+	frame := func(n int) testFrame {
+		return testFrame{header{op: opSend, psn: uint32(len(sent)), len: uint32(n)}, bytes.Repeat([]byte{byte(len(sent) + 1)}, n)}
+	}
+	small := func(n int) {
+		t.Helper()
+		f := frame(n)
+		sent = append(sent, f)
+		if err := l.send(&f.h, [][]byte{f.payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	large := func(n int) {
+		t.Helper()
+		f := frame(n)
+		sent = append(sent, f)
+		mem := bytes.Clone(f.payload) // the frame's own memory until written, as a WRITE's
+		if !l.keepable(&f.h) {
+			t.Fatalf("a %d B frame on a TCP stream is not keepable", n)
+		}
+		if err := l.keep(&f.h, [][]byte{mem[:n/2], mem[n/2 : n]}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan error, 1)
+	small(10)
+	large(2 * tryTxMax)
+	small(68)
+	small(batchFrameMax) // a medium one: with the small one before it, a BATCH
+	if err := l.flush(); err != nil {
+		t.Fatal(err)
+	}
+	large(tryTxMax)
+	small(batchFrameMax) // alone: padded
+	if err := l.flush(); err != nil {
+		t.Fatal(err)
+	}
+	large(batchFrameMax + 1)
+	for l.kept { // until pend fills up and is written, with the kept frame before it
+		small(batchFrameMax)
+	}
+	large(batchFrameMax + 1) // the frames gathered since go before it
+	small(1)
+	large(tryTxMax) // the kept frame and the one behind it go before this one
+	if err := l.flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range l.vec[:cap(l.vec)] {
+		if b != nil {
+			t.Fatalf("the link still references %d B (segment %d) after the flush", len(b), i)
+		}
+	}
+	go func() { got <- readAll(peer, sent) }()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
