@@ -234,60 +234,88 @@ func BenchmarkRefuseOverLimit(b *testing.B) {
 //	go test -run '^$' -bench LargeEcho -benchmem -count 3 ./rpc/
 func BenchmarkLargeEcho(b *testing.B) {
 	for _, mode := range []string{"copy", "lent"} {
-		var copts []rpc.DialOption
-		if mode == "lent" {
-			copts = append(copts, rpc.WithLentResponses())
-		}
-		srv := rpc.NewServer()
-		benchsvc.RegisterBench(srv, benchsvc.Echo{})
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		go srv.Serve(ln)
-		client, err := rpc.Dial(context.Background(), ln.Addr().String(), copts...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		svc := benchsvc.NewBenchClient(client)
+		e := newEchoBench(b, mode)
 		for _, n := range []int{64, 4 << 10, 64 << 10, 1 << 20, 16 << 20} {
 			b.Run(fmt.Sprintf("%s/%s", mode, sizeName(n)), func(b *testing.B) {
-				payload := bytes.Repeat([]byte{1}, n)
-				call := func(ctx context.Context) error {
-					req := payload
-					if mode == "lent" {
-						if req, err = client.Buffer(ctx, n); err != nil {
-							return err
-						}
-					}
-					out, err := svc.Bytes(ctx, req)
-					if err == nil && len(out) != n {
-						err = fmt.Errorf("%d bytes back", len(out))
-					}
-					if err == nil && mode == "lent" {
-						err = client.Release(out)
-					}
-					return err
-				}
-				ctx := context.Background()
-				for i := 0; i < 10; i++ {
-					if err := call(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
+				call := e.caller(n)
+				e.warm(b, call)
 				b.SetBytes(int64(2 * n))
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					if err := call(ctx); err != nil {
+					if err := call(context.Background()); err != nil {
 						b.Fatal(err)
 					}
 				}
 			})
 		}
-		client.Close()
-		srv.Stop()
+		e.stop()
 	}
+}
+
+// echoBench is a server and a Client over the soft TCP fabric for the echo benchmarks, in
+// one of their modes: "copy" (the default client) or "lent" (WithLentResponses, requests
+// built in Client.Buffer).
+type echoBench struct {
+	mode   string
+	srv    *rpc.Server
+	client *rpc.Client
+	svc    *benchsvc.BenchClient
+}
+
+func newEchoBench(b *testing.B, mode string) *echoBench {
+	var copts []rpc.DialOption
+	if mode == "lent" {
+		copts = append(copts, rpc.WithLentResponses())
+	}
+	e := &echoBench{mode: mode, srv: rpc.NewServer()}
+	benchsvc.RegisterBench(e.srv, benchsvc.Echo{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go e.srv.Serve(ln)
+	if e.client, err = rpc.Dial(context.Background(), ln.Addr().String(), copts...); err != nil {
+		b.Fatal(err)
+	}
+	e.svc = benchsvc.NewBenchClient(e.client)
+	return e
+}
+
+// caller returns one echo call of n bytes in e's mode, checking the length that came back.
+func (e *echoBench) caller(n int) func(context.Context) error {
+	payload := bytes.Repeat([]byte{1}, n)
+	return func(ctx context.Context) error {
+		req := payload
+		var err error
+		if e.mode == "lent" {
+			if req, err = e.client.Buffer(ctx, n); err != nil {
+				return err
+			}
+		}
+		out, err := e.svc.Bytes(ctx, req)
+		if err == nil && len(out) != n {
+			err = fmt.Errorf("%d bytes back", len(out))
+		}
+		if err == nil && e.mode == "lent" {
+			err = e.client.Release(out)
+		}
+		return err
+	}
+}
+
+// warm makes ten calls before the timer starts.
+func (e *echoBench) warm(b *testing.B, call func(context.Context) error) {
+	for i := 0; i < 10; i++ {
+		if err := call(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func (e *echoBench) stop() {
+	e.client.Close()
+	e.srv.Stop()
 }
 
 func sizeName(n int) string {
@@ -309,55 +337,18 @@ func sizeName(n int) string {
 //	go test -run '^$' -bench LentParallel -benchmem -cpu 8 -mutexprofile mutex.out ./rpc/
 func BenchmarkLentParallel(b *testing.B) {
 	for _, mode := range []string{"copy", "lent"} {
-		var copts []rpc.DialOption
-		if mode == "lent" {
-			copts = append(copts, rpc.WithLentResponses())
-		}
-		srv := rpc.NewServer()
-		benchsvc.RegisterBench(srv, benchsvc.Echo{})
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		go srv.Serve(ln)
-		client, err := rpc.Dial(context.Background(), ln.Addr().String(), copts...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		svc := benchsvc.NewBenchClient(client)
+		e := newEchoBench(b, mode)
 		for _, n := range []int{64, 4 << 10} {
-			payload := bytes.Repeat([]byte{1}, n)
-			call := func(ctx context.Context) error {
-				req := payload
-				var err error
-				if mode == "lent" {
-					if req, err = client.Buffer(ctx, n); err != nil {
-						return err
-					}
-				}
-				out, err := svc.Bytes(ctx, req)
-				if err == nil && len(out) != n {
-					err = fmt.Errorf("%d bytes back", len(out))
-				}
-				if err == nil && mode == "lent" {
-					err = client.Release(out)
-				}
-				return err
-			}
+			call := e.caller(n)
 			for _, conc := range []int{16, 64} {
 				b.Run(fmt.Sprintf("%s/%s/c%d", mode, sizeName(n), conc), func(b *testing.B) {
-					ctx := context.Background()
-					for i := 0; i < 10; i++ {
-						if err := call(ctx); err != nil {
-							b.Fatal(err)
-						}
-					}
+					e.warm(b, call)
 					b.ReportAllocs()
 					b.ResetTimer()
 					b.SetParallelism((conc + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 					b.RunParallel(func(pb *testing.PB) {
 						for pb.Next() {
-							if err := call(ctx); err != nil {
+							if err := call(context.Background()); err != nil {
 								b.Error(err)
 								return
 							}
@@ -366,7 +357,6 @@ func BenchmarkLentParallel(b *testing.B) {
 				})
 			}
 		}
-		client.Close()
-		srv.Stop()
+		e.stop()
 	}
 }

@@ -287,23 +287,7 @@ func FuzzFrameReader(f *testing.F) {
 // fits, or nothing, and returns at once; the engine's next flush writes the rest first.
 // Every frame arrives once, intact, in order, and a frame sent so costs no allocation.
 func TestTryFlush(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	tc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	peer := <-accepted
-	defer peer.Close()
+	tc, peer := tcpPair(t)
 	_ = tc.(*net.TCPConn).SetWriteBuffer(16 << 10)
 	_ = peer.(*net.TCPConn).SetReadBuffer(16 << 10)
 	raw, err := tc.(*net.TCPConn).SyscallConn()
