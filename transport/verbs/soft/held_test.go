@@ -281,3 +281,57 @@ func TestHeldAndPlainPostsKeepOrder(t *testing.T) {
 		}
 	}
 }
+
+// connTryWriter is a TryWriter over a net.Conn for tests: it writes all of p (a test's
+// few bytes always fit the socket).
+type connTryWriter struct {
+	w interface{ Write([]byte) (int, error) }
+}
+
+func (c connTryWriter) TryWrite(p []byte) (int, error) { return c.w.Write(p) }
+
+// TestHeldOnlyOnSockets: a held post holds what it gathered for the reader only where a
+// write is a system call (a raw socket); on a stream with its own TryWriter (the shm
+// fabric's, where a write is a copy into a ring) it writes at once, as holding there only
+// delays the response.
+func TestHeldOnlyOnSockets(t *testing.T) {
+	for _, socket := range []bool{true, false} {
+		t.Run(map[bool]string{true: "socket", false: "TryWriter"}[socket], func(t *testing.T) {
+			open := fabrics(t)["tcp"]
+			c, s := newHost(t, open("c"), 8*heldSlot), newHost(t, open("s"), 8*heldSlot)
+			defer c.close(t)
+			defer s.close(t)
+			connect(t, c, s)
+			sq := s.qp.(*QP)
+			sq.mu.Lock()
+			tl, _ := sq.link.(*tcpLink)
+			sq.mu.Unlock()
+			if tl == nil || tl.raw == nil {
+				t.Skip("the TCP link here has no raw socket: readers leave every frame to the engine, nothing is held")
+			}
+			if !socket { // as the shm fabric's link: no raw socket, its own TryWriter
+				tl.try, tl.raw = connTryWriter{tl.conn}, nil
+			}
+			fillMessage(s.mr.Bytes()[:64], 0)
+			must(t, c.qp.PostRecv([]verbs.RecvWR{{WRID: 0, SGL: []verbs.SGE{verbs.SGEFor(c.mr, 0, heldSlot)}}}))
+			tl.cork.Store(true) // the reader delivers a frame with whole frames read ahead
+			s.dev.readersReaping.Add(1)
+			err := sq.PostSendHeld([]verbs.SendWR{{WRID: 0, Opcode: verbs.WRSend, SGL: []verbs.SGE{verbs.SGEFor(s.mr, 0, 64)}}})
+			s.dev.readersReaping.Add(-1)
+			must(t, err)
+			if held := tl.held.Load(); held != socket {
+				t.Fatalf("held after a held post: %v, want %v", held, socket)
+			}
+			if socket {
+				tl.letGo() // the reader, before its next read of the stream
+			}
+			wc, ok := pollFor(t, c, 5*time.Second)
+			if !ok {
+				t.Fatal("the response never arrived")
+			}
+			if err := checkMessage(wc, c.mr.Bytes(), 0, 64); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

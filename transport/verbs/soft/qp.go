@@ -767,8 +767,10 @@ func (q *QP) transmitTryOnce(l link, hold bool) bool {
 		tl.trying = false
 		// Held only in pend: what a writer that is not trying writes first (flush), so
 		// nothing staged (a frame over batchFrameMax copied while trying, which only
-		// tryFlush writes) may be left behind frames sent after it.
-		if hold && st == stepIdle && tl.out == nil && len(tl.stage) == 0 && tl.holdForReader() {
+		// tryFlush writes) may be left behind frames sent after it. Held only on a socket,
+		// where a write is a system call: on a TryWriter (shm) a write is a copy into the
+		// ring, and holding it only delays the response.
+		if hold && tl.raw != nil && st == stepIdle && tl.out == nil && len(tl.stage) == 0 && tl.holdForReader() {
 			done = true
 			break
 		}
