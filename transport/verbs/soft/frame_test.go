@@ -3,7 +3,6 @@ package soft
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -349,32 +348,7 @@ func TestTryFlush(t *testing.T) {
 		t.Fatal("the socket never filled")
 	}
 	last := next(1) // behind what the full socket left: written first, once the peer reads
-	got := make(chan error, 1)
-	go func() {
-		fr := frameReader{r: peer}
-		for i, want := range sent {
-			var h header
-			small, err := fr.next(&h)
-			if err == nil && small == nil {
-				small = make([]byte, h.len)
-				_, err = io.ReadFull(&fr, small)
-			}
-			if err != nil || h != want.h || !bytes.Equal(small, want.payload) {
-				got <- fmt.Errorf("frame %d: %v, header %+v, want %+v", i, err, h, want.h)
-				return
-			}
-		}
-		got <- nil
-	}()
-	if err := l.send(&last.h, [][]byte{last.payload}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.flush(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
+	sendLast(t, l, peer, sent, last)
 }
 
 // bareQP is a QP of a device of its own, no more: enough for a link's writes and reads.

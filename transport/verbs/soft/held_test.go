@@ -56,15 +56,7 @@ func checkMessage(wc verbs.WorkCompletion, b []byte, want, size int) error {
 // reader's state is set by hand (cork, readersReaping) so that the interleaving is the
 // one that breaks, every run: held post, other poster, then the reader lets go.
 func TestHeldPostLeavesNoStagedFrame(t *testing.T) {
-	open := fabrics(t)["tcp"]
-	c, s := newHost(t, open("c"), 8*heldSlot), newHost(t, open("s"), 8*heldSlot)
-	defer c.close(t)
-	defer s.close(t)
-	connect(t, c, s)
-	sq := s.qp.(*QP)
-	sq.mu.Lock()
-	tl, _ := sq.link.(*tcpLink)
-	sq.mu.Unlock()
+	c, s, sq, tl := heldPair(t)
 	if tl == nil || (tl.raw == nil && tl.try == nil) {
 		t.Skip("the TCP link here has no write that never waits (no raw socket): readers leave every frame to the engine, nothing is held")
 	}
@@ -109,6 +101,56 @@ func TestHeldPostLeavesNoStagedFrame(t *testing.T) {
 			t.Fatalf("send completion %+v", wc)
 		}
 	}
+}
+
+// heldPair is two hosts over the TCP fabric, connected, with the server's QP and its
+// link (nil if the link is not a tcpLink); both close when the test ends.
+func heldPair(t *testing.T) (c, s *host, sq *QP, tl *tcpLink) {
+	t.Helper()
+	open := fabrics(t)["tcp"]
+	c, s = newHost(t, open("c"), 8*heldSlot), newHost(t, open("s"), 8*heldSlot)
+	t.Cleanup(func() { c.close(t) })
+	t.Cleanup(func() { s.close(t) })
+	connect(t, c, s)
+	sq = s.qp.(*QP)
+	sq.mu.Lock()
+	tl, _ = sq.link.(*tcpLink)
+	sq.mu.Unlock()
+	return c, s, sq, tl
+}
+
+// reapInline has cq's armed handler do what the transport's reaper does on the stream
+// reader that added a completion: poll, answer each, arm, poll again. It stops when the
+// test ends.
+func reapInline(t *testing.T, cq verbs.CQ, answer func(*verbs.WorkCompletion)) {
+	t.Helper()
+	dcq := cq.(verbs.DirectCQ)
+	dcq.SetArmedHandler(func() {
+		var wcs [16]verbs.WorkCompletion
+		for {
+			k, err := cq.Poll(wcs[:])
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i := range wcs[:k] {
+				answer(&wcs[i])
+			}
+			if k > 0 {
+				continue
+			}
+			if err := cq.ReqNotify(); err != nil {
+				t.Error(err)
+				return
+			}
+			if k, _ = cq.Poll(wcs[:1]); k == 0 {
+				return
+			}
+			answer(&wcs[0])
+		}
+	})
+	t.Cleanup(func() { dcq.SetArmedHandler(nil) })
+	must(t, cq.ReqNotify())
 }
 
 // pollFor is host.poll, reporting a timeout instead of failing the test.
@@ -200,33 +242,7 @@ func TestHeldAndPlainPostsKeepOrder(t *testing.T) {
 			}
 		}
 	}
-	dcq := s.cq.(verbs.DirectCQ)
-	dcq.SetArmedHandler(func() { // as the transport's reaper: poll, arm, poll again
-		var wcs [16]verbs.WorkCompletion
-		for {
-			k, err := s.cq.Poll(wcs[:])
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			for i := range wcs[:k] {
-				answer(&wcs[i])
-			}
-			if k > 0 {
-				continue
-			}
-			if err := s.cq.ReqNotify(); err != nil {
-				t.Error(err)
-				return
-			}
-			if k, _ = s.cq.Poll(wcs[:1]); k == 0 {
-				return
-			}
-			answer(&wcs[0])
-		}
-	})
-	defer dcq.SetArmedHandler(nil)
-	must(t, s.cq.ReqNotify())
+	reapInline(t, s.cq, answer)
 
 	var wg sync.WaitGroup
 	for p := 0; p < posters; p++ {
@@ -297,15 +313,7 @@ func (c connTryWriter) TryWrite(p []byte) (int, error) { return c.w.Write(p) }
 func TestHeldOnlyOnSockets(t *testing.T) {
 	for _, socket := range []bool{true, false} {
 		t.Run(map[bool]string{true: "socket", false: "TryWriter"}[socket], func(t *testing.T) {
-			open := fabrics(t)["tcp"]
-			c, s := newHost(t, open("c"), 8*heldSlot), newHost(t, open("s"), 8*heldSlot)
-			defer c.close(t)
-			defer s.close(t)
-			connect(t, c, s)
-			sq := s.qp.(*QP)
-			sq.mu.Lock()
-			tl, _ := sq.link.(*tcpLink)
-			sq.mu.Unlock()
+			c, s, sq, tl := heldPair(t)
 			if tl == nil || tl.raw == nil {
 				t.Skip("the TCP link here has no raw socket: readers leave every frame to the engine, nothing is held")
 			}

@@ -105,8 +105,16 @@ func TestSendNow(t *testing.T) {
 	l.direct = false // the engine: it writes out first, waiting for the socket
 	last := testFrame{header{op: opSend, psn: uint32(len(sent)), len: 1}, []byte{1}}
 	sent = append(sent, last)
+	sendLast(t, l, peer, sent, last)
+}
+
+// sendLast sends the frame last on l as the engine does (send, then flush: what a full
+// socket left, out, goes first) while the peer reads; the peer must get every frame of
+// sent, which ends with last, intact and in order.
+func sendLast(t *testing.T, l *tcpLink, peer io.Reader, sent []testFrame, last testFrame) {
+	t.Helper()
 	got := make(chan error, 1)
-	go func(want []testFrame) { got <- readAll(peer, want) }(sent)
+	go func() { got <- readAll(peer, sent) }()
 	if err := l.send(&last.h, [][]byte{last.payload}); err != nil {
 		t.Fatal(err)
 	}

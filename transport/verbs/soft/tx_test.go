@@ -60,30 +60,7 @@ func TestHeldResponsesGathered(t *testing.T) {
 					must(t, sq.PostSend(wr))
 				}
 			}
-			dcq := s.cq.(verbs.DirectCQ)
-			dcq.SetArmedHandler(func() { // as the transport's reaper: poll, arm, poll again
-				var wcs [n]verbs.WorkCompletion
-				for {
-					k, err := s.cq.Poll(wcs[:])
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					for i := range wcs[:k] {
-						answer(&wcs[i])
-					}
-					if k > 0 {
-						continue
-					}
-					must(t, s.cq.ReqNotify())
-					if k, _ = s.cq.Poll(wcs[:1]); k == 0 {
-						return
-					}
-					answer(&wcs[0])
-				}
-			})
-			defer dcq.SetArmedHandler(nil)
-			must(t, s.cq.ReqNotify())
+			reapInline(t, s.cq, answer)
 
 			wrs := make([]verbs.SendWR, n) // one PostSend: one BATCH on the stream
 			for i := range wrs {
