@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,8 +79,18 @@ func TestLentQueueCatchesUp(t *testing.T) {
 				slow <- err
 			}()
 			t0 := <-sent
-			if err := <-answered; err != nil {
-				t.Fatal(err)
+			var err2 error
+			select {
+			case err2 = <-answered:
+			case <-time.After(2 * time.Second):
+				// Long past a call's time: where every goroutine is tells which path
+				// made it wait (the test fails below if it waits for the handler).
+				buf := make([]byte, 1<<20)
+				t.Logf("the other connection's call is not answered after 2s; the goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+				err2 = <-answered
+			}
+			if err2 != nil {
+				t.Fatal(err2)
 			}
 			waited := time.Since(t0)
 			servedAfter := heldOut.Load()

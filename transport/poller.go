@@ -149,11 +149,15 @@ func (p *poller) reapInlineOnce() bool {
 		if n > 0 {
 			continue
 		}
-		if empty, err := p.arm(); err != nil {
+		if empty, err := p.arm(true); err != nil {
 			break
 		} else if empty {
 			p.active.Unlock()
 			return true
+		}
+		if p.stopped { // while the handler arm's completion started ran with the queue lent
+			p.active.Unlock()
+			return false
 		}
 	}
 	p.active.Unlock()
@@ -176,7 +180,7 @@ func (p *poller) runInline(sc *serverCall) {
 	// batch's Poll would wait for the handler. arm dispatches it (to the handler pool: not
 	// lendable) until the queue is empty and armed.
 	for {
-		if empty, err := p.arm(); err != nil || empty {
+		if empty, err := p.arm(false); err != nil || empty {
 			break
 		}
 	}
@@ -193,12 +197,18 @@ func (p *poller) runInline(sc *serverCall) {
 
 // arm arms the queue and reports whether it is still empty: the poll after arming catches
 // a completion that came just before (it is dispatched, and the queue must be armed again).
-func (p *poller) arm() (empty bool, err error) {
+// That completion is a batch of its own: with lend, a handler it starts may run inline
+// with the queue lent (runInline), as the last of a batch would. Without (runInline's own
+// arming, while the queue is lent already), it may not: a handler run inline then would
+// hold the token, and every completion behind it would wait for the handler.
+func (p *poller) arm(lend bool) (empty bool, err error) {
 	if err := p.cq.ReqNotify(); err != nil {
 		return false, err
 	}
 	if n, _ := p.cq.Poll(p.wcs[:1]); n == 1 {
+		p.lendable = lend
 		p.dispatch(&p.wcs[0])
+		p.lendable = false
 		return false, nil
 	}
 	return true, nil
@@ -315,7 +325,7 @@ func (p *poller) run() {
 			continue
 		}
 		// Park until a completion, a kick, the lease timer or quit.
-		if empty, err := p.arm(); err != nil || !empty {
+		if empty, err := p.arm(true); err != nil || !empty {
 			continue
 		}
 		p.park(timer, &locked)

@@ -71,3 +71,29 @@ func TestReapInlineMissed(t *testing.T) {
 		t.Error("missed is still set after the holder reaped for it")
 	}
 }
+
+// TestArmLends: the completion arm's poll catches, just after arming, is a batch of its
+// own: armed from the poller's idle path or a reaper it is dispatched lendable, so that a
+// handler it starts inline lends the queue (runInline) rather than hold the token while
+// every completion behind it waits (TestLentQueueCatchesUp's rare "answered only after an
+// inline handler held for 10s", when the slow request came in just before the poller
+// parked). Armed from runInline, with the queue lent already, it is not.
+func TestArmLends(t *testing.T) {
+	for _, lend := range []bool{true, false} {
+		q := &scriptedCQ{}
+		p := &poller{t: &Transport{}, cq: q, wake: make(chan struct{}, 1), wcs: make([]verbs.WorkCompletion, 8)}
+		var lendable []bool
+		hook := func(wc *verbs.WorkCompletion) { lendable = append(lendable, p.lendable) }
+		p.t.testHookWC.Store(&hook)
+		q.add(verbs.WorkCompletion{WRID: 7, Status: verbs.WCSuccess})
+		if empty, err := p.arm(lend); empty || err != nil {
+			t.Fatalf("arm(%v) with a completion queued: empty %v, err %v", lend, empty, err)
+		}
+		if len(lendable) != 1 || lendable[0] != lend {
+			t.Errorf("arm(%v) dispatched %d completions, lendable %v; want one, lendable %v", lend, len(lendable), lendable, lend)
+		}
+		if p.lendable {
+			t.Errorf("arm(%v) left lendable set", lend)
+		}
+	}
+}
