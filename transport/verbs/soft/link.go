@@ -521,6 +521,12 @@ func (l *tcpLink) readLoop() {
 	l.src.r, l.src.fr = l.conn, &l.fr
 	l.fr.r = l.conn
 	l.fr.wait = l.letGo // before every read of the stream
+	if l.try != nil {
+		// A stream with its own non-blocking writes (the shm fabric's ring) is read by a
+		// copy, each read costing the ring's checks and a store the writer sees: one read
+		// takes every frame queued there, up to readAhead, rather than about one small one.
+		l.fr.rb = make([]byte, readAhead)
+	}
 	l.guard = stallGuard{conn: l.conn, limit: &l.q.stallLimit}
 	l.src.guard, l.fr.guard = &l.guard, &l.guard
 	var err error
@@ -586,8 +592,8 @@ func streamFault(err error) error {
 }
 
 // frameReader splits a stream into frames (wire.go). Each read takes as much as the stream
-// has and rb holds: a link's rb is headerLen+smallMax bytes until it carries a larger
-// frame, then readAhead, or as much as the largest frame it carried up to maxReadAhead (or
+// has and rb holds: a socket link's rb is headerLen+smallMax bytes until it carries a larger
+// frame (a shm link's starts at readAhead), then readAhead, or as much as the largest frame it carried up to maxReadAhead (or
 // its largest BATCH), so that frames queued on the socket (several callers' 4 KiB
 // requests, say) and a 64 KiB message's payload come in one read rather than a header read
 // and a payload read each. A payload beyond what a read brought in with its header is read
