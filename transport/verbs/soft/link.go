@@ -521,12 +521,6 @@ func (l *tcpLink) readLoop() {
 	l.src.r, l.src.fr = l.conn, &l.fr
 	l.fr.r = l.conn
 	l.fr.wait = l.letGo // before every read of the stream
-	if l.try != nil {
-		// A stream with its own non-blocking writes (the shm fabric's ring) is read by a
-		// copy, each read costing the ring's checks and a store the writer sees: one read
-		// takes every frame queued there, up to readAhead, rather than about one small one.
-		l.fr.rb = make([]byte, readAhead)
-	}
 	l.guard = stallGuard{conn: l.conn, limit: &l.q.stallLimit}
 	l.src.guard, l.fr.guard = &l.guard, &l.guard
 	var err error
