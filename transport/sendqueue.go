@@ -86,7 +86,11 @@ type heldPoster interface {
 // a caller, which waits for its answer anyway, or a handler on a goroutine of its own;
 // never a reaper (an inline handler's response is sendReserved). It saves the engine's
 // wake-up per large WRITE. The sender returns once the WRITE is written or the connection
-// failed, even if its context ended meanwhile, as it does with a window's READ.
+// failed, even if its context ended meanwhile. A peer that stops reading holds at most one
+// such sender per connection (the one holding the QP's transmit lock; the others leave
+// their frames to it), no longer than the engine was held before: its responses run out of
+// credits, which fails the connection after Config.CreditTimeout, and the QP's teardown
+// ends the write with a deadline.
 type waitPoster interface {
 	PostSendWait(wrs []verbs.SendWR) error
 }
