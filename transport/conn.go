@@ -55,6 +55,7 @@ type Conn struct {
 	hot     *hotCounters // the transport's counters this connection adds to (its stripe)
 	stripe  uint32       // hot's index, and where its calls count in Transport.running
 	held    heldPoster   // qp, when it can hold an inline handler's response for its reader
+	waiter  waitPoster   // qp, when a poster may write a large WRITE itself
 	eager   int          // largest payload sent inside a SEND
 	maxSend int          // largest payload sent at all
 	maxRecv uint32       // largest payload accepted
@@ -129,6 +130,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	}
 	c.qpn = c.qp.Num()
 	c.held, _ = c.qp.(heldPoster)
+	c.waiter, _ = c.qp.(waitPoster)
 	if c.win.ws, err = pool.NewWindows(t.pd, c.qp, cfg.Windows); err != nil {
 		c.abort()
 		return nil, fmt.Errorf("mwrpc: %w", err)

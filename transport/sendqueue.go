@@ -80,6 +80,28 @@ type heldPoster interface {
 	PostSendHeld(wrs []verbs.SendWR) error
 }
 
+// waitPoster is a QP whose poster may write what it posts itself, waiting for the socket
+// (soft's QP.PostSendWait), rather than leave a large frame to the NIC engine. A written
+// request's or response's RDMA WRITE goes this way when its sender may block (postsWRITE):
+// a caller, which waits for its answer anyway, or a handler on a goroutine of its own;
+// never a reaper (an inline handler's response is sendReserved). It saves the engine's
+// wake-up per large WRITE. The sender returns once the WRITE is written or the connection
+// failed, even if its context ended meanwhile. A peer that stops reading holds at most one
+// such sender per connection (the one holding the QP's transmit lock; the others leave
+// their frames to it), no longer than the engine was held before: its responses run out of
+// credits, which fails the connection after Config.CreditTimeout, and the QP's teardown
+// ends the write with a deadline.
+type waitPoster interface {
+	PostSendWait(wrs []verbs.SendWR) error
+}
+
+// postsWRITE reports whether a message of mode posted behind pre may be posted with
+// PostSendWait: pre ends with a written message's RDMA WRITE, and mode is one a goroutine
+// that may block sends with.
+func postsWRITE(pre []verbs.SendWR, mode sendMode) bool {
+	return (mode == sendWait || mode == sendResponse) && len(pre) > 0 && pre[len(pre)-1].Opcode == verbs.WRRDMAWrite
+}
+
 var errNoCredit = errors.New("mwrpc: no credit")
 
 // errLate: a written response found its caller's window too old to revoke (sendWritten).
@@ -169,9 +191,12 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, pre []v
 	if probe.Enabled {
 		probe.MarkN(probe.Post, uint32(h.Kind)|uint32(b2u(inv != 0))<<8)
 	}
-	if mode == sendReserved && c.held != nil {
+	switch {
+	case mode == sendReserved && c.held != nil:
 		err = c.held.PostSendHeld(wrs) // an inline handler's response: see heldPoster
-	} else {
+	case c.waiter != nil && postsWRITE(pre, mode):
+		err = c.waiter.PostSendWait(wrs) // see waitPoster
+	default:
 		err = c.qp.PostSend(wrs)
 	}
 	probe.Mark(probe.Posted)

@@ -67,17 +67,21 @@ type Stream struct {
 	caller bool  // this side opened it
 	cl     *call // the opener's entry in the call table
 
-	mu     sync.Mutex
-	wake   chan struct{} // closed to wake a waiting Recv or Send
-	q      []*streamMsg  // received, in arrival order; an entry may still wait for its READ
-	held   *streamMsg    // what Recv returned last: released by the next Recv or Close
-	final  *streamMsg    // the opener's: the response, once Recv reached it
-	err    error         // the stream failed: Recv (once the queue is empty) and Send return it
-	eof    bool          // Recv reached the peer's end
-	gotEnd bool          // the peer's end arrived
-	closed bool          // Close or the handler's end: what arrives later is released
-	hdr    []byte        // the peer's header message, once Header or Recv took it
-	hdrSet bool          // hdr was taken, or a message came first: the peer sent none before
+	mu sync.Mutex
+	// Two wake-ups, so that each side is woken only by what it waits for: an ack riding
+	// a message, or one of its own, wakes no Recv (the reader would find nothing and park
+	// again, a goroutine hand-off per message for nothing), and a message wakes no Send.
+	recvWake chan struct{} // closed to wake a Recv or Header: a message, its READ, the end, a failure
+	sendWake chan struct{} // closed to wake a Send waiting for window: an ack, a failure
+	q        []*streamMsg  // received, in arrival order; an entry may still wait for its READ
+	held     *streamMsg    // what Recv returned last: released by the next Recv or Close
+	final    *streamMsg    // the opener's: the response, once Recv reached it
+	err      error         // the stream failed: Recv (once the queue is empty) and Send return it
+	eof      bool          // Recv reached the peer's end
+	gotEnd   bool          // the peer's end arrived
+	closed   bool          // Close or the handler's end: what arrives later is released
+	hdr      []byte        // the peer's header message, once Header or Recv took it
+	hdrSet   bool          // hdr was taken, or a message came first: the peer sent none before
 
 	// Receiving: bytes arrived, released by Recv, and announced to the peer as consumed.
 	window                    int
@@ -305,7 +309,7 @@ func (s *Stream) reserve(ctx context.Context, n int) error {
 			s.mu.Lock()
 			continue
 		}
-		if err := s.waitLocked(ctx); err != nil {
+		if err := s.waitLocked(ctx, &s.sendWake); err != nil {
 			return err
 		}
 	}
@@ -359,9 +363,7 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 			continue
 		}
 		if len(s.q) > 0 && s.q[0].ready {
-			m := s.q[0]
-			s.q[0] = nil
-			s.q = s.q[1:]
+			m := s.popLocked()
 			s.hdrSet = true // a message came first: no header precedes it
 			ack := s.ackDueLocked()
 			if m.end {
@@ -394,19 +396,31 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 			s.mu.Lock()
 			continue
 		}
-		if err := s.waitLocked(ctx); err != nil {
+		if err := s.waitLocked(ctx, &s.recvWake); err != nil {
 			s.mu.Unlock()
 			return nil, err
 		}
 	}
 }
 
+// popLocked takes the message at the front of the queue. The queue's array is kept when
+// it empties, so that request/response traffic, which empties it at every message,
+// queues without allocating. s.mu is held.
+func (s *Stream) popLocked() *streamMsg {
+	m := s.q[0]
+	s.q[0] = nil
+	if len(s.q) == 1 {
+		s.q = s.q[:0]
+	} else {
+		s.q = s.q[1:]
+	}
+	return m
+}
+
 // takeHeaderLocked takes the header message at the front of the queue: a copy is kept
 // for Header, the buffer goes back, and its bytes count as consumed. s.mu is held.
 func (s *Stream) takeHeaderLocked() {
-	m := s.q[0]
-	s.q[0] = nil
-	s.q = s.q[1:]
+	m := s.popLocked()
 	if !s.hdrSet {
 		s.hdr, s.hdrSet = bytes.Clone(m.data), true
 	}
@@ -433,7 +447,7 @@ func (s *Stream) Header(ctx context.Context) ([]byte, bool, error) {
 		case s.err != nil && (len(s.q) == 0 || !s.q[0].ready):
 			return nil, false, s.err
 		}
-		if err := s.waitLocked(ctx); err != nil {
+		if err := s.waitLocked(ctx, &s.recvWake); err != nil {
 			return nil, false, err
 		}
 	}
@@ -483,7 +497,7 @@ func (s *Stream) closeLocked(err error) {
 		}
 	}
 	s.held, s.final = nil, nil
-	s.wakeLocked()
+	s.wakeAllLocked()
 }
 
 // fail ends the stream with err: the connection failed, or the call was canceled.
@@ -492,7 +506,7 @@ func (s *Stream) fail(err error) {
 	if s.err == nil {
 		s.err = err
 	}
-	s.wakeLocked()
+	s.wakeAllLocked()
 	s.mu.Unlock()
 }
 
@@ -541,12 +555,13 @@ func (s *Stream) sendAck(consumed int64, window int, status uint16) {
 	}
 }
 
-// waitLocked waits, with s.mu held (and released meanwhile), until something changes.
-func (s *Stream) waitLocked(ctx context.Context) error {
-	if s.wake == nil {
-		s.wake = make(chan struct{})
+// waitLocked waits, with s.mu held (and released meanwhile), until *wake (s.recvWake or
+// s.sendWake) is closed or ctx ends.
+func (s *Stream) waitLocked(ctx context.Context, wake *chan struct{}) error {
+	if *wake == nil {
+		*wake = make(chan struct{})
 	}
-	ch := s.wake
+	ch := *wake
 	s.mu.Unlock()
 	var err error
 	select {
@@ -558,11 +573,18 @@ func (s *Stream) waitLocked(ctx context.Context) error {
 	return err
 }
 
-func (s *Stream) wakeLocked() {
-	if s.wake != nil {
-		close(s.wake)
-		s.wake = nil
+// wakeLocked wakes what waits on *wake; s.mu is held.
+func wakeLocked(wake *chan struct{}) {
+	if *wake != nil {
+		close(*wake)
+		*wake = nil
 	}
+}
+
+// wakeAllLocked wakes both sides: the stream ended or failed. s.mu is held.
+func (s *Stream) wakeAllLocked() {
+	wakeLocked(&s.recvWake)
+	wakeLocked(&s.sendWake)
 }
 
 // push queues a received message; false means the peer sent past its window.
@@ -588,13 +610,14 @@ func (s *Stream) push(m *streamMsg, n int) bool {
 	}
 	if m.end && s.caller {
 		s.peerEnded = true // sending is over, though Recv has not reached the end yet
+		wakeLocked(&s.sendWake)
 	}
 	if s.closed {
 		m.release()
 		return true
 	}
 	s.q = append(s.q, m)
-	s.wakeLocked()
+	wakeLocked(&s.recvWake)
 	return true
 }
 
@@ -607,7 +630,7 @@ func (s *Stream) fill(m *streamMsg, buf *pool.Buf) {
 		return
 	}
 	m.buf, m.data, m.ready = buf, buf.Bytes(), true
-	s.wakeLocked()
+	wakeLocked(&s.recvWake)
 }
 
 // onAck takes the peer's ack: consumed bytes, and its window when not zero. false means
@@ -628,7 +651,7 @@ func (s *Stream) onAck(consumed int64, window int) bool {
 	if window != 0 {
 		s.peerWindow = min(max(window, minStreamWindow), maxStreamWindow)
 	}
-	s.wakeLocked()
+	wakeLocked(&s.sendWake)
 	return true
 }
 
@@ -742,8 +765,10 @@ func (c *Conn) onStreamMsg(h *wire.Header, payload []byte) {
 		}
 		return
 	}
-	m := &streamMsg{ready: true, end: true}
-	if h.Flags&wire.FlagEnd == 0 {
+	var m *streamMsg
+	if h.Flags&wire.FlagEnd != 0 {
+		m = &streamMsg{ready: true, end: true}
+	} else {
 		var err error
 		if m, err = c.copyOut(payload, false); err != nil {
 			c.refuseStreamMsg(st, nil, h, err)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
 // TestWrittenResponses: on both fabrics (the in-process one with written responses turned
@@ -257,5 +259,45 @@ func TestWrittenRequestsInline(t *testing.T) {
 	}
 	if st := e.server.Stats(); st.PushedIn != 2 || st.Inline == 0 {
 		t.Fatalf("%d requests written, %d handlers inline: want 2 written, inline handlers", st.PushedIn, st.Inline)
+	}
+}
+
+// TestWrittenByPoster: over the TCP fabric a caller writes its written request's 1 MiB
+// RDMA WRITE itself, and a handler on a goroutine of its own its written response's
+// (soft's QP.PostSendWait), rather than wake the NIC engine for each. Checked on the
+// devices' counters: on each side, the posters wrote at least half of the calls' WRITEs
+// themselves (a caller that posts while a stream reader of its device is still delivering
+// the last response leaves its WRITE to the engine: a reader never blocks on a socket).
+func TestWrittenByPoster(t *testing.T) {
+	const n, calls = 1 << 20, 20
+	e := newEnv(t, tcpFabric, echo, Config{InlineBudget: -1}) // every handler on the pool
+	cdev, sdev := e.cdev.(*soft.Device), e.sdev.(*soft.Device)
+	req := payload(n, 3)
+	call := func() {
+		t.Helper()
+		resp, err := e.conn.Call(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(resp.Bytes(), req) {
+			t.Fatalf("%d bytes back, not the request", len(resp.Bytes()))
+		}
+		resp.Release()
+	}
+	call() // the server grants memory for the next request after it
+	c0, s0, pushed := cdev.Stats(), sdev.Stats(), e.client.Stats().Pushed
+	for range calls {
+		waitGrant(t, e.conn)
+		call()
+	}
+	c1, s1 := cdev.Stats(), sdev.Stats()
+	if p := e.client.Stats().Pushed - pushed; p != calls {
+		t.Fatalf("%d of %d requests written into a grant", p, calls)
+	}
+	if w := c1.WaitedPosts - c0.WaitedPosts; w < calls/2 {
+		t.Errorf("callers wrote %d of %d requests' WRITEs themselves, want at least %d (engine wake-ups: %d)", w, calls, calls/2, c1.EngineWakes-c0.EngineWakes)
+	}
+	if w := s1.WaitedPosts - s0.WaitedPosts; w < calls/2 {
+		t.Errorf("handlers wrote %d of %d responses' WRITEs themselves, want at least %d (engine wake-ups: %d)", w, calls, calls/2, s1.EngineWakes-s0.EngineWakes)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -28,8 +29,7 @@ func Wait(t testing.TB, base int) {
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > base {
 		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Errorf("%d goroutines leaked:\n%s", runtime.NumGoroutine()-base, buf[:runtime.Stack(buf, true)])
+			t.Errorf("%d goroutines leaked:\n%s", runtime.NumGoroutine()-base, stacks())
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -40,23 +40,72 @@ func Wait(t testing.TB, base int) {
 // more goroutines run than before the tests once 10 s have passed: a goroutine some test
 // started and never stopped. Use it as a package's TestMain: os.Exit(leakcheck.Main(m)).
 // It returns the exit code.
-func Main(m *testing.M) int {
-	base := runtime.NumGoroutine()
+func Main(m *testing.M) int { return MainIgnoring(m) }
+
+// MainIgnoring is Main for a package whose tests run other projects' code in process,
+// such as the benchmark harness's peers: goroutines created by a function whose name
+// starts with one of the prefixes (for example "github.com/cloudwego/") are not counted.
+// Those libraries keep process-wide workers that nothing can stop; the project's own
+// goroutines are still counted.
+func MainIgnoring(m *testing.M, creators ...string) int {
+	base := count(creators)
 	code := m.Run()
 	if code != 0 || fuzzing() {
 		return code
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > base {
+	for count(creators) > base {
 		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
 			fmt.Fprintf(os.Stderr, "leakcheck: %d goroutines still run after the tests (%d before them):\n%s\nFAIL\n",
-				runtime.NumGoroutine()-base, base, buf[:runtime.Stack(buf, true)])
+				count(creators)-base, base, stacks())
 			return 1
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	return code
+}
+
+// count is the number of goroutines, less those created by a function named with one of
+// the prefixes.
+func count(creators []string) int {
+	if len(creators) == 0 {
+		return runtime.NumGoroutine()
+	}
+	n := 0
+	for _, g := range strings.Split(stacks(), "\n\n") {
+		if !createdBy(g, creators) {
+			n++
+		}
+	}
+	return n
+}
+
+// createdBy reports whether the goroutine whose stack is g was created by a function
+// named with one of the prefixes.
+func createdBy(g string, creators []string) bool {
+	_, after, ok := strings.Cut(g, "\ncreated by ")
+	if !ok {
+		return false
+	}
+	for _, c := range creators {
+		if strings.HasPrefix(after, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// stacks is every goroutine's stack, as runtime.Stack writes them: one block each,
+// separated by a blank line.
+func stacks() string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return string(buf[:n])
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 // fuzzing reports whether the binary ran a fuzz target (-test.fuzz): the fuzzing engine

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mwrpc/mwrpc/benchmarks/internal/bench"
 	"github.com/mwrpc/mwrpc/benchmarks/internal/load"
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
 )
 
 // asMainEnv, set to 1, makes the test binary the command: the harness's server processes
@@ -34,7 +35,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	os.Exit(leakcheck.MainIgnoring(m, bench.PeerWorkers...))
 }
 
 // markProcesses gives the processes the test starts a token of their own and returns it.

@@ -184,6 +184,10 @@ type Stats struct {
 	// poster left it (a frame too large to write at once, a socket that was full, or a
 	// transmit in progress): each is a goroutine hand-off on the send path.
 	EngineWakes uint64
+	// WaitedPosts counts the transmit rounds PostSendWait posters ran themselves, waiting
+	// for the socket as the engine does (a large WRITE written by the goroutine that posted
+	// it, with no engine wake-up).
+	WaitedPosts uint64
 }
 
 // stats is one stripe of a device's counters. Every frame a QP sends or receives adds to
@@ -191,8 +195,8 @@ type Stats struct {
 // own reader on its own core) count in stripes of their own: one set of counters that
 // every QP added to was a cache line every core wrote on every message.
 type stats struct {
-	socketTx, socketRx, copied, discarded, rnrNaks, placed, writes, engineWakes atomic.Uint64
-	_                                                                           [cacheLine - 8*8]byte
+	socketTx, socketRx, copied, discarded, rnrNaks, placed, writes, engineWakes, waitedPosts atomic.Uint64
+	_                                                                                        [cacheLine - 9*8]byte
 }
 
 // statStripes is how many stripes a device's counters have: QPs made one after another
@@ -216,6 +220,7 @@ func (d *Device) Stats() Stats {
 		s.PlacedBytes += st.placed.Load()
 		s.Writes += st.writes.Load()
 		s.EngineWakes += st.engineWakes.Load()
+		s.WaitedPosts += st.waitedPosts.Load()
 	}
 	return s
 }

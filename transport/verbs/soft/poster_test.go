@@ -179,39 +179,56 @@ func readAll(r io.Reader, want []testFrame) error {
 // message that announces a 1 MiB payload written into the peer's window) leave in the
 // WRITE's writev, not in a write of their own: one write per WRITE and its announcement
 // (Stats.Writes, the sender's side), whether the announcement is one small frame, a medium
-// one (padded) or several (a BATCH). The peer gets the payload and then the announcements,
-// intact and in order, and the WRITE's memory is released (Dereg at close does not wait).
+// one (padded) or several (a BATCH), and whether the engine writes them (PostSend) or the
+// poster does (PostSendWait, with no wake-up of the engine). The peer gets the payload and
+// then the announcements, intact and in order, and the WRITE's memory is released (Dereg
+// at close does not wait).
 func TestWriteCarriesAnnouncement(t *testing.T) {
 	const big = 1 << 20
 	c, s := newHost(t, mustOpen(t), 2*big), newHost(t, mustOpen(t), 2*big)
 	defer c.close(t)
 	defer s.close(t)
 	connect(t, c, s)
-	for _, tc := range []struct {
-		name  string
-		sends []int // the announcements' lengths
-	}{
-		{"one small SEND", []int{68}},
-		{"a medium SEND", []int{4 << 10}},
-		{"three SENDs", []int{68, 200, 1 << 10}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			const calls = 10
-			before := c.dev.Stats().Writes
-			for i := range calls {
-				writeAndAnnounce(t, c, s, big, tc.sends, byte(i))
-			}
-			if w := c.dev.Stats().Writes - before; w != calls {
-				t.Errorf("%d WRITEs of 1 MiB, each with its announcements %v: %d writes, want %d (the announcements go in the WRITE's writev)", calls, tc.sends, w, calls)
-			}
-		})
+	posts := []struct {
+		name string
+		post func([]verbs.SendWR) error
+	}{{"PostSend", c.qp.PostSend}, {"PostSendWait", c.qp.(*QP).PostSendWait}}
+	for _, p := range posts {
+		for _, tc := range []struct {
+			name  string
+			sends []int // the announcements' lengths
+		}{
+			{"one small SEND", []int{68}},
+			{"a medium SEND", []int{4 << 10}},
+			{"three SENDs", []int{68, 200, 1 << 10}},
+		} {
+			t.Run(p.name+"/"+tc.name, func(t *testing.T) {
+				const calls = 10
+				before := c.dev.Stats()
+				for i := range calls {
+					writeAndAnnounce(t, c, s, p.post, big, tc.sends, byte(i))
+				}
+				after := c.dev.Stats()
+				if w := after.Writes - before.Writes; w != calls {
+					t.Errorf("%d WRITEs of 1 MiB, each with its announcements %v: %d writes, want %d (the announcements go in the WRITE's writev)", calls, tc.sends, w, calls)
+				}
+				if p.name == "PostSendWait" {
+					if w := after.EngineWakes - before.EngineWakes; w != 0 {
+						t.Errorf("%d WRITEs of 1 MiB posted with PostSendWait woke the engine %d times, want 0 (the poster writes them)", calls, w)
+					}
+					if w := after.WaitedPosts - before.WaitedPosts; w < calls {
+						t.Errorf("%d WRITEs posted with PostSendWait: %d rounds written by their posters, want at least %d", calls, w, calls)
+					}
+				}
+			})
+		}
 	}
 }
 
 // writeAndAnnounce posts, in one PostSend, a WRITE of n bytes from c's memory into s's and
 // SENDs of the given lengths behind it; it checks that s receives each SEND, in order, with
 // the WRITE's bytes already in place.
-func writeAndAnnounce(t *testing.T, c, s *host, n int, sends []int, fill byte) {
+func writeAndAnnounce(t *testing.T, c, s *host, post func([]verbs.SendWR) error, n int, sends []int, fill byte) {
 	t.Helper()
 	src := c.mr.Bytes()[:n]
 	for i := range src {
@@ -230,7 +247,7 @@ func writeAndAnnounce(t *testing.T, c, s *host, n int, sends []int, fill byte) {
 		off += m
 	}
 	wrs[len(wrs)-1].Flags = verbs.SendSignaled
-	must(t, c.qp.PostSend(wrs))
+	must(t, post(wrs))
 	for i := range sends {
 		wc := s.poll(t)
 		if wc.Status != verbs.WCSuccess || wc.WRID != uint64(10+i) || wc.ByteLen != uint32(sends[i]) {
@@ -310,5 +327,65 @@ func TestKeepOrder(t *testing.T) {
 	go func() { got <- readAll(peer, sent) }()
 	if err := <-got; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDestroyWhileWriterWaits: a poster blocked in PostSendWait writing to a peer that
+// stopped reading does not hold up Destroy, which ends the write with a deadline before it
+// waits for the transmit lock (shutdownLocked); the poster then returns. Destroy used to
+// take the lock first, and waited for as long as the peer did not read.
+func TestDestroyWhileWriterWaits(t *testing.T) {
+	const big = 32 << 20 // more than loopback's socket buffers hold
+	c, s := newHost(t, mustOpen(t), big), newHost(t, mustOpen(t), big)
+	defer c.close(t)
+	defer s.close(t)
+	sc := &stallConn{stalled: make(chan struct{}), release: make(chan struct{})}
+	connectVia(t, c, s, func(conn net.Conn) net.Conn { sc.Conn = conn; return sc })
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(sc.release)
+		}
+	}
+	defer release()
+	sc.arm()
+	q := c.qp.(*QP)
+	posted := make(chan error, 1)
+	go func() {
+		posted <- q.PostSendWait([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEFor(c.mr, 0, big)}, RemoteAddr: s.mr.Addr(), RKey: s.mr.RKey()}})
+	}()
+	select {
+	case <-sc.stalled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the peer's reader never stopped")
+	}
+	// The poster holds the transmit lock, blocked on the full socket.
+	for deadline := time.Now().Add(5 * time.Second); q.txMu.TryLock(); {
+		q.txMu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the poster never took the transmit lock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	destroyed := make(chan error, 1)
+	go func() { destroyed <- q.Destroy() }()
+	select {
+	case err := <-destroyed:
+		must(t, err)
+	case <-time.After(5 * time.Second):
+		release() // let the write finish, so that the test ends
+		<-destroyed
+		c.qp = nil
+		t.Fatal("Destroy waited for a poster blocked on a peer that stopped reading")
+	}
+	c.qp = nil
+	select {
+	case err := <-posted:
+		must(t, err) // posted; its completion is flushed
+	case <-time.After(5 * time.Second):
+		t.Fatal("PostSendWait did not return after Destroy")
 	}
 }

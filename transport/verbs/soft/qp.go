@@ -489,6 +489,10 @@ func (q *QP) shutdownLocked() {
 		return
 	}
 	q.mu.Unlock()
+	// The deadline comes before txMu: its holder may be blocked writing to a peer that
+	// stopped reading (the engine, or a PostSendWait poster), and only the deadline ends
+	// that write.
+	l.setDeadline(time.Now().Add(100 * time.Millisecond))
 	// What the responder already queued (a NAK above all, and a delayed ACK) leaves before
 	// the link closes, as hardware would have sent it at once.
 	q.txMu.Lock()
@@ -601,7 +605,7 @@ func (q *QP) kick() {
 
 // PostSend queues send work requests. When request i is refused, the ones before it are
 // queued and transmitted all the same (as libibverbs providers ring the doorbell for them).
-func (q *QP) PostSend(wrs []verbs.SendWR) error { return q.post(wrs, false) }
+func (q *QP) PostSend(wrs []verbs.SendWR) error { return q.post(wrs, postPlain) }
 
 // PostSendHeld is PostSend for messages that may wait for the QP's stream reader: while
 // the reader has whole frames read ahead behind the one it delivers, what this posts is
@@ -610,10 +614,33 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error { return q.post(wrs, false) }
 // whose handlers run where their requests were reaped sends its responses this way: one
 // write for the responses to the requests one read brought in, rather than one each.
 // Without a stream reader, or with nothing read ahead, it is PostSend.
-func (q *QP) PostSendHeld(wrs []verbs.SendWR) error { return q.post(wrs, true) }
+func (q *QP) PostSendHeld(wrs []verbs.SendWR) error { return q.post(wrs, postHeld) }
 
-// post is PostSend, and with hold PostSendHeld.
-func (q *QP) post(wrs []verbs.SendWR, hold bool) error {
+// PostSendWait is PostSend for a goroutine that may wait for the socket: it writes what it
+// posted itself, frames of any size included (a 1 MiB WRITE and the SEND that announces it
+// leave in one writev, as the engine writes them), waiting while the socket is full,
+// rather than leave a frame over the size a write that never waits may take to the NIC
+// engine (a kick and a wake-up of another goroutine per large frame). A caller waiting for
+// its own call's answer, or a handler on a goroutine of its own, may post this way; a
+// stream reader, a poller or a completion handler must not: a goroutine that reaps must
+// never block on a socket (two readers each writing to the other's full stream would
+// deadlock). Where a stream reader of this device runs a completion handler at the time
+// (the poster may be that reader), it is PostSend. It returns once the frames are written
+// or the link failed; Destroy does not wait for a peer that stopped reading (it ends the
+// write with a deadline: shutdownLocked).
+func (q *QP) PostSendWait(wrs []verbs.SendWR) error { return q.post(wrs, postWait) }
+
+// postHow says how a poster transmits what it posted.
+type postHow uint8
+
+const (
+	postPlain postHow = iota // PostSend: frames a write that never waits takes; larger ones are the engine's
+	postHeld                 // PostSendHeld: as postPlain, or held for the stream reader
+	postWait                 // PostSendWait: every frame, waiting for the socket
+)
+
+// post is PostSend, PostSendHeld or PostSendWait, as how says.
+func (q *QP) post(wrs []verbs.SendWR, how postHow) error {
 	if probe.Enabled && len(wrs) > 0 {
 		probe.MarkN(probe.PostSend, uint32(wrs[0].Opcode))
 	}
@@ -637,7 +664,7 @@ func (q *QP) post(wrs []verbs.SendWR, hold bool) error {
 	l := q.link
 	q.mu.Unlock()
 	if posted > 0 && l != nil {
-		q.transmitInline(l, hold)
+		q.transmitInline(l, how)
 	}
 	return err
 }
@@ -654,8 +681,8 @@ const inlineTxMax = 16 << 10
 // handler's response) sends only what the socket takes at once (transmitTryOnce). A poster that
 // finds another transmitting leaves its work requests to that one (takeTx): the holder
 // looks again once it let go, up to txRounds times, and only then wakes the engine.
-func (q *QP) transmitInline(l link, hold bool) {
-	for round := 0; q.transmitOnce(l, hold); round++ {
+func (q *QP) transmitInline(l link, how postHow) {
+	for round := 0; q.transmitOnce(l, how); round++ {
 		if round == txRounds {
 			q.kick()
 			return
@@ -693,14 +720,17 @@ func (q *QP) letGoTx() bool {
 
 // transmitOnce is one round of transmitInline; it reports whether a poster asked for
 // another.
-func (q *QP) transmitOnce(l link, hold bool) bool {
+func (q *QP) transmitOnce(l link, how postHow) bool {
 	if q.dev.readersReaping.Load() > 0 {
-		return q.transmitTryOnce(l, hold)
+		return q.transmitTryOnce(l, how == postHeld)
 	}
 	if !q.takeTx() {
 		return false
 	}
 	probe.Mark(probe.TxInline)
+	if how == postWait {
+		return q.transmitWaiting(l)
+	}
 	tl, direct := l.(*tcpLink)
 	direct = direct && directWrites && tl.raw != nil
 	limit := inlineTxMax
@@ -727,6 +757,18 @@ func (q *QP) transmitOnce(l link, hold bool) bool {
 		q.kick()
 	}
 	return again
+}
+
+// transmitWaiting is transmitOnce for PostSendWait: the engine's round, on the poster's
+// goroutine (no bound on a frame's size; a large frame kept for the flush, with the frames
+// stepped after it). txMu is held on entry and let go; it reports whether a poster asked
+// for another round.
+func (q *QP) transmitWaiting(l link) bool {
+	q.st.waitedPosts.Add(1)
+	for q.step(l, 0) == stepMore {
+	}
+	q.flushTx(l)
+	return q.letGoTx()
 }
 
 // tryTxMax is the largest frame payload a stream reader (transmitTryOnce), or on Linux any

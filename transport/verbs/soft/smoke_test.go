@@ -62,7 +62,10 @@ func newSRQHost(t testing.TB, dev *Device, size, depth int) *host {
 
 func (h *host) close(t testing.TB) {
 	t.Helper()
-	errs := []error{h.qp.Destroy()}
+	var errs []error
+	if h.qp != nil { // nil: the test destroyed it
+		errs = append(errs, h.qp.Destroy())
+	}
 	if h.srq != nil {
 		errs = append(errs, h.srq.Destroy())
 	}

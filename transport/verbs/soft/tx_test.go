@@ -20,7 +20,7 @@ func TestPosterLeavesToHolder(t *testing.T) {
 	}
 
 	q.txMu.Lock() // another goroutine transmits
-	q.transmitInline(nil, false)
+	q.transmitInline(nil, postPlain)
 	if len(q.wake) != 0 {
 		t.Fatal("a poster that found txMu held woke the engine")
 	}

@@ -1,0 +1,11 @@
+package load
+
+import (
+	"os"
+	"testing"
+
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
+)
+
+// TestMain fails the package's tests if any of them leaves a goroutine behind.
+func TestMain(m *testing.M) { os.Exit(leakcheck.Main(m)) }
