@@ -363,9 +363,7 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 			continue
 		}
 		if len(s.q) > 0 && s.q[0].ready {
-			m := s.q[0]
-			s.q[0] = nil
-			s.q = s.q[1:]
+			m := s.popLocked()
 			s.hdrSet = true // a message came first: no header precedes it
 			ack := s.ackDueLocked()
 			if m.end {
@@ -405,12 +403,24 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 	}
 }
 
+// popLocked takes the message at the front of the queue. The queue's array is kept when
+// it empties, so that request/response traffic, which empties it at every message,
+// queues without allocating. s.mu is held.
+func (s *Stream) popLocked() *streamMsg {
+	m := s.q[0]
+	s.q[0] = nil
+	if len(s.q) == 1 {
+		s.q = s.q[:0]
+	} else {
+		s.q = s.q[1:]
+	}
+	return m
+}
+
 // takeHeaderLocked takes the header message at the front of the queue: a copy is kept
 // for Header, the buffer goes back, and its bytes count as consumed. s.mu is held.
 func (s *Stream) takeHeaderLocked() {
-	m := s.q[0]
-	s.q[0] = nil
-	s.q = s.q[1:]
+	m := s.popLocked()
 	if !s.hdrSet {
 		s.hdr, s.hdrSet = bytes.Clone(m.data), true
 	}
@@ -755,8 +765,10 @@ func (c *Conn) onStreamMsg(h *wire.Header, payload []byte) {
 		}
 		return
 	}
-	m := &streamMsg{ready: true, end: true}
-	if h.Flags&wire.FlagEnd == 0 {
+	var m *streamMsg
+	if h.Flags&wire.FlagEnd != 0 {
+		m = &streamMsg{ready: true, end: true}
+	} else {
 		var err error
 		if m, err = c.copyOut(payload, false); err != nil {
 			c.refuseStreamMsg(st, nil, h, err)

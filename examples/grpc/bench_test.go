@@ -27,14 +27,17 @@ func BenchmarkUnary(b *testing.B) {
 	if runtime.GOOS == "linux" {
 		fabrics = append(fabrics, struct{ name, target string }{"mwnet-shm", "shm://" + filepath.Join(b.TempDir(), "bench.sock")})
 	}
-	for _, size := range []int{64, 1 << 20} {
+	for _, cell := range []struct{ size, callers int }{{64, 1}, {64, 16}, {1 << 20, 1}} {
 		for _, f := range fabrics {
-			b.Run(fmt.Sprintf("%s/%dB", f.name, size), func(b *testing.B) { benchUnary(b, f.target, size) })
+			b.Run(fmt.Sprintf("%s/%dB/c%d", f.name, cell.size, cell.callers), func(b *testing.B) {
+				benchUnary(b, f.target, cell.size, cell.callers)
+			})
 		}
 	}
 }
 
-func benchUnary(b *testing.B, target string, size int) {
+// benchUnary makes the calls from callers goroutines at once (on one grpc.ClientConn).
+func benchUnary(b *testing.B, target string, size, callers int) {
 	var srvIO, cliIO ioCounts
 	ln, stats := benchListener(b, target)
 	s := grpc.NewServer()
@@ -72,8 +75,17 @@ func benchUnary(b *testing.B, target string, size int) {
 	srv0, cli0, st0 := srvIO.load(), cliIO.load(), stats()
 	b.SetBytes(int64(2 * size))
 	b.ReportAllocs()
-	for b.Loop() {
-		call()
+	if callers == 1 {
+		for b.Loop() {
+			call()
+		}
+	} else {
+		b.SetParallelism((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				call()
+			}
+		})
 	}
 	n := float64(b.N)
 	srv, cli, st := srvIO.load(), cliIO.load(), stats()
