@@ -31,20 +31,23 @@ type Conn struct {
 	hsMu   sync.Mutex // held through the handshake
 	hsDone bool
 	hsErr  error
+	hsOK   atomic.Bool // the handshake succeeded: reads and writes skip hsMu
 
 	dmu      sync.Mutex // the deadlines and where they apply (the socket until the handshake ends)
 	rdl, wdl time.Time
 
 	rmu        sync.Mutex // a read in progress
 	rspin      spinner
-	rx         *ring // the ring this side created and reads
+	readSleep  func(uintptr) bool // flagThenCheck of rx's data waiter and readReady
+	rx         *ring              // the ring this side created and reads
 	rxMem      []byte
 	rxBell     *bell // a reader sleeps here; the peer rings it after writing
 	peerTxBell int   // the peer's writer sleeps there; rung after reading frees space
 
 	wmu        sync.Mutex // a write in progress
 	wspin      spinner
-	tx         *ring // the peer's ring, which this side writes
+	writeSleep func(uintptr) bool // flagThenCheck of tx's space waiter and writeReady
+	tx         *ring              // the peer's ring, which this side writes
 	txMem      []byte
 	txBell     *bell // a writer sleeps here; the peer rings it after reading
 	peerRxBell int   // the peer's reader sleeps there; rung after writing
@@ -66,7 +69,12 @@ type Conn struct {
 var _ net.Conn = (*Conn)(nil)
 
 func newConn(sock *net.UnixConn, cfg Config, local, remote *Addr) *Conn {
-	return &Conn{cfg: cfg, sock: sock, local: local, remote: remote, shares: cfg.sharesWith(remote.UID, uint32(os.Geteuid())), rspin: newSpinner(cfg.spin()), wspin: newSpinner(cfg.spin()), peerTxBell: -1, peerRxBell: -1}
+	c := &Conn{cfg: cfg, sock: sock, local: local, remote: remote, shares: cfg.sharesWith(remote.UID, uint32(os.Geteuid())), rspin: newSpinner(cfg.spin()), wspin: newSpinner(cfg.spin()), peerTxBell: -1, peerRxBell: -1}
+	// Made once: a wait hands its check to the poller, which would allocate a closure
+	// per sleep. The rings are read when a check runs, under rmu or wmu.
+	c.readSleep = flagThenCheck(func() *atomic.Uint32 { return c.rx.dataWaiter }, c.readReady)
+	c.writeSleep = flagThenCheck(func() *atomic.Uint32 { return c.tx.spaceWaiter }, c.writeReady)
+	return c
 }
 
 // Dial connects to the shm listener at the Unix socket path, checks its credentials and
@@ -146,6 +154,9 @@ func uidAllowed(cfg Config, uid uint32) bool {
 // handshake runs the setup once: both hellos, the peer's ring mapped, the socket watched.
 // Later calls return its result.
 func (c *Conn) handshake() error {
+	if c.hsOK.Load() {
+		return nil
+	}
 	c.hsMu.Lock()
 	defer c.hsMu.Unlock()
 	if c.hsDone {
@@ -172,6 +183,7 @@ func (c *Conn) handshake() error {
 	c.watching = make(chan struct{})
 	c.dmu.Unlock()
 	go c.watch()
+	c.hsOK.Store(true)
 	return nil
 }
 
@@ -329,18 +341,21 @@ func (c *Conn) Read(p []byte) (int, error) {
 			return 0, c.fail(err)
 		}
 		if n > 0 || len(p) == 0 {
-			if c.rx.spaceWaiter.Swap(0) != 0 {
+			if takeWaiter(c.rx.spaceWaiter) {
 				ringBell(c.peerTxBell)
 			}
 			return n, nil
 		}
 		if c.peerGone.Load() {
+			if err := c.sticky(); err != nil {
+				return 0, err // broken before the watcher said gone: the protocol error, not EOF
+			}
 			if avail, err := c.rx.readable(); err == nil && avail == 0 {
 				return 0, io.EOF
 			}
 			continue
 		}
-		if err := c.await(&c.rspin, c.rx.dataWaiter, c.rxBell, c.readReady); err != nil {
+		if err := c.await(&c.rspin, c.readReady, c.rxBell, c.readSleep, c.rx.dataWaiter); err != nil {
 			return 0, err
 		}
 	}
@@ -372,12 +387,12 @@ func (c *Conn) Write(p []byte) (int, error) {
 		}
 		if n > 0 {
 			total += n
-			if c.tx.dataWaiter.Swap(0) != 0 {
+			if takeWaiter(c.tx.dataWaiter) {
 				ringBell(c.peerRxBell)
 			}
 			continue
 		}
-		if err := c.await(&c.wspin, c.tx.spaceWaiter, c.txBell, c.writeReady); err != nil {
+		if err := c.await(&c.wspin, c.writeReady, c.txBell, c.writeSleep, c.tx.spaceWaiter); err != nil {
 			return total, err
 		}
 	}
@@ -405,7 +420,7 @@ func (c *Conn) TryWrite(p []byte) (int, error) {
 	if err != nil {
 		return 0, c.fail(err)
 	}
-	if n > 0 && c.tx.dataWaiter.Swap(0) != 0 {
+	if n > 0 && takeWaiter(c.tx.dataWaiter) {
 		ringBell(c.peerRxBell)
 	}
 	return n, nil
@@ -416,11 +431,25 @@ func (c *Conn) writeReady() bool {
 	return n > 0 || err != nil || c.peerGone.Load() || c.closed.Load()
 }
 
+// flagThenCheck returns the check a sleeper runs before each sleep on its doorbell: set
+// its waiter flag, then look at the ring (ready). The flag is set again before every
+// check, not once per wait: a wake-up may come from a peer that took the flag while the
+// sleeper was still awake (it loaded the flag set for an earlier sleep, and swapped it
+// after this one began), and found nothing new, and the peer's next entry must find the
+// flag set again. The order, flag then check, is the sleeper's half of ring.go's Dekker
+// protocol; the peer stores its position, then takes the flag (takeWaiter).
+func flagThenCheck(waiter func() *atomic.Uint32, ready func() bool) func(uintptr) bool {
+	return func(uintptr) bool {
+		waiter().Store(1)
+		return ready()
+	}
+}
+
 // await waits until ready: it polls for up to the spin budget of its direction (sp),
-// then sets the waiter flag, checks once more (the peer takes the flag after it moves its
-// position, so a wake-up is never lost) and sleeps on the doorbell. It returns the
-// doorbell's error: a deadline, or the connection closed.
-func (c *Conn) await(sp *spinner, waiter *atomic.Uint32, b *bell, ready func() bool) error {
+// then sleeps on the doorbell b until check (made by flagThenCheck from the direction's
+// waiter flag and ready) reports ready, and clears the flag (awake, this side needs no
+// doorbell). It returns the doorbell's error: a deadline, or the connection closed.
+func (c *Conn) await(sp *spinner, ready func() bool, b *bell, check func(uintptr) bool, waiter *atomic.Uint32) error {
 	if budget := sp.budget(); budget > 0 {
 		start := time.Now()
 		for {
@@ -437,20 +466,12 @@ func (c *Conn) await(sp *spinner, waiter *atomic.Uint32, b *bell, ready func() b
 		}
 		sp.lost()
 	}
-	waiter.Store(1)
-	if ready() {
-		waiter.Store(0)
-		return nil
-	}
-	err := b.wait()
+	err := b.wait(check)
 	waiter.Store(0)
-	if err != nil {
-		if errors.Is(err, os.ErrClosed) {
-			return net.ErrClosed
-		}
-		return err
+	if err != nil && (c.closed.Load() || errors.Is(err, os.ErrClosed)) {
+		return net.ErrClosed // the bell closed under a waiter: Close
 	}
-	return nil
+	return err
 }
 
 // Close closes the connection: a read or write in progress returns net.ErrClosed, the

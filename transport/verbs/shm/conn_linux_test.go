@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -494,4 +496,187 @@ func TestIdleCostsNothing(t *testing.T) {
 	for range 2 {
 		<-done
 	}
+}
+
+// pingPong sends rounds one-byte messages from a to b and back, each side waiting for the
+// other's before it answers, and fails t if one does not arrive within the deadline (a
+// reader left asleep: a lost wake-up) or arrives changed.
+func pingPong(t *testing.T, a, b *Conn, rounds int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, c := range []*Conn{a, b} {
+		if err := c.SetReadDeadline(deadline); err != nil {
+			t.Fatal(err)
+		}
+	}
+	echoErr := make(chan error, 1)
+	go func() {
+		var m [1]byte
+		for i := range rounds {
+			if _, err := io.ReadFull(b, m[:]); err != nil {
+				echoErr <- fmt.Errorf("echo side, round %d: %w", i, err)
+				return
+			}
+			if _, err := b.Write(m[:]); err != nil {
+				echoErr <- err
+				return
+			}
+		}
+		echoErr <- nil
+	}()
+	var m [1]byte
+	for i := range rounds {
+		if _, err := a.Write([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(a, m[:]); err != nil {
+			t.Fatalf("round %d of %d: %v (a lost wake-up leaves a reader asleep until the deadline)", i, rounds, err)
+		}
+		if m[0] != byte(i) {
+			t.Fatalf("round %d: got %d back", i, m[0])
+		}
+	}
+	if err := <-echoErr; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoLostWakeup: with no spin, every read that finds its ring empty publishes that it
+// sleeps and sleeps, and every write races with it: the writer's store of its position
+// against the reader's store of its flag. Thousands of round trips, each a sleep and a
+// wake-up on both sides, all arrive. The test fails (a reader sleeps until the deadline)
+// when either side's order is turned around: the sleeper checking the ring before it sets
+// its flag, or the writer reading the flag before it publishes its position. Run it many
+// times under -race (make test does, with -count).
+func TestNoLostWakeup(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	cfg := Config{Spin: -1}
+	a, b := connPair(t, cfg, cfg)
+	rounds := 20000
+	if raceEnabled {
+		rounds = 5000
+	}
+	pingPong(t, a, b, rounds)
+}
+
+// TestFlagBeforeCheck: a write that lands just after the sleeper's last look at the ring
+// still wakes it. The sleeper's check is slowed after it loads the producer's position,
+// and the producer writes in that gap, every time: with the flag set before the check,
+// the producer sees it and rings; were the flag set after the check, the producer would
+// find none, ring nothing, and the sleeper would sleep until its deadline.
+func TestFlagBeforeCheck(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	a, b := connPair(t, Config{Spin: -1}, Config{Spin: -1})
+	sp := newSpinner(0)
+	for i := range 20 {
+		gap := make(chan struct{})
+		wrote := make(chan error, 1)
+		go func() {
+			<-gap
+			_, err := a.Write([]byte{byte(i)})
+			wrote <- err
+		}()
+		checks := 0
+		slowReady := func() bool {
+			ready := b.readReady()
+			if checks++; checks == 1 {
+				close(gap)
+				if err := <-wrote; err != nil {
+					t.Error(err)
+				}
+			}
+			return ready
+		}
+		if err := b.SetReadDeadline(time.Now().Add(2 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		b.rmu.Lock()
+		check := flagThenCheck(func() *atomic.Uint32 { return b.rx.dataWaiter }, slowReady)
+		err := b.await(&sp, slowReady, b.rxBell, check, b.rx.dataWaiter)
+		b.rmu.Unlock()
+		if err != nil {
+			t.Fatalf("round %d: the sleeper was not woken by a write after its check: %v", i, err)
+		}
+		var m [1]byte
+		if _, err := io.ReadFull(b, m[:]); err != nil || m[0] != byte(i) {
+			t.Fatalf("round %d: read %d, %v", i, m[0], err)
+		}
+	}
+}
+
+// TestWakeRearms: a wake-up that finds nothing new (the peer took the flag this sleep set
+// while it was about an earlier entry, and rang) leaves the sleeper's flag set again
+// before it sleeps on, so that the peer's next entry rings. A sleeper that set its flag
+// once per wait would sleep through that entry until its deadline.
+func TestWakeRearms(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	a, b := connPair(t, Config{Spin: -1}, Config{Spin: -1})
+	for i := range 20 {
+		got := make(chan error, 1)
+		go func() {
+			_ = b.SetReadDeadline(time.Now().Add(2 * time.Second))
+			var m [1]byte
+			_, err := io.ReadFull(b, m[:])
+			if err == nil && m[0] != byte(i) {
+				err = fmt.Errorf("read %d", m[0])
+			}
+			got <- err
+		}()
+		waitFlag(t, a.tx.dataWaiter)      // b sleeps
+		if a.tx.dataWaiter.Swap(0) != 0 { // a late taker: the flag, a ring, no entry
+			ringBell(a.peerRxBell)
+		}
+		waitFlag(t, a.tx.dataWaiter) // set again before b sleeps on
+		if _, err := a.Write([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("round %d: the sleeper missed the entry after a spurious wake-up: %v", i, err)
+		}
+	}
+}
+
+// waitFlag waits until a waiter flag is set, or fails t after 2 s.
+func waitFlag(t *testing.T, f *atomic.Uint32) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); f.Load() == 0; time.Sleep(50 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the reader set no waiter flag within 2 s")
+		}
+	}
+}
+
+// TestLyingWaiterFlags: a peer that sets the waiter flags it should only take costs
+// doorbell writes and spurious wake-ups, never a byte: round trips with no spin arrive
+// whole and in order while a third party keeps setting every flag of both rings. (A peer
+// that clears a sleeper's flag instead of ringing only leaves that sleeper waiting, as a
+// peer that stops writing does; the positions, checked on every access, still say what is
+// in the ring.)
+func TestLyingWaiterFlags(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	cfg := Config{Spin: -1, RingSize: MinRingSize}
+	a, b := connPair(t, cfg, cfg)
+	stop := make(chan struct{})
+	liar := make(chan struct{})
+	go func() {
+		defer close(liar)
+		flags := []*atomic.Uint32{a.rx.dataWaiter, a.rx.spaceWaiter, b.rx.dataWaiter, b.rx.spaceWaiter}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			flags[i%len(flags)].Store(1)
+			if i%16 == 0 {
+				time.Sleep(5 * time.Microsecond)
+			}
+		}
+	}()
+	defer func() { close(stop); <-liar }()
+	pingPong(t, a, b, 3000)
 }

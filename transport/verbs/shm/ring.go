@@ -26,9 +26,16 @@ import (
 //
 // A waiter flag is set by the side that is about to sleep (the consumer on an empty ring,
 // the producer on a full one) and taken (swapped to 0) by the other side after it moves
-// its position: if it was set, that side rings the sleeper's doorbell. The sleeper checks
-// the ring again after setting its flag, so a wake-up is never lost. A peer that sets a
-// flag falsely costs only a doorbell write.
+// its position: if it was set, that side rings the sleeper's doorbell. The order is
+// Dekker's: the sleeper stores its flag, then loads the peer's position; the mover stores
+// its position, then loads the flag (sync/atomic operations are sequentially consistent,
+// on x86 the stores are locked exchanges). Of the two loads at least one sees the other
+// side's store: the sleeper finds the ring ready and does not sleep, or the mover finds the
+// flag and rings. So a wake-up is never lost, and a doorbell is written only when the peer
+// has said it sleeps: while it polls, any number of entries cross without one. A peer that
+// sets a flag falsely costs only a doorbell write; one that clears the flag of a sleeper
+// it should wake only delays that sleeper as a silent peer would; neither can lose or
+// repeat a byte of the ring, whose positions are checked on every access.
 const (
 	ringMagic   = "MWSHMRNG"
 	ringVersion = 1
@@ -171,4 +178,12 @@ func (r *ring) write(p []byte) (int, error) {
 	r.pos += n
 	r.tail.Store(r.pos)
 	return int(n), nil
+}
+
+// takeWaiter takes a waiter flag after this side moved its position: it reports whether the
+// peer had set it (it sleeps, or is about to: ring its doorbell). The plain load first keeps
+// the common case, a peer that is awake, a read of the peer's cache line rather than a
+// locked write that would take the line from it on every entry.
+func takeWaiter(w *atomic.Uint32) bool {
+	return w.Load() != 0 && w.Swap(0) != 0
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -71,9 +72,18 @@ func mapPeerRing(fd, size int) ([]byte, error) {
 
 // bell is a doorbell this side sleeps on: an eventfd in the Go netpoller, so that a
 // sleeping reader holds no OS thread and its deadlines are the file's.
+//
+// Its counter is never read. The netpoller watches the descriptor edge-triggered, and an
+// eventfd reports a new edge on every write whatever its count, so a sleeper only has to
+// be told that a write came after it started waiting: wait re-checks its condition after
+// the poller forgets older edges, and sleeps only when that check fails. Reading the
+// counter would cost two more system calls per sleep (the read that finds it empty before
+// parking, the one that empties it after). The count cannot overflow in practice (one
+// per doorbell, up to 2^64-2), and ringBell ignores a full one (EAGAIN).
 type bell struct {
 	f  *os.File
-	fd int // f's descriptor, to pass to the peer and to ring ourselves (valid until f.Close)
+	rc syscall.RawConn // f's, to wait for an edge without reading
+	fd int             // f's descriptor, to pass to the peer and to ring ourselves (valid until f.Close)
 }
 
 func newBell(name string) (*bell, error) {
@@ -82,14 +92,22 @@ func newBell(name string) (*bell, error) {
 		return nil, fmt.Errorf("shm: eventfd: %w", err)
 	}
 	// A non-blocking descriptor: os.NewFile puts it in the netpoller.
-	return &bell{f: os.NewFile(uintptr(fd), name), fd: fd}, nil
+	f := os.NewFile(uintptr(fd), name)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("shm: eventfd: %w", err)
+	}
+	return &bell{f: f, rc: rc, fd: fd}, nil
 }
 
-// wait sleeps until the bell is rung, the file's read deadline passes or it is closed.
-func (b *bell) wait() error {
-	var v [8]byte
-	_, err := b.f.Read(v[:])
-	return err
+// wait returns once check reports true, calling it first and then after each ring of the
+// bell, or with the error of the file's read deadline or its closing. check publishes that
+// its caller sleeps (its waiter flag) before it looks (flagThenCheck), so a peer that makes
+// it true after a look also rings. (Each call follows the poller's reset of the
+// descriptor's readiness: a ring before it is forgotten, and needs not be remembered.)
+func (b *bell) wait(check func(uintptr) bool) error {
+	return b.rc.Read(check)
 }
 
 func (b *bell) close() { _ = b.f.Close() }

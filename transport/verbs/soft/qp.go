@@ -425,6 +425,10 @@ func (q *QP) connect(remote verbs.Endpoint) error {
 			tl.raw, _ = tc.SyscallConn()
 		} else if tw, ok := q.stream.(TryWriter); ok {
 			tl.try = tw
+			// A stream with its own non-blocking writes (the shm fabric's ring) is read by
+			// a copy, each read costing the ring's checks and a store the writer sees: one
+			// read takes every frame queued there, up to readAhead, not about one small one.
+			tl.fr.rb = make([]byte, readAhead)
 		}
 		tl.shared, _ = q.stream.(SharedMemoryWire)
 		q.stream = nil
