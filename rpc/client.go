@@ -623,6 +623,11 @@ func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method s
 	if lent != nil {
 		return c.callLent(ctx, conn, method, deadline, md, lent, len(raw))
 	}
+	// Raw bytes that fit a SEND with their envelope are copied once, straight into the
+	// send slot behind the envelope (callScratch, Conn.CallParts).
+	if req == nil && size+envelopeRoom(method, md) <= conn.EagerLimit() {
+		return c.callScratch(ctx, conn, method, deadline, md, cod, req, raw)
+	}
 	// Over the eager limit the body must be in registered memory anyway; over scratchMax it
 	// goes there too rather than grow a heap scratch buffer per call (the transport copies
 	// one that fits a SEND into its send slot, and releases the buffer).
@@ -640,14 +645,24 @@ const scratchMax = 16 << 10
 
 // callScratch encodes the request into a pooled scratch buffer and calls conn with it,
 // which copies it into a send slot (or, over the eager limit, into registered memory).
+// Raw bytes (req nil) are not copied to the scratch buffer: the envelope alone is built
+// there, and conn copies both into the send slot (Conn.CallParts).
 func (c *Client) callScratch(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte) (*transport.Response, error) {
 	sp := scratchPool.Get().(*[]byte)
 	b := appendRequest((*sp)[:0], method, deadline, md)
 	b = c.tel.inject(ctx, b, md)
 	var err error
 	if req == nil {
-		b = append(b, raw...)
-	} else if b, err = appendBody(cod, b, req, conn.MaxSend()); err != nil {
+		n := len(b) + len(raw)
+		c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, n, n > conn.EagerLimit())
+		resp, err := conn.CallParts(ctx, b, raw)
+		if cap(b) <= 64<<10 {
+			*sp = b[:0]
+			scratchPool.Put(sp)
+		}
+		return resp, err
+	}
+	if b, err = appendBody(cod, b, req, conn.MaxSend()); err != nil {
 		scratchPool.Put(sp)
 		if errors.Is(err, codec.ErrTooLarge) {
 			return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}

@@ -506,13 +506,10 @@ func (s *Server) invokeBytes(st *serverStream, m *method, bh func(any, context.C
 // send slot or, when large, into registered memory.
 func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body []byte) {
 	env := appendResponse(st.scratch[:0], st.unsentHeader(), st.trailer, "")
-	if len(env)+len(body) <= w.EagerLimit() { // goes inside the SEND: a send slot copy anyway
-		probe.Mark(probe.CopyResp)
-		out := append(env, body...)
-		probe.Mark(probe.CopyRespDone)
-		st.scratch = out[:0]
-		st.code, st.respLen = OK, len(out)
-		_ = w.Write(OK, out)
+	if len(env)+len(body) <= w.EagerLimit() { // inside the SEND: copied once, behind the envelope, into the send slot
+		st.scratch = env[:0]
+		st.code, st.respLen = OK, len(env)+len(body)
+		_ = w.WriteParts(OK, env, body)
 		return
 	}
 	st.scratch = env[:0]

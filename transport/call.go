@@ -77,14 +77,27 @@ func (c *Conn) Call(ctx context.Context, req []byte) (*Response, error) {
 	if len(req) > c.maxSend {
 		return nil, fmt.Errorf("mwrpc: request of %d bytes (max %d): %w", len(req), c.maxSend, ErrTooLarge)
 	}
-	if len(req) <= c.eager {
-		return c.call(ctx, req, nil)
+	return c.CallParts(ctx, req, nil)
+}
+
+// CallParts is Call with the request in two parts, head then body (an rpc envelope and
+// the caller's payload): up to the eager threshold both are copied straight into the send
+// slot, one behind the other, with no copy to join them first; above it they are copied
+// once into registered memory, as Call copies a request.
+func (c *Conn) CallParts(ctx context.Context, head, body []byte) (*Response, error) {
+	n := len(head) + len(body)
+	if n > c.maxSend {
+		return nil, fmt.Errorf("mwrpc: request of %d bytes (max %d): %w", n, c.maxSend, ErrTooLarge)
 	}
-	buf, err := c.copyRegistered(ctx, req, "request")
+	if n <= c.eager {
+		return c.call(ctx, head, body, nil)
+	}
+	buf, err := c.t.pool.Get(ctx, n)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("mwrpc: request buffer: %w", err)
 	}
-	return c.call(ctx, nil, buf)
+	copy(buf.Bytes()[copy(buf.Bytes(), head):], body)
+	return c.call(ctx, nil, nil, buf)
 }
 
 // copyRegistered copies p, a message above the eager threshold, into a pool buffer of its
@@ -109,12 +122,14 @@ func (c *Conn) CallBuf(ctx context.Context, buf *pool.Buf) (*Response, error) {
 	}
 	if buf.Len() <= c.eager {
 		defer buf.Release()
-		return c.call(ctx, buf.Bytes(), nil)
+		return c.call(ctx, buf.Bytes(), nil, nil)
 	}
-	return c.call(ctx, nil, buf)
+	return c.call(ctx, nil, nil, buf)
 }
 
-func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Response, error) {
+// call sends a request, eager then tail inside the SEND, or large through a window, and
+// waits for its response.
+func (c *Conn) call(ctx context.Context, eager, tail []byte, large *pool.Buf) (*Response, error) {
 	if probe.Enabled {
 		probe.MarkN(probe.Call, b2u(large != nil))
 	}
@@ -131,7 +146,7 @@ func (c *Conn) call(ctx context.Context, eager []byte, large *pool.Buf) (*Respon
 	if large != nil {
 		err = c.sendLarge(ctx, &h, large, revoke{}, sendWait)
 	} else {
-		_, err = c.send(ctx, &h, eager, nil, revoke{}, sendWait)
+		_, err = c.sendParts(ctx, &h, eager, tail, nil, revoke{}, sendWait)
 	}
 	if err != nil {
 		if c.forgetCall(cl) {

@@ -157,6 +157,13 @@ func (q *sendQueue) spendLocked(mode sendMode) {
 // peer window with SEND_WITH_INV; when it has none, a pending revocation rides along. It
 // reports whether the message was posted: if not, pre was not either.
 func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, pre []verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
+	return c.sendParts(ctx, h, payload, nil, pre, rv, mode)
+}
+
+// sendParts is send with a payload in two parts, head then tail, copied one behind the
+// other into the send slot (together at most c.eager bytes): an rpc envelope and the
+// caller's body, with no copy to join them first.
+func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []byte, pre []verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
 	if !c.ready.Load() {
 		if mode == sendTry || mode == sendControl {
 			return false, errNoCredit // queued; flushed once the connection is ready
@@ -166,7 +173,7 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, pre []v
 		}
 	}
 	c.mu.Lock()
-	i, s, err := c.takeSendLocked(ctx, len(payload), mode)
+	i, s, err := c.takeSendLocked(ctx, len(payload)+len(tail), mode)
 	if err != nil {
 		c.mu.Unlock()
 		return false, c.sendFailed(err, mode)
@@ -187,7 +194,7 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, pre []v
 	inv := c.stampLocked(h, rv)
 	c.mu.Unlock()
 
-	wrs := c.fillSlot(i, s, h, payload, pre, inv)
+	wrs := c.fillSlot(i, s, h, payload, tail, pre, inv)
 	if probe.Enabled {
 		probe.MarkN(probe.Post, uint32(h.Kind)|uint32(b2u(inv != 0))<<8)
 	}
@@ -291,16 +298,17 @@ func (c *Conn) stampLocked(h *wire.Header, rv revoke) uint32 {
 	return inv
 }
 
-// fillSlot writes h and payload into send slot i and returns the work requests to post:
-// pre, then the SEND (a SEND_WITH_INV when inv is set). The slot is the caller's
+// fillSlot writes h, payload and tail into send slot i and returns the work requests to
+// post: pre, then the SEND (a SEND_WITH_INV when inv is set). The slot is the caller's
 // (filling): no lock is needed.
-func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload []byte, pre []verbs.SendWR, inv uint32) []verbs.SendWR {
+func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload, tail []byte, pre []verbs.SendWR, inv uint32) []verbs.SendWR {
 	if h.Flags&(wire.FlagLarge|wire.FlagWritten|wire.FlagPushed) == 0 && h.Kind != wire.KindGrant {
-		h.Len = uint32(len(payload))
+		h.Len = uint32(len(payload) + len(tail))
 	}
 	b := s.buf.Bytes()[:cap(s.buf.Bytes())]
 	wire.PutHeader(b, h)
 	n := copy(b[wire.HeaderLen:], payload)
+	n += copy(b[wire.HeaderLen+n:], tail)
 	c.hot.sends.Add(1)
 	if n > 0 {
 		c.hot.eagerBytes.Add(uint64(n))

@@ -149,12 +149,26 @@ func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
 // may be called once; a handler that returns without calling it answers StatusOK with no
 // payload.
 func (w *ResponseWriter) Write(status Code, payload []byte) error {
+	return w.WriteParts(status, payload, nil)
+}
+
+// WriteParts is Write with the payload in two parts, head then tail (an rpc envelope and
+// the handler's result): up to EagerLimit bytes in all, both are copied straight into the
+// send slot, one behind the other, with no copy to join them first. Above it, with a tail,
+// they are joined on the heap first and sent as Write sends a payload that is not in
+// Buffer's or the request's memory.
+func (w *ResponseWriter) WriteParts(status Code, head, tail []byte) error {
 	probe.Mark(probe.RespWrite)
 	if w.sent {
 		return errors.New("mwrpc: response already written")
 	}
 	w.sent = true
-	err := w.write(status, payload)
+	var err error
+	if len(tail) > 0 && len(head)+len(tail) > w.sc.c.eager {
+		err = w.write(status, append(head[:len(head):len(head)], tail...), nil)
+	} else {
+		err = w.write(status, head, tail)
+	}
 	if n := w.sc.grant; n > 0 {
 		w.sc.grant = 0
 		c := w.sc.c
@@ -173,8 +187,9 @@ func (w *ResponseWriter) Write(status Code, payload []byte) error {
 	return err
 }
 
-// write sends the response (Write's work).
-func (w *ResponseWriter) write(status Code, payload []byte) error {
+// write sends the response (Write's work); tail, when set, follows payload inside the
+// SEND (together at most the eager threshold).
+func (w *ResponseWriter) write(status Code, payload, tail []byte) error {
 	sc := w.sc
 	c := sc.c
 	h := wire.Header{Kind: wire.KindResponse, Status: uint16(status), CallID: sc.id}
@@ -191,8 +206,8 @@ func (w *ResponseWriter) write(status Code, payload []byte) error {
 		_, err := c.send(ctx, &h, msg, nil, sc.inv, mode)
 		return errors.Join(fmt.Errorf("mwrpc: response of %d bytes (max %d): %w", len(payload), c.maxSend, ErrTooLarge), err)
 	}
-	if len(payload) <= c.eager {
-		_, err := c.send(ctx, &h, payload, nil, sc.inv, mode)
+	if len(payload)+len(tail) <= c.eager {
+		_, err := c.sendParts(ctx, &h, payload, tail, nil, sc.inv, mode)
 		return err
 	}
 	buf := w.buf
