@@ -39,7 +39,7 @@ type Conn struct {
 	rd, wd  *deadline
 
 	rmu     sync.Mutex
-	pending []byte // the rest of the message Recv returned last (valid until the next Recv)
+	pending []byte // the rest of the message RecvInto returned last (valid until the next one)
 	rerr    error  // io.EOF or the stream's failure: every later Read returns it
 
 	wmu     sync.Mutex
@@ -66,11 +66,18 @@ func newConn(st *transport.Stream, opener bool, local net.Addr, peer transport.P
 }
 
 // Read reads what the peer wrote, in order. It returns io.EOF after the peer's
-// CloseWrite or Close, once everything before it was read.
+// CloseWrite or Close, once everything before it was read. A Read that waits offers p to
+// the stream: a message that fits is copied into it once, straight out of its receive
+// slot (transport.Stream.RecvInto).
 func (c *Conn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	for len(c.pending) == 0 {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	for {
 		if err := c.readable(); err != nil {
 			return 0, err
 		}
@@ -78,20 +85,19 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if ctx.Err() != nil {
 			return 0, c.opError("read", ctx, ctx.Err())
 		}
-		msg, err := c.st.Recv(ctx)
+		n, rest, err := c.st.RecvInto(ctx, p)
 		switch {
 		case err != nil:
 			return 0, c.readFailed(ctx, err)
-		case len(msg) == 0 && !c.opener:
+		case n > 0 || len(rest) > 0:
+			c.pending = rest // the rest of the message (valid until the next RecvInto)
+			return n, nil
+		case !c.opener:
 			continue // the opener never sends an empty message: nothing to read
-		case len(msg) == 0:
+		default:
 			c.rerr = io.EOF // the server's CloseWrite
 		}
-		c.pending = msg
 	}
-	n := copy(p, c.pending)
-	c.pending = c.pending[n:]
-	return n, nil
 }
 
 func (c *Conn) readable() error {

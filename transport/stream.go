@@ -82,6 +82,8 @@ type Stream struct {
 	closed   bool          // Close or the handler's end: what arrives later is released
 	hdr      []byte        // the peer's header message, once Header or Recv took it
 	hdrSet   bool          // hdr was taken, or a message came first: the peer sent none before
+	into     []byte        // a waiting RecvInto's buffer, offered to deliverInto
+	intoN    int           // bytes deliverInto placed in into, or -1
 
 	// Receiving: bytes arrived, released by Recv, and announced to the peer as consumed.
 	window                    int
@@ -115,7 +117,7 @@ func (m *streamMsg) release() {
 }
 
 func newStream(c *Conn, id uint64, caller bool, peerWindow int) *Stream {
-	return &Stream{c: c, id: id, caller: caller, window: c.t.cfg.StreamWindow, peerWindow: peerWindow}
+	return &Stream{c: c, id: id, caller: caller, window: c.t.cfg.StreamWindow, peerWindow: peerWindow, intoN: -1}
 }
 
 // OpenStream opens a stream: open is its first message (the request), sent like a call's.
@@ -347,6 +349,29 @@ func (s *Stream) CloseSend(ctx context.Context) error {
 // the opener's (Final returns it). Messages that arrived before a failure are returned
 // before its error.
 func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
+	m, _, err := s.recv(ctx, nil)
+	return m, err
+}
+
+// RecvInto is Recv into p, for a reader that copies what it receives anyway (a
+// net.Conn's Read): it copies the next message into p and returns how many bytes, and
+// the rest of a message larger than p, valid until the next Recv, RecvInto or Close. An
+// empty message returns 0 and no rest. While it waits, an eager message that fits p is
+// copied by the receiving side straight from its receive slot into p: one copy, no pool
+// buffer and no queue entry (onStreamMsg, deliverInto). p is not written after RecvInto
+// returns.
+func (s *Stream) RecvInto(ctx context.Context, p []byte) (int, []byte, error) {
+	m, n, err := s.recv(ctx, p)
+	if err != nil || n >= 0 {
+		return max(n, 0), nil, err
+	}
+	k := copy(p, m)
+	return k, m[k:], nil
+}
+
+// recv is Recv; with p not empty, its waits offer p to deliverInto. n is how many bytes
+// deliverInto placed in p, or -1 when the message is returned.
+func (s *Stream) recv(ctx context.Context, p []byte) ([]byte, int, error) {
 	s.mu.Lock()
 	if m := s.held; m != nil {
 		s.held = nil
@@ -356,37 +381,23 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 	for {
 		if s.closed {
 			s.mu.Unlock()
-			return nil, ErrStreamEnded
+			return nil, -1, ErrStreamEnded
 		}
 		if len(s.q) > 0 && s.q[0].ready && s.q[0].header {
 			s.takeHeaderLocked()
 			continue
 		}
 		if len(s.q) > 0 && s.q[0].ready {
-			m := s.popLocked()
-			s.hdrSet = true // a message came first: no header precedes it
-			ack := s.ackDueLocked()
-			if m.end {
-				s.eof = true
-				s.final = m
-			} else {
-				s.held = m
-			}
-			s.mu.Unlock()
-			s.sendAck(ack, 0, 0)
-			if m.end {
-				return nil, io.EOF
-			}
-			return m.data, nil
+			return s.takeLocked()
 		}
 		if s.eof {
 			s.mu.Unlock()
-			return nil, io.EOF
+			return nil, -1, io.EOF
 		}
 		if s.err != nil && (len(s.q) == 0 || !s.q[0].ready) { // a pending READ never completes now
 			err := s.err
 			s.mu.Unlock()
-			return nil, err
+			return nil, -1, err
 		}
 		// Nothing to read: what was consumed goes back now if the sender waits for it (or
 		// a quarter of the window is due); otherwise it rides this side's next message.
@@ -396,11 +407,44 @@ func (s *Stream) Recv(ctx context.Context) ([]byte, error) {
 			s.mu.Lock()
 			continue
 		}
-		if err := s.waitLocked(ctx, &s.recvWake); err != nil {
+		if len(p) > 0 {
+			s.into, s.intoN = p, -1
+		}
+		err := s.waitLocked(ctx, &s.recvWake)
+		s.into = nil // taken back under s.mu: deliverInto no longer writes p
+		if s.intoN >= 0 {
+			n := s.intoN
+			s.intoN = -1
+			ack := s.ackDueLocked()
 			s.mu.Unlock()
-			return nil, err
+			s.sendAck(ack, 0, 0)
+			return nil, n, nil
+		}
+		if err != nil {
+			s.mu.Unlock()
+			return nil, -1, err
 		}
 	}
+}
+
+// takeLocked takes the ready message at the front of the queue for recv, and unlocks
+// s.mu.
+func (s *Stream) takeLocked() ([]byte, int, error) {
+	m := s.popLocked()
+	s.hdrSet = true // a message came first: no header precedes it
+	ack := s.ackDueLocked()
+	if m.end {
+		s.eof = true
+		s.final = m
+	} else {
+		s.held = m
+	}
+	s.mu.Unlock()
+	s.sendAck(ack, 0, 0)
+	if m.end {
+		return nil, -1, io.EOF
+	}
+	return m.data, -1, nil
 }
 
 // popLocked takes the message at the front of the queue. The queue's array is kept when
@@ -621,6 +665,29 @@ func (s *Stream) push(m *streamMsg, n int) bool {
 	return true
 }
 
+// deliverInto copies an eager message straight into the buffer a waiting RecvInto
+// offers, when nothing is queued before it and it fits: taken and consumed at once, it
+// needs no pool buffer and no queue entry. false: the message goes the usual way (push);
+// overrun: the peer sent past the window.
+func (s *Stream) deliverInto(payload []byte) (ok, overrun bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.into == nil || len(payload) > len(s.into) || len(s.q) > 0 || s.closed || s.gotEnd {
+		return false, false
+	}
+	cost := int64(len(payload) + msgCost)
+	if prev := s.received - s.acked; prev > 0 && prev+cost > int64(s.window) {
+		return false, true
+	}
+	s.received += cost
+	s.consumed += cost
+	s.intoN = copy(s.into, payload)
+	s.into = nil
+	s.hdrSet = true // a message came first: no header precedes it
+	wakeLocked(&s.recvWake)
+	return true, false
+}
+
 // fill completes a message whose READ was pending; after Close its buffer goes back.
 func (s *Stream) fill(m *streamMsg, buf *pool.Buf) {
 	s.mu.Lock()
@@ -765,17 +832,28 @@ func (c *Conn) onStreamMsg(h *wire.Header, payload []byte) {
 		}
 		return
 	}
-	var m *streamMsg
 	if h.Flags&wire.FlagEnd != 0 {
-		m = &streamMsg{ready: true, end: true}
-	} else {
-		var err error
-		if m, err = c.copyOut(payload, false); err != nil {
-			c.refuseStreamMsg(st, nil, h, err)
+		if !st.push(&streamMsg{ready: true, end: true}, 0) {
+			c.streamOverrun(h)
+		}
+		return
+	}
+	header := h.Status == streamHeaderStatus
+	if !header {
+		switch ok, overrun := st.deliverInto(payload); {
+		case overrun:
+			c.streamOverrun(h)
+			return
+		case ok:
 			return
 		}
-		m.header = h.Status == streamHeaderStatus
 	}
+	m, err := c.copyOut(payload, false)
+	if err != nil {
+		c.refuseStreamMsg(st, nil, h, err)
+		return
+	}
+	m.header = header
 	if !st.push(m, len(payload)) {
 		c.streamOverrun(h)
 	}

@@ -715,3 +715,82 @@ func TestStreamExchangeAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamRecvInto: a waiting RecvInto gets a message that fits its buffer copied
+// straight into it (no pool buffer held, no queue entry), one larger than its buffer in
+// part with the rest returned, and its buffer is never written once it returned (here on
+// its deadline, before the message came).
+func TestStreamRecvInto(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			e := newEnv(t, fb, streamEcho, Config{})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			st, err := e.conn.OpenStream(ctx, []byte("echo"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			offered := func() bool { st.mu.Lock(); defer st.mu.Unlock(); return st.into != nil }
+			type result struct {
+				n    int
+				rest []byte
+				err  error
+			}
+			recvInto := func(ctx context.Context, p []byte) <-chan result {
+				ch := make(chan result, 1)
+				go func() { n, rest, err := st.RecvInto(ctx, p); ch <- result{n, rest, err} }()
+				return ch
+			}
+
+			// Its deadline passes while it waits: nothing arrived, and p stays as it was.
+			early := bytes.Repeat([]byte{0xee}, 256)
+			short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+			r := <-recvInto(short, early)
+			stop()
+			if !errors.Is(r.err, context.DeadlineExceeded) {
+				t.Fatalf("RecvInto past its deadline: %d, %v; want DeadlineExceeded", r.n, r.err)
+			}
+
+			// A message that fits: copied straight into p.
+			msg := payload(100, 3)
+			p := make([]byte, 256)
+			got := recvInto(ctx, p)
+			waitFor(t, "RecvInto to offer its buffer", offered)
+			if err := st.Send(ctx, msg); err != nil {
+				t.Fatal(err)
+			}
+			r = <-got
+			if r.err != nil || r.n != len(msg) || len(r.rest) != 0 || !bytes.Equal(p[:r.n], msg) {
+				t.Fatalf("RecvInto: %d bytes, rest %d, %v; want the %d bytes sent", r.n, len(r.rest), r.err, len(msg))
+			}
+			st.mu.Lock()
+			held, queued := st.held, len(st.q)
+			st.mu.Unlock()
+			if held != nil || queued != 0 {
+				t.Fatalf("the message was queued (held %v, %d queued), not copied into the waiting buffer", held != nil, queued)
+			}
+			if !bytes.Equal(early, bytes.Repeat([]byte{0xee}, 256)) {
+				t.Fatal("the buffer of a RecvInto that had returned was written")
+			}
+
+			// A message larger than p: p's worth, and the rest.
+			small := make([]byte, 10)
+			got = recvInto(ctx, small)
+			waitFor(t, "RecvInto to offer its buffer", offered)
+			if err := st.Send(ctx, msg); err != nil {
+				t.Fatal(err)
+			}
+			r = <-got
+			if r.err != nil || r.n != len(small) || !bytes.Equal(append(small[:r.n:r.n], r.rest...), msg) {
+				t.Fatalf("RecvInto of %d bytes into 10: %d, rest %d, %v", len(msg), r.n, len(r.rest), r.err)
+			}
+			if err := st.CloseSend(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := st.RecvInto(ctx, p); err != io.EOF {
+				t.Fatalf("RecvInto at the end: %v, want io.EOF", err)
+			}
+		})
+	}
+}

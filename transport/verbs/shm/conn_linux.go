@@ -59,6 +59,9 @@ type Conn struct {
 	peerRegions []peerRegion // by id
 	peerClosed  bool         // unmapped at Close
 
+	doorbells atomic.Uint64 // Stats
+	sleeps    atomic.Uint64
+
 	closed    atomic.Bool
 	peerGone  atomic.Bool
 	broken    atomic.Pointer[error] // why the connection failed (a protocol error), sticky
@@ -342,7 +345,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		if n > 0 || len(p) == 0 {
 			if takeWaiter(c.rx.spaceWaiter) {
-				ringBell(c.peerTxBell)
+				c.ringPeer(c.peerTxBell)
 			}
 			return n, nil
 		}
@@ -388,7 +391,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 		if n > 0 {
 			total += n
 			if takeWaiter(c.tx.dataWaiter) {
-				ringBell(c.peerRxBell)
+				c.ringPeer(c.peerRxBell)
 			}
 			continue
 		}
@@ -421,7 +424,7 @@ func (c *Conn) TryWrite(p []byte) (int, error) {
 		return 0, c.fail(err)
 	}
 	if n > 0 && takeWaiter(c.tx.dataWaiter) {
-		ringBell(c.peerRxBell)
+		c.ringPeer(c.peerRxBell)
 	}
 	return n, nil
 }
@@ -429,6 +432,17 @@ func (c *Conn) TryWrite(p []byte) (int, error) {
 func (c *Conn) writeReady() bool {
 	n, err := c.tx.writable()
 	return n > 0 || err != nil || c.peerGone.Load() || c.closed.Load()
+}
+
+// ringPeer rings one of the peer's doorbells (fd), which its waiter flag asked for.
+func (c *Conn) ringPeer(fd int) {
+	c.doorbells.Add(1)
+	ringBell(fd)
+}
+
+// Stats returns the connection's counts so far.
+func (c *Conn) Stats() Stats {
+	return Stats{Doorbells: c.doorbells.Load(), Sleeps: c.sleeps.Load()}
 }
 
 // flagThenCheck returns the check a sleeper runs before each sleep on its doorbell: set
@@ -466,6 +480,7 @@ func (c *Conn) await(sp *spinner, ready func() bool, b *bell, check func(uintptr
 		}
 		sp.lost()
 	}
+	c.sleeps.Add(1)
 	err := b.wait(check)
 	waiter.Store(0)
 	if err != nil && (c.closed.Load() || errors.Is(err, os.ErrClosed)) {

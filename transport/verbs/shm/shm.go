@@ -180,3 +180,15 @@ func ParseTarget(target string) (string, bool) {
 	}
 	return p, true
 }
+
+// Stats counts a connection's doorbell traffic since it was set up, both directions
+// together: what each entry through the rings cost beyond the copy.
+type Stats struct {
+	// Doorbells is how many times this side rang the peer's doorbells (an eventfd write,
+	// a system call, and a wake-up of the peer's thread): only for a peer that had set its
+	// waiter flag, so none while the peer polls, however many entries cross.
+	Doorbells uint64
+	// Sleeps is how many times this side's reader or writer, having polled for its spin,
+	// went to sleep on its doorbell.
+	Sleeps uint64
+}

@@ -62,3 +62,6 @@ func (c *Conn) SetReadDeadline(t time.Time) error { return ErrUnsupported }
 
 // SetWriteDeadline fails with ErrUnsupported.
 func (c *Conn) SetWriteDeadline(t time.Time) error { return ErrUnsupported }
+
+// Stats returns zero counts: there is no connection here.
+func (c *Conn) Stats() Stats { return Stats{} }
