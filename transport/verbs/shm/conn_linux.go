@@ -292,8 +292,8 @@ func (c *Conn) watch() {
 		}
 	}
 	c.peerGone.Store(true)
-	ringBell(c.rxBell.fd)
-	ringBell(c.txBell.fd)
+	c.rxBell.wake()
+	c.txBell.wake()
 }
 
 // control takes a control message's descriptors and handles it; those it does not keep
@@ -507,7 +507,7 @@ func (c *Conn) Close() error {
 		}
 		for _, b := range []*bell{c.rxBell, c.txBell} {
 			if b != nil {
-				ringBell(b.fd) // a sleeping reader or writer wakes, sees closed
+				b.wake() // a sleeping reader or writer wakes, sees closed
 			}
 		}
 		c.rmu.Lock()

@@ -3,6 +3,7 @@ package shm
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -715,4 +716,38 @@ func TestLyingWaiterFlags(t *testing.T) {
 	}()
 	defer func() { close(stop); <-liar }()
 	pingPong(t, a, b, 3000)
+}
+
+// TestFullDoorbellCloses: a peer holds this side's doorbells and may fill an eventfd's
+// counter (0xfffffffffffffffe: a write to it then fails, and wakes nobody). A reader and
+// a writer asleep on those doorbells still wake when the connection closes, and Close
+// returns: this side's own rings of its doorbells empty a full counter first.
+func TestFullDoorbellCloses(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	cfg := Config{Spin: -1, RingSize: MinRingSize}
+	a, _ := connPair(t, cfg, cfg)
+	full := binary.NativeEndian.AppendUint64(nil, 0xfffffffffffffffe)
+	for _, fd := range []int{a.rxBell.fd, a.txBell.fd} {
+		if _, err := unix.Write(fd, full); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errc := make(chan error, 2)
+	go func() { _, err := a.Read(make([]byte, 1)); errc <- err }()
+	go func() { _, err := a.Write(make([]byte, 2*MinRingSize)); errc <- err }() // fills the ring, sleeps
+	waitFlag(t, a.rx.dataWaiter)
+	waitFlag(t, a.tx.spaceWaiter)
+	closed := make(chan struct{})
+	go func() { a.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return within 5 s with the doorbells' counters full")
+	}
+	for range 2 {
+		if err := <-errc; !errors.Is(err, net.ErrClosed) {
+			t.Errorf("a sleeper woke with %v, want net.ErrClosed", err)
+		}
+	}
 }

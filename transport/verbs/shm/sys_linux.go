@@ -79,7 +79,8 @@ func mapPeerRing(fd, size int) ([]byte, error) {
 // the poller forgets older edges, and sleeps only when that check fails. Reading the
 // counter would cost two more system calls per sleep (the read that finds it empty before
 // parking, the one that empties it after). The count cannot overflow in practice (one
-// per doorbell, up to 2^64-2), and ringBell ignores a full one (EAGAIN).
+// per doorbell, up to 2^64-2); the peer, which holds the descriptor, could fill it, and
+// wake empties it before ringing this side's own doorbell.
 type bell struct {
 	f  *os.File
 	rc syscall.RawConn // f's, to wait for an edge without reading
@@ -110,12 +111,26 @@ func (b *bell) wait(check func(uintptr) bool) error {
 	return b.rc.Read(check)
 }
 
+// wake rings this side's own doorbell, so that its sleeper sees why (Close, the socket's
+// end). The peer holds the descriptor too and may have filled its counter, after which a
+// write fails (EAGAIN) and makes no edge: then the counter is emptied and rung again.
+// Either that write or one of the peer's after the emptying makes an edge, and the sleeper
+// checks the state its waker set before ringing.
+func (b *bell) wake() {
+	if _, err := unix.Write(b.fd, one[:]); err != unix.EAGAIN {
+		return
+	}
+	var v [8]byte
+	_, _ = unix.Read(b.fd, v[:])
+	_, _ = unix.Write(b.fd, one[:])
+}
+
 func (b *bell) close() { _ = b.f.Close() }
 
 var one = [8]byte{1} // an eventfd increment of 1, in host order (little-endian here)
 
-// ringBell rings the doorbell behind fd (the peer's, or one of ours). A full counter (EAGAIN)
-// means it is rung already.
+// ringBell rings the peer's doorbell behind fd. A full counter (EAGAIN: the peer filled
+// it) makes no edge; that peer only keeps its own sleeper from waking.
 func ringBell(fd int) {
 	_, _ = unix.Write(fd, one[:])
 }
