@@ -447,11 +447,11 @@ func (c *Conn) Stats() Stats {
 
 // flagThenCheck returns the check a sleeper runs before each sleep on its doorbell: set
 // its waiter flag, then look at the ring (ready). The flag is set again before every
-// check, not once per wait: a wake-up may come from a peer that took the flag while the
-// sleeper was still awake (it loaded the flag set for an earlier sleep, and swapped it
-// after this one began), and found nothing new, and the peer's next entry must find the
-// flag set again. The order, flag then check, is the sleeper's half of ring.go's Dekker
-// protocol; the peer stores its position, then takes the flag (takeWaiter).
+// check, not once per wait: a peer may load the flag of an earlier sleep and swap it only
+// after this sleep set it again, so that this sleep's flag is gone and its wake-up finds
+// nothing new; the peer's next entry must find the flag set again (TestWakeRearms). The
+// order, flag then check, is the sleeper's half of ring.go's Dekker protocol; the peer
+// stores its position, then takes the flag (takeWaiter).
 func flagThenCheck(waiter func() *atomic.Uint32, ready func() bool) func(uintptr) bool {
 	return func(uintptr) bool {
 		waiter().Store(1)

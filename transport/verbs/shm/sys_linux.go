@@ -106,7 +106,7 @@ func newBell(name string) (*bell, error) {
 // bell, or with the error of the file's read deadline or its closing. check publishes that
 // its caller sleeps (its waiter flag) before it looks (flagThenCheck), so a peer that makes
 // it true after a look also rings. (Each call follows the poller's reset of the
-// descriptor's readiness: a ring before it is forgotten, and needs not be remembered.)
+// descriptor's readiness: a ring before it is forgotten, and need not be remembered.)
 func (b *bell) wait(check func(uintptr) bool) error {
 	return b.rc.Read(check)
 }

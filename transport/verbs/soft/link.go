@@ -586,13 +586,13 @@ func streamFault(err error) error {
 }
 
 // frameReader splits a stream into frames (wire.go). Each read takes as much as the stream
-// has and rb holds: a socket link's rb is headerLen+smallMax bytes until it carries a larger
-// frame (a shm link's starts at readAhead), then readAhead, or as much as the largest frame it carried up to maxReadAhead (or
-// its largest BATCH), so that frames queued on the socket (several callers' 4 KiB
-// requests, say) and a 64 KiB message's payload come in one read rather than a header read
-// and a payload read each. A payload beyond what a read brought in with its header is read
-// straight into its destination (Read): a 1 MiB READ response is copied here for at most
-// maxReadAhead bytes of it.
+// has and rb holds: a socket link's rb is headerLen+smallMax bytes until it carries a
+// larger frame (a shm link's starts at readAhead), then readAhead, or as much as the
+// largest frame it carried up to maxReadAhead (or its largest BATCH), so that frames
+// queued on the socket (several callers' 4 KiB requests, say) and a 64 KiB message's
+// payload come in one read rather than a header read and a payload read each. A payload
+// beyond what a read brought in with its header is read straight into its destination
+// (Read): a 1 MiB READ response is copied here for at most maxReadAhead bytes of it.
 type frameReader struct {
 	r io.Reader
 	// rb[off:have] are the stream's next bytes, from the current frame's start; the
