@@ -57,6 +57,10 @@ type Binding struct {
 	Access verbs.Access // rights granted
 	Buf    *Buf         // the buffer exposed, if bound with BindBufWR
 	Since  time.Time    // when the bind work request was built, or the lease began (Announced)
+	// Written is, on a device whose windows count it (verbs.WritePrefixer; WrittenKnown),
+	// the prefix of the window the peer's RDMA WRITEs covered, read by Invalidated.
+	Written      uint64
+	WrittenKnown bool
 }
 
 // Window is a type-2 memory window of a Windows ring.
@@ -319,6 +323,9 @@ func (ws *Windows) Invalidated(rkey uint32) (Binding, error) {
 		return Binding{}, fmt.Errorf("pool: invalidated rkey 0x%x: window %d is %v, not bound (invalidated twice?): %w", rkey, w.idx, w.state, ErrWindowState)
 	}
 	b := w.bind
+	if p, ok := w.mw.(verbs.WritePrefixer); ok { // before the window is free: a new bind resets it
+		b.Written, b.WrittenKnown = p.WrittenPrefix(), true
+	}
 	ws.pushFree(w)
 	return b, nil
 }

@@ -114,7 +114,8 @@ func (c *Conn) onWriteDone(i int) {
 // onWritten delivers a written response: the SEND_WITH_INV that announces it revokes the
 // request window the peer wrote it into, whose buffer becomes the response's.
 func (c *Conn) onWritten(h *wire.Header, wc *verbs.WorkCompletion) {
-	buf, ok := c.writtenInto(h, wc, "response", "window", func(a verbs.Access) bool { return a&verbs.AccessRemoteWrite != 0 })
+	// The caller's window holds its own request: nothing to clear there.
+	buf, ok := c.writtenInto(h, wc, "response", "window", func(a verbs.Access) bool { return a&verbs.AccessRemoteWrite != 0 }, false)
 	if !ok {
 		return // failed the connection
 	}
@@ -125,8 +126,11 @@ func (c *Conn) onWritten(h *wire.Header, wc *verbs.WorkCompletion) {
 // request, what) into a window of ours (kind: "window" or "grant") and announced in the
 // SEND_WITH_INV that revokes it: the window's buffer, cut to the message. The window must
 // have granted an access that allowed the write (granted) and be long enough; otherwise,
-// or when the SEND revokes nothing, the connection fails and ok is false.
-func (c *Conn) writtenInto(h *wire.Header, wc *verbs.WorkCompletion, what, kind string, granted func(verbs.Access) bool) (buf *pool.Buf, ok bool) {
+// or when the SEND revokes nothing, the connection fails and ok is false. With
+// clearUnwritten (a grant, not cleared when it was given: takeGrantBuf), what the message
+// spans past the prefix the peer's WRITEs covered is cleared: the handler sees zeros
+// there, never the bytes the buffer held before.
+func (c *Conn) writtenInto(h *wire.Header, wc *verbs.WorkCompletion, what, kind string, granted func(verbs.Access) bool, clearUnwritten bool) (buf *pool.Buf, ok bool) {
 	if wc.Flags&verbs.WCWithInv == 0 {
 		c.fail(fmt.Errorf("%w: it sent a written %s that revokes no %s", ErrProtocol, what, kind))
 		return nil, false
@@ -144,5 +148,8 @@ func (c *Conn) writtenInto(h *wire.Header, wc *verbs.WorkCompletion, what, kind 
 		return nil, false
 	}
 	b.Buf.SetLen(int(h.Len))
+	if clearUnwritten && b.WrittenKnown && b.Written < uint64(h.Len) {
+		clear(b.Buf.Bytes()[b.Written:])
+	}
 	return b.Buf, true
 }

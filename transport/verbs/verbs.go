@@ -296,6 +296,18 @@ func SGEFor(mr MR, off, n int) SGE {
 	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}
 }
 
+// WritePrefixer is implemented by memory windows that count what the peer's RDMA WRITEs
+// covered through them: WrittenPrefix returns the length of the window's prefix, from its
+// first byte, that WRITEs through it covered without a gap since it was last bound (a
+// WRITE that starts past that prefix does not extend it). It is read once the window was
+// invalidated: every WRITE that reached the window before the SEND_WITH_INV that revoked it
+// counts. A receiver that exposes memory holding someone else's bytes for the peer to
+// write a message into needs to clear only what the peer did not write (a grant for a
+// written request), rather than all of it before exposing it.
+type WritePrefixer interface {
+	WrittenPrefix() uint64
+}
+
 // MemoryPinner is implemented by devices that can tell whether registering memory pins it
 // (and so counts against RLIMIT_MEMLOCK). A software NIC pins nothing; hardware does.
 type MemoryPinner interface {

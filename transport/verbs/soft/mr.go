@@ -147,6 +147,22 @@ type mw struct {
 	access    verbs.Access
 	qp        *QP // type 2: the only QP that may use the window
 	zeroBased bool
+	// written is the prefix of the window that RDMA WRITEs through it covered since its
+	// bind (WrittenPrefix). Noted when a WRITE's target is resolved, before its bytes are
+	// placed: a WRITE whose payload does not arrive whole breaks the stream, and with it
+	// every message after it (the SEND_WITH_INV that would have revoked the window too).
+	written atomic.Uint64
+}
+
+// WrittenPrefix implements verbs.WritePrefixer.
+func (w *mw) WrittenPrefix() uint64 { return w.written.Load() }
+
+// noteWrite extends the written prefix by a WRITE of n bytes at offset off in the window,
+// when it starts inside the prefix. One QP's responder writes a type-2 window at a time.
+func (w *mw) noteWrite(off, n uint64) {
+	if p := w.written.Load(); off <= p && off+n > p {
+		w.written.Store(off + n)
+	}
 }
 
 func (p *pd) AllocMW(t verbs.MWType) (verbs.MW, error) {
@@ -261,6 +277,7 @@ func (q *QP) bind(b *verbs.MWBind) string {
 	}
 	w.unbind()
 	w.bound, w.mr, w.start, w.length = true, m, b.Addr, b.Length
+	w.written.Store(0)
 	w.access = b.Access &^ verbs.AccessZeroBased
 	w.zeroBased = b.Access&verbs.AccessZeroBased != 0
 	if w.typ == verbs.MWType2 {
@@ -354,6 +371,9 @@ func (q *QP) resolveRemote(rkey uint32, addr, length uint64, right verbs.Access)
 		b, ok := w.mr.slice(va, length)
 		if !ok || !w.mr.valid {
 			return nil, nil, "outside the region"
+		}
+		if right == verbs.AccessRemoteWrite {
+			w.noteWrite(va-w.start, length)
 		}
 		w.mr.acquire()
 		return b, w.mr, ""
