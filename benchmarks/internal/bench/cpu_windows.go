@@ -12,6 +12,9 @@ func selfCPU() time.Duration {
 	return d
 }
 
+// processRunQueueWait is not known on Windows.
+func processRunQueueWait(int) (time.Duration, bool) { return 0, false }
+
 // processCPU returns the user and kernel time of process pid (GetProcessTimes).
 func processCPU(pid int) (time.Duration, bool) {
 	h, err := windows.OpenProcess(windows.PROCESS_QUERY_LIMITED_INFORMATION, false, uint32(pid))

@@ -137,11 +137,44 @@ func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 			fmtCount(res.AllocBytesPerOp), fmtDur(int64(res.CPUNsPerOp)), scpu, copied)
 	}
 
+	r.writeStarved(ew)
 	r.writeVersus(ew, "mwrpc-tcp", "grpc")
 	r.writeFloor(ew, "rawtcp")
 	r.writeStreams(ew)
 	r.writeCharts(ew, charts)
 	return ew.err
+}
+
+// writeStarved names the rows whose harness or server process was starved (see starved):
+// on a shared machine their tails and throughput show the other load, not the system (a
+// multi-second p99.9 there is threads that could not run).
+func (r *Report) writeStarved(ew *errWriter) {
+	var rows []string
+	for _, res := range r.sorted() {
+		c, s := msPerS(res.RunQueueMsPerS), msPerS(res.ServerRunQueueMsPerS)
+		ccpu := res.CPUNsPerOp * res.OpsPerSec / 1e6
+		scpu := 0.0
+		if res.ServerCPUNsPerOp != nil {
+			scpu = *res.ServerCPUNsPerOp * res.OpsPerSec / 1e6
+		}
+		if starved(c, ccpu) || starved(s, scpu) {
+			rows = append(rows, fmt.Sprintf("%s %s c%d (harness waited %.0f ran %.0f, server waited %.0f ran %.0f)",
+				res.System, SizeName(res.PayloadBytes), res.Concurrency, c, ccpu, s, scpu))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	ew.printf("\nStarved by the machine (a process's threads waited for a CPU at least %d times as long as they ran; ms per second of the round, Linux schedstat): %s. Their latency and ops/s measure the other load as much as the system.\n",
+		starvedRatio, strings.Join(rows, "; "))
+}
+
+// msPerS is a run-queue figure, 0 when unknown.
+func msPerS(v *float64) float64 {
+	if v == nil {
+		return 0
+	}
+	return *v
 }
 
 // writeCharts links the charts.

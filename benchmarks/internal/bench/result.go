@@ -40,6 +40,12 @@ type Result struct {
 	// client's in two-process mode) per call; null for systems without such
 	// counters.
 	CopiedBytesPerOp *float64 `json:"copied_bytes_per_op"`
+	// RunQueueMsPerS is how long the harness process's threads, together, waited on a
+	// CPU run queue (runnable, not running) per second of the round, in ms (Linux
+	// schedstat); ServerRunQueueMsPerS the same for the server process (two-process
+	// mode). Null where unknown. Starved rows (see starved) are the machine's figures.
+	RunQueueMsPerS       *float64 `json:"run_queue_ms_per_s"`
+	ServerRunQueueMsPerS *float64 `json:"server_run_queue_ms_per_s"`
 	// Rounds and Ops: how many rounds, and calls over all of them.
 	Rounds int   `json:"rounds"`
 	Ops    int64 `json:"ops"`
@@ -53,7 +59,7 @@ func (r *Result) Cell() Cell { return Cell{r.PayloadBytes, r.Concurrency} }
 
 func summarize(system string, cell Cell, rounds []Round) Result {
 	res := Result{System: system, PayloadBytes: cell.Payload, Concurrency: cell.Concurrency, Rounds: len(rounds)}
-	var p50, p99, p999, ops, allocs, allocBytes, cpu, scpu, copied []float64
+	var p50, p99, p999, ops, allocs, allocBytes, cpu, scpu, copied, wait, swait []float64
 	for _, r := range rounds {
 		n := float64(r.Ops)
 		res.Ops += r.Ops
@@ -68,6 +74,8 @@ func summarize(system string, cell Cell, rounds []Round) Result {
 		cpu = append(cpu, float64(r.CPU)/n)
 		scpu = append(scpu, float64(r.ServerCPU)/n)
 		copied = append(copied, float64(r.Copied)/n)
+		wait = append(wait, float64(r.Waited)/1e6/r.Elapsed.Seconds())
+		swait = append(swait, float64(r.ServerWaited)/1e6/r.Elapsed.Seconds())
 	}
 	res.P50Ns = int64(median(p50))
 	res.P99Ns = int64(median(p99))
@@ -80,6 +88,14 @@ func summarize(system string, cell Cell, rounds []Round) Result {
 	if len(rounds) > 0 && rounds[0].HasServerCPU {
 		c := round3(median(scpu))
 		res.ServerCPUNsPerOp = &c
+	}
+	if len(rounds) > 0 && rounds[0].HasWaited {
+		w := round3(median(wait))
+		res.RunQueueMsPerS = &w
+	}
+	if len(rounds) > 0 && rounds[0].HasServerWaited {
+		w := round3(median(swait))
+		res.ServerRunQueueMsPerS = &w
 	}
 	if len(rounds) > 0 && rounds[0].HasCopied {
 		c := round3(median(copied))

@@ -86,8 +86,13 @@ type Round struct {
 	CPU            time.Duration
 	ServerCPU      time.Duration // the server process's, in two-process mode on Linux
 	HasServerCPU   bool
-	Copied         uint64
-	HasCopied      bool
+	// Waited and ServerWaited are how long the harness's and the server process's threads
+	// waited on a CPU run queue during the round (Linux schedstat; the server's in
+	// two-process mode only).
+	Waited, ServerWaited       time.Duration
+	HasWaited, HasServerWaited bool
+	Copied                     uint64
+	HasCopied                  bool
 }
 
 // OpsPerSec is the round's throughput.
@@ -297,6 +302,8 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 	copied0, hasCopied := r.inst.Copied()
 	cpu0 := selfCPU()
 	scpu0, hasSCPU := serverCPU(r.inst)
+	wait0, hasWait := processRunQueueWait(os.Getpid())
+	swait0, hasSWait := serverRunQueueWait(r.inst)
 	t0 := time.Now()
 	close(start)
 	time.Sleep(d)
@@ -305,6 +312,8 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 	elapsed := time.Since(t0)
 	cpu1 := selfCPU()
 	scpu1, hasSCPU1 := serverCPU(r.inst)
+	wait1, hasWait1 := processRunQueueWait(os.Getpid())
+	swait1, hasSWait1 := serverRunQueueWait(r.inst)
 	copied1, _ := r.inst.Copied()
 	runtime.ReadMemStats(&ms1)
 	if err := errors.Join(errs...); err != nil {
@@ -331,6 +340,12 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 	if hasSCPU && hasSCPU1 {
 		res.ServerCPU, res.HasServerCPU = scpu1-scpu0, true
 	}
+	if hasWait && hasWait1 {
+		res.Waited, res.HasWaited = max(wait1-wait0, 0), true
+	}
+	if hasSWait && hasSWait1 {
+		res.ServerWaited, res.HasServerWaited = max(swait1-swait0, 0), true
+	}
 	if res.Ops == 0 {
 		return res, fmt.Errorf("no call completed in %v", d)
 	}
@@ -341,6 +356,15 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 func serverCPU(inst Instance) (time.Duration, bool) {
 	if s, ok := inst.(interface{ ServerCPU() (time.Duration, bool) }); ok {
 		return s.ServerCPU()
+	}
+	return 0, false
+}
+
+// serverRunQueueWait returns how long inst's server process has waited for a CPU so far,
+// if it has one and that is known.
+func serverRunQueueWait(inst Instance) (time.Duration, bool) {
+	if s, ok := inst.(interface{ ServerRunQueueWait() (time.Duration, bool) }); ok {
+		return s.ServerRunQueueWait()
 	}
 	return 0, false
 }

@@ -233,6 +233,12 @@ func (r *remoteInstance) Close() error {
 // so far, where the system tells (Linux: /proc/PID/stat, in clock ticks of 10 ms).
 func (r *remoteInstance) ServerCPU() (time.Duration, bool) { return r.proc.cpu() }
 
+// ServerRunQueueWait returns how long the server process's threads have waited for a CPU
+// so far (processRunQueueWait).
+func (r *remoteInstance) ServerRunQueueWait() (time.Duration, bool) {
+	return processRunQueueWait(r.proc.cmd.Process.Pid)
+}
+
 // cpu returns the CPU time the process has used so far (see remoteInstance.ServerCPU).
 func (p *serverProc) cpu() (time.Duration, bool) { return processCPU(p.cmd.Process.Pid) }
 

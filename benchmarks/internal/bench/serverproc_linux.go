@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,4 +40,30 @@ func processCPU(pid int) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(utime+stime) * (time.Second / 100), true
+}
+
+// processRunQueueWait returns how long the threads of process pid have waited on a CPU's
+// run queue so far, runnable but not running (/proc/PID/task/*/schedstat, second field,
+// in ns; summed over the threads alive now, so a thread that exited takes its share
+// along). It tells a stall the machine caused (the processes could not get a CPU) from
+// one the system under test caused (they waited for an event). False where the kernel
+// keeps no schedstat (CONFIG_SCHED_INFO off) or the process is gone.
+func processRunQueueWait(pid int) (time.Duration, bool) {
+	tasks, err := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/schedstat")
+	if err != nil || len(tasks) == 0 {
+		return 0, false
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		w, ok := parseSchedstat(b)
+		if !ok {
+			return 0, false
+		}
+		sum += w
+	}
+	return sum, true
 }

@@ -17,5 +17,8 @@ func serverSysProcAttr() *syscall.SysProcAttr {
 // killGroup kills the process group pgid.
 func killGroup(pgid int) { _ = syscall.Kill(-pgid, syscall.SIGKILL) }
 
+// processRunQueueWait is not known here.
+func processRunQueueWait(int) (time.Duration, bool) { return 0, false }
+
 // processCPU is not known here.
 func processCPU(int) (time.Duration, bool) { return 0, false }
