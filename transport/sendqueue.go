@@ -91,8 +91,14 @@ type heldPoster interface {
 // their frames to it), no longer than the engine was held before: its responses run out of
 // credits, which fails the connection after Config.CreditTimeout, and the QP's teardown
 // ends the write with a deadline.
+//
+// A handler on a goroutine of its own (sendResponse) posts with PostSendWaitOwn, which
+// writes even while a stream reader of the device reaps; a caller (sendWait) with
+// PostSendWait, which then leaves the WRITE to the engine, since the caller may be an
+// inline handler calling out from that very reader.
 type waitPoster interface {
 	PostSendWait(wrs []verbs.SendWR) error
+	PostSendWaitOwn(wrs []verbs.SendWR) error
 }
 
 // postsWRITE reports whether a message of mode posted behind pre may be posted with
@@ -201,6 +207,8 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	switch {
 	case mode == sendReserved && c.held != nil:
 		err = c.held.PostSendHeld(wrs) // an inline handler's response: see heldPoster
+	case c.waiter != nil && postsWRITE(pre, mode) && mode == sendResponse:
+		err = c.waiter.PostSendWaitOwn(wrs) // a handler on a goroutine of its own: see waitPoster
 	case c.waiter != nil && postsWRITE(pre, mode):
 		err = c.waiter.PostSendWait(wrs) // see waitPoster
 	default:
