@@ -411,9 +411,9 @@ func TestExhaustion(t *testing.T) {
 	}
 
 	// Get waits on its context: it times out...
+	start := time.Now() // before the context: its deadline counts from WithTimeout
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	_, err = p.Get(ctx, 100)
 	if !errors.Is(err, ErrPoolExhausted) || !errors.Is(err, context.DeadlineExceeded) || time.Since(start) < 15*time.Millisecond {
 		t.Errorf("Get at the cap with a 20ms deadline: %v after %v", err, time.Since(start))

@@ -81,25 +81,27 @@ type heldPoster interface {
 }
 
 // waitPoster is a QP whose poster may write what it posts itself, waiting for the socket
-// (soft's QP.PostSendWait), rather than leave a large frame to the NIC engine. A written
-// request's or response's RDMA WRITE goes this way when its sender may block (postsWRITE):
-// a caller, which waits for its answer anyway, or a handler on a goroutine of its own;
-// never a reaper (an inline handler's response is sendReserved). It saves the engine's
-// wake-up per large WRITE. The sender returns once the WRITE is written or the connection
-// failed, even if its context ended meanwhile. A peer that stops reading holds at most one
-// such sender per connection (the one holding the QP's transmit lock; the others leave
-// their frames to it), no longer than the engine was held before: its responses run out of
-// credits, which fails the connection after Config.CreditTimeout, and the QP's teardown
-// ends the write with a deadline.
+// (soft's QP.PostSendWaitOwn), rather than leave a large frame to the NIC engine. A
+// written response's RDMA WRITE goes this way when its handler runs on a goroutine of its
+// own (sendResponse; postsWRITE): it saves the engine's wake-up per large WRITE. Never a
+// reaper (an inline handler's response is sendReserved), and never a caller: a caller's
+// written request is PostSend, because a write waiting for a peer that stopped reading
+// (a partition) would hold the caller past its deadline, while the engine's write does
+// not (the fault suite's partition row: a 2 s call took 8 s). The handler returns once
+// the WRITE is written or the connection failed, even if its context ended meanwhile. A
+// peer that stops reading holds at most one such handler per connection (the one holding
+// the QP's transmit lock; the others leave their frames to it), no longer than the engine
+// was held before: its responses run out of credits, which fails the connection after
+// Config.CreditTimeout, and the QP's teardown ends the write with a deadline.
 type waitPoster interface {
-	PostSendWait(wrs []verbs.SendWR) error
+	PostSendWaitOwn(wrs []verbs.SendWR) error
 }
 
 // postsWRITE reports whether a message of mode posted behind pre may be posted with
-// PostSendWait: pre ends with a written message's RDMA WRITE, and mode is one a goroutine
-// that may block sends with.
+// PostSendWaitOwn: pre ends with a written response's RDMA WRITE, and mode is a handler's
+// on a goroutine of its own.
 func postsWRITE(pre []verbs.SendWR, mode sendMode) bool {
-	return (mode == sendWait || mode == sendResponse) && len(pre) > 0 && pre[len(pre)-1].Opcode == verbs.WRRDMAWrite
+	return mode == sendResponse && len(pre) > 0 && pre[len(pre)-1].Opcode == verbs.WRRDMAWrite
 }
 
 var errNoCredit = errors.New("mwrpc: no credit")
@@ -202,7 +204,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	case mode == sendReserved && c.held != nil:
 		err = c.held.PostSendHeld(wrs) // an inline handler's response: see heldPoster
 	case c.waiter != nil && postsWRITE(pre, mode):
-		err = c.waiter.PostSendWait(wrs) // see waitPoster
+		err = c.waiter.PostSendWaitOwn(wrs) // a handler on a goroutine of its own: see waitPoster
 	default:
 		err = c.qp.PostSend(wrs)
 	}

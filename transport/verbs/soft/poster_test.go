@@ -192,7 +192,7 @@ func TestWriteCarriesAnnouncement(t *testing.T) {
 	posts := []struct {
 		name string
 		post func([]verbs.SendWR) error
-	}{{"PostSend", c.qp.PostSend}, {"PostSendWait", c.qp.(*QP).PostSendWait}}
+	}{{"PostSend", c.qp.PostSend}, {"PostSendWait", c.qp.(*QP).PostSendWait}, {"PostSendWaitOwn", c.qp.(*QP).PostSendWaitOwn}}
 	for _, p := range posts {
 		for _, tc := range []struct {
 			name  string
@@ -212,7 +212,7 @@ func TestWriteCarriesAnnouncement(t *testing.T) {
 				if w := after.Writes - before.Writes; w != calls {
 					t.Errorf("%d WRITEs of 1 MiB, each with its announcements %v: %d writes, want %d (the announcements go in the WRITE's writev)", calls, tc.sends, w, calls)
 				}
-				if p.name == "PostSendWait" {
+				if p.name != "PostSend" {
 					if w := after.EngineWakes - before.EngineWakes; w != 0 {
 						t.Errorf("%d WRITEs of 1 MiB posted with PostSendWait woke the engine %d times, want 0 (the poster writes them)", calls, w)
 					}
@@ -387,5 +387,38 @@ func TestDestroyWhileWriterWaits(t *testing.T) {
 		must(t, err) // posted; its completion is flushed
 	case <-time.After(5 * time.Second):
 		t.Fatal("PostSendWait did not return after Destroy")
+	}
+}
+
+// TestWaitWhileReaderReaps: while a stream reader of the device runs a completion handler,
+// PostSendWait leaves a 1 MiB WRITE to the engine (its poster might be that reader, which
+// must never block on a socket), and PostSendWaitOwn, for a goroutine that is certainly
+// no reader, writes it itself.
+func TestWaitWhileReaderReaps(t *testing.T) {
+	const big = 1 << 20
+	c, s := newHost(t, mustOpen(t), 2*big), newHost(t, mustOpen(t), 2*big)
+	defer c.close(t)
+	defer s.close(t)
+	connect(t, c, s)
+	q := c.qp.(*QP)
+	for _, tc := range []struct {
+		name  string
+		post  func([]verbs.SendWR) error
+		wakes bool // the engine writes the WRITE
+	}{{"PostSendWait", q.PostSendWait, true}, {"PostSendWaitOwn", q.PostSendWaitOwn, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := c.dev.Stats()
+			c.dev.readersReaping.Add(1) // as cq.endDefer counts a reader running a handler
+			writeAndAnnounce(t, c, s, tc.post, big, []int{68}, 9)
+			c.dev.readersReaping.Add(-1)
+			after := c.dev.Stats()
+			wakes, waited := after.EngineWakes-before.EngineWakes, after.WaitedPosts-before.WaitedPosts
+			if tc.wakes && (wakes == 0 || waited != 0) {
+				t.Errorf("with a reader reaping: %d engine wake-ups, %d rounds written by the poster; want the engine to write it", wakes, waited)
+			}
+			if !tc.wakes && (wakes != 0 || waited == 0) {
+				t.Errorf("with a reader reaping: %d engine wake-ups, %d rounds written by the poster; want the poster to write it", wakes, waited)
+			}
+		})
 	}
 }

@@ -630,13 +630,22 @@ func (q *QP) PostSendHeld(wrs []verbs.SendWR) error { return q.post(wrs, postHel
 // write with a deadline: shutdownLocked).
 func (q *QP) PostSendWait(wrs []verbs.SendWR) error { return q.post(wrs, postWait) }
 
+// PostSendWaitOwn is PostSendWait for a goroutine that is certainly no stream reader (a
+// handler that runs on a goroutine of its own): it writes what it posted itself even while
+// a stream reader of this device runs a completion handler (PostSendWait then leaves a large
+// frame to the engine, as the poster might be that reader). A server's reader that has
+// just dispatched a request is still in its completion handler when the handler it
+// started posts the response, most of the time at one caller.
+func (q *QP) PostSendWaitOwn(wrs []verbs.SendWR) error { return q.post(wrs, postWaitOwn) }
+
 // postHow says how a poster transmits what it posted.
 type postHow uint8
 
 const (
-	postPlain postHow = iota // PostSend: frames a write that never waits takes; larger ones are the engine's
-	postHeld                 // PostSendHeld: as postPlain, or held for the stream reader
-	postWait                 // PostSendWait: every frame, waiting for the socket
+	postPlain   postHow = iota // PostSend: frames a write that never waits takes; larger ones are the engine's
+	postHeld                   // PostSendHeld: as postPlain, or held for the stream reader
+	postWait                   // PostSendWait: every frame, waiting for the socket
+	postWaitOwn                // PostSendWaitOwn: the same, even while a stream reader reaps
 )
 
 // post is PostSend, PostSendHeld or PostSendWait, as how says.
@@ -721,14 +730,14 @@ func (q *QP) letGoTx() bool {
 // transmitOnce is one round of transmitInline; it reports whether a poster asked for
 // another.
 func (q *QP) transmitOnce(l link, how postHow) bool {
-	if q.dev.readersReaping.Load() > 0 {
+	if how != postWaitOwn && q.dev.readersReaping.Load() > 0 {
 		return q.transmitTryOnce(l, how == postHeld)
 	}
 	if !q.takeTx() {
 		return false
 	}
 	probe.Mark(probe.TxInline)
-	if how == postWait {
+	if how == postWait || how == postWaitOwn {
 		return q.transmitWaiting(l)
 	}
 	tl, direct := l.(*tcpLink)
