@@ -81,7 +81,7 @@ type heldPoster interface {
 }
 
 // waitPoster is a QP whose poster may write what it posts itself, waiting for the socket
-// (soft's QP.PostSendWaitOwn), rather than leave a large frame to the NIC engine. A
+// (soft's QP.PostSendWait), rather than leave a large frame to the NIC engine. A
 // written response's RDMA WRITE goes this way when its handler runs on a goroutine of its
 // own (sendResponse; postsWRITE): it saves the engine's wake-up per large WRITE. Never a
 // reaper (an inline handler's response is sendReserved), and never a caller: a caller's
@@ -94,11 +94,11 @@ type heldPoster interface {
 // was held before: its responses run out of credits, which fails the connection after
 // Config.CreditTimeout, and the QP's teardown ends the write with a deadline.
 type waitPoster interface {
-	PostSendWaitOwn(wrs []verbs.SendWR) error
+	PostSendWait(wrs []verbs.SendWR) error
 }
 
 // postsWRITE reports whether a message of mode posted behind pre may be posted with
-// PostSendWaitOwn: pre ends with a written response's RDMA WRITE, and mode is a handler's
+// PostSendWait: pre ends with a written response's RDMA WRITE, and mode is a handler's
 // on a goroutine of its own.
 func postsWRITE(pre []verbs.SendWR, mode sendMode) bool {
 	return mode == sendResponse && len(pre) > 0 && pre[len(pre)-1].Opcode == verbs.WRRDMAWrite
@@ -204,7 +204,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	case mode == sendReserved && c.held != nil:
 		err = c.held.PostSendHeld(wrs) // an inline handler's response: see heldPoster
 	case c.waiter != nil && postsWRITE(pre, mode):
-		err = c.waiter.PostSendWaitOwn(wrs) // a handler on a goroutine of its own: see waitPoster
+		err = c.waiter.PostSendWait(wrs) // a handler on a goroutine of its own: see waitPoster
 	default:
 		err = c.qp.PostSend(wrs)
 	}

@@ -263,7 +263,7 @@ func TestWrittenRequestsInline(t *testing.T) {
 }
 
 // TestWrittenByPoster: over the TCP fabric a handler on a goroutine of its own writes its
-// written response's 1 MiB RDMA WRITE itself (soft's QP.PostSendWaitOwn) rather than wake
+// written response's 1 MiB RDMA WRITE itself (soft's QP.PostSendWait) rather than wake
 // the NIC engine for each; a caller leaves its written request's WRITE to the engine, so
 // that a peer that stopped reading cannot hold it past its deadline. Checked on the
 // devices' counters: the handlers wrote at least half of the responses' WRITEs

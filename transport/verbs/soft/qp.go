@@ -616,36 +616,29 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error { return q.post(wrs, postPlain) 
 // Without a stream reader, or with nothing read ahead, it is PostSend.
 func (q *QP) PostSendHeld(wrs []verbs.SendWR) error { return q.post(wrs, postHeld) }
 
-// PostSendWait is PostSend for a goroutine that may wait for the socket: it writes what it
+// PostSendWait is PostSend for a goroutine that may wait for the socket and is certainly
+// no stream reader (a handler that runs on a goroutine of its own): it writes what it
 // posted itself, frames of any size included (a 1 MiB WRITE and the SEND that announces it
 // leave in one writev, as the engine writes them), waiting while the socket is full,
 // rather than leave a frame over the size a write that never waits may take to the NIC
-// engine (a kick and a wake-up of another goroutine per large frame). A caller waiting for
-// its own call's answer, or a handler on a goroutine of its own, may post this way; a
-// stream reader, a poller or a completion handler must not: a goroutine that reaps must
-// never block on a socket (two readers each writing to the other's full stream would
-// deadlock). Where a stream reader of this device runs a completion handler at the time
-// (the poster may be that reader), it is PostSend. It returns once the frames are written
-// or the link failed; Destroy does not wait for a peer that stopped reading (it ends the
-// write with a deadline: shutdownLocked).
+// engine (a kick and a wake-up of another goroutine per large frame). It does so even
+// while a stream reader of this device runs a completion handler: a server's reader that
+// has just dispatched a request is still in it when the handler it started posts the
+// response. A stream reader, a poller or a completion handler must not post this way: a
+// goroutine that reaps must never block on a socket (two readers each writing to the
+// other's full stream would deadlock). Nor should a caller with a deadline: the write
+// waits for a peer that stopped reading until the link fails. It returns once the frames
+// are written or the link failed; Destroy does not wait for a peer that stopped reading
+// (it ends the write with a deadline: shutdownLocked).
 func (q *QP) PostSendWait(wrs []verbs.SendWR) error { return q.post(wrs, postWait) }
-
-// PostSendWaitOwn is PostSendWait for a goroutine that is certainly no stream reader (a
-// handler that runs on a goroutine of its own): it writes what it posted itself even while
-// a stream reader of this device runs a completion handler (PostSendWait then leaves a large
-// frame to the engine, as the poster might be that reader). A server's reader that has
-// just dispatched a request is still in its completion handler when the handler it
-// started posts the response, most of the time at one caller.
-func (q *QP) PostSendWaitOwn(wrs []verbs.SendWR) error { return q.post(wrs, postWaitOwn) }
 
 // postHow says how a poster transmits what it posted.
 type postHow uint8
 
 const (
-	postPlain   postHow = iota // PostSend: frames a write that never waits takes; larger ones are the engine's
-	postHeld                   // PostSendHeld: as postPlain, or held for the stream reader
-	postWait                   // PostSendWait: every frame, waiting for the socket
-	postWaitOwn                // PostSendWaitOwn: the same, even while a stream reader reaps
+	postPlain postHow = iota // PostSend: frames a write that never waits takes; larger ones are the engine's
+	postHeld                 // PostSendHeld: as postPlain, or held for the stream reader
+	postWait                 // PostSendWait: every frame, waiting for the socket, even while a stream reader reaps
 )
 
 // post is PostSend, PostSendHeld or PostSendWait, as how says.
@@ -730,14 +723,14 @@ func (q *QP) letGoTx() bool {
 // transmitOnce is one round of transmitInline; it reports whether a poster asked for
 // another.
 func (q *QP) transmitOnce(l link, how postHow) bool {
-	if how != postWaitOwn && q.dev.readersReaping.Load() > 0 {
+	if how != postWait && q.dev.readersReaping.Load() > 0 {
 		return q.transmitTryOnce(l, how == postHeld)
 	}
 	if !q.takeTx() {
 		return false
 	}
 	probe.Mark(probe.TxInline)
-	if how == postWait || how == postWaitOwn {
+	if how == postWait {
 		return q.transmitWaiting(l)
 	}
 	tl, direct := l.(*tcpLink)
