@@ -642,15 +642,10 @@ func (s *Stream) push(m *streamMsg, n int) bool {
 	if m.end {
 		s.gotEnd = true
 	} else {
-		// The sender may have a window's worth outstanding, or one message of any size
-		// when nothing is: what this side has not acknowledged is at most what it has
-		// outstanding.
-		cost := int64(n + msgCost)
-		if prev := s.received - s.acked; prev > 0 && prev+cost > int64(s.window) {
+		if _, ok := s.admitLocked(n); !ok {
 			m.release()
 			return false
 		}
-		s.received += cost
 	}
 	if m.end && s.caller {
 		s.peerEnded = true // sending is over, though Recv has not reached the end yet
@@ -665,6 +660,19 @@ func (s *Stream) push(m *streamMsg, n int) bool {
 	return true
 }
 
+// admitLocked counts a received message of n bytes against this side's window and
+// returns what it costs; false means the peer sent past the window. The sender may have a
+// window's worth outstanding, or one message of any size when nothing is: what this side
+// has not acknowledged is at most what it has outstanding. s.mu is held.
+func (s *Stream) admitLocked(n int) (cost int64, ok bool) {
+	cost = int64(n + msgCost)
+	if prev := s.received - s.acked; prev > 0 && prev+cost > int64(s.window) {
+		return 0, false
+	}
+	s.received += cost
+	return cost, true
+}
+
 // deliverInto copies an eager message straight into the buffer a waiting RecvInto
 // offers, when nothing is queued before it and it fits: taken and consumed at once, it
 // needs no pool buffer and no queue entry. false: the message goes the usual way (push);
@@ -675,11 +683,10 @@ func (s *Stream) deliverInto(payload []byte) (ok, overrun bool) {
 	if s.into == nil || len(payload) > len(s.into) || len(s.q) > 0 || s.closed || s.gotEnd {
 		return false, false
 	}
-	cost := int64(len(payload) + msgCost)
-	if prev := s.received - s.acked; prev > 0 && prev+cost > int64(s.window) {
+	cost, ok := s.admitLocked(len(payload))
+	if !ok {
 		return false, true
 	}
-	s.received += cost
 	s.consumed += cost
 	s.intoN = copy(s.into, payload)
 	s.into = nil
