@@ -651,26 +651,21 @@ func (c *Client) callScratch(ctx context.Context, conn *transport.Conn, method s
 	sp := scratchPool.Get().(*[]byte)
 	b := appendRequest((*sp)[:0], method, deadline, md)
 	b = c.tel.inject(ctx, b, md)
-	var err error
-	if req == nil {
-		n := len(b) + len(raw)
-		c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, n, n > conn.EagerLimit())
-		resp, err := conn.CallParts(ctx, b, raw)
-		if cap(b) <= 64<<10 {
-			*sp = b[:0]
+	body := raw
+	if req != nil {
+		var err error
+		if b, err = appendBody(cod, b, req, conn.MaxSend()); err != nil {
 			scratchPool.Put(sp)
+			if errors.Is(err, codec.ErrTooLarge) {
+				return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
+			}
+			return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", method, err), cause: err}
 		}
-		return resp, err
+		body = nil
 	}
-	if b, err = appendBody(cod, b, req, conn.MaxSend()); err != nil {
-		scratchPool.Put(sp)
-		if errors.Is(err, codec.ErrTooLarge) {
-			return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
-		}
-		return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", method, err), cause: err}
-	}
-	c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
-	resp, err := conn.Call(ctx, b)
+	n := len(b) + len(body)
+	c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, n, n > conn.EagerLimit())
+	resp, err := conn.CallParts(ctx, b, body)
 	if cap(b) <= 64<<10 {
 		*sp = b[:0]
 		scratchPool.Put(sp)
