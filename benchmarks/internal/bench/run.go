@@ -299,8 +299,7 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 	// The run-queue waits read every thread's /proc file, which allocates: they are read
 	// outside the window where this process's allocations are counted, so that allocs/op
 	// is the calls' own (at 1 MiB and one caller, a round has a few hundred calls).
-	wait0, hasWait := processRunQueueWait(os.Getpid())
-	swait0, hasSWait := serverRunQueueWait(r.inst)
+	waits0 := readWaits(r.inst)
 	runtime.GC()
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
@@ -317,8 +316,7 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 	scpu1, hasSCPU1 := serverCPU(r.inst)
 	copied1, _ := r.inst.Copied()
 	runtime.ReadMemStats(&ms1)
-	wait1, hasWait1 := processRunQueueWait(os.Getpid())
-	swait1, hasSWait1 := serverRunQueueWait(r.inst)
+	waits1 := readWaits(r.inst)
 	if err := errors.Join(errs...); err != nil {
 		return Round{}, err
 	}
@@ -343,12 +341,7 @@ func (r *runner) measure(conc int, d time.Duration) (Round, error) {
 	if hasSCPU && hasSCPU1 {
 		res.ServerCPU, res.HasServerCPU = scpu1-scpu0, true
 	}
-	if hasWait && hasWait1 {
-		res.Waited, res.HasWaited = max(wait1-wait0, 0), true
-	}
-	if hasSWait && hasSWait1 {
-		res.ServerWaited, res.HasServerWaited = max(swait1-swait0, 0), true
-	}
+	waits0.since(waits1, &res)
 	if res.Ops == 0 {
 		return res, fmt.Errorf("no call completed in %v", d)
 	}
@@ -361,6 +354,31 @@ func serverCPU(inst Instance) (time.Duration, bool) {
 		return s.ServerCPU()
 	}
 	return 0, false
+}
+
+// runQueueWaits is how long the harness's and the server process's threads had waited
+// for a CPU at one instant (has*: known on this OS and mode).
+type runQueueWaits struct {
+	self, server       time.Duration
+	hasSelf, hasServer bool
+}
+
+// readWaits reads the harness's and inst's server's run-queue waits.
+func readWaits(inst Instance) runQueueWaits {
+	var w runQueueWaits
+	w.self, w.hasSelf = processRunQueueWait(os.Getpid())
+	w.server, w.hasServer = serverRunQueueWait(inst)
+	return w
+}
+
+// since sets res's waits to what was waited between w and later.
+func (w runQueueWaits) since(later runQueueWaits, res *Round) {
+	if w.hasSelf && later.hasSelf {
+		res.Waited, res.HasWaited = max(later.self-w.self, 0), true
+	}
+	if w.hasServer && later.hasServer {
+		res.ServerWaited, res.HasServerWaited = max(later.server-w.server, 0), true
+	}
 }
 
 // serverRunQueueWait returns how long inst's server process has waited for a CPU so far,
