@@ -320,25 +320,35 @@ func TestHeldOnlyOnSockets(t *testing.T) {
 			if !socket { // as the shm fabric's link: no raw socket, its own TryWriter
 				tl.try, tl.raw = connTryWriter{tl.conn}, nil
 			}
-			fillMessage(s.mr.Bytes()[:64], 0)
-			must(t, c.qp.PostRecv([]verbs.RecvWR{{WRID: 0, SGL: []verbs.SGE{verbs.SGEFor(c.mr, 0, heldSlot)}}}))
-			tl.cork.Store(true) // the reader delivers a frame with whole frames read ahead
-			s.dev.readersReaping.Add(1)
-			err := sq.PostSendHeld([]verbs.SendWR{{WRID: 0, Opcode: verbs.WRSend, SGL: []verbs.SGE{verbs.SGEFor(s.mr, 0, 64)}}})
-			s.dev.readersReaping.Add(-1)
-			must(t, err)
-			if held := tl.held.Load(); held != socket {
-				t.Fatalf("held after a held post: %v, want %v", held, socket)
-			}
-			if socket {
-				tl.letGo() // the reader, before its next read of the stream
-			}
-			wc, ok := pollFor(t, c, 5*time.Second)
-			if !ok {
-				t.Fatal("the response never arrived")
-			}
-			if err := checkMessage(wc, c.mr.Bytes(), 0, 64); err != nil {
-				t.Fatal(err)
+			for attempt := 0; ; attempt++ {
+				fillMessage(s.mr.Bytes()[:64], attempt)
+				must(t, c.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(attempt), SGL: []verbs.SGE{verbs.SGEFor(c.mr, 0, heldSlot)}}}))
+				tl.cork.Store(true) // the reader delivers a frame with whole frames read ahead
+				s.dev.readersReaping.Add(1)
+				err := sq.PostSendHeld([]verbs.SendWR{{WRID: uint64(attempt), Opcode: verbs.WRSend, SGL: []verbs.SGE{verbs.SGEFor(s.mr, 0, 64)}}})
+				s.dev.readersReaping.Add(-1)
+				must(t, err)
+				held, corked := tl.held.Load(), tl.cork.Load()
+				if held && socket {
+					tl.letGo() // the reader, before its next read of the stream
+				}
+				wc, ok := pollFor(t, c, 5*time.Second)
+				if !ok {
+					t.Fatal("the response never arrived")
+				}
+				if err := checkMessage(wc, c.mr.Bytes(), attempt, 64); err != nil {
+					t.Fatal(err)
+				}
+				if held == socket {
+					break
+				}
+				// The link's own reader runs meanwhile: a frame it read (a delayed ACK) ends
+				// the cork this test set, and the post then writes at once. Not a failure of
+				// holding: again.
+				if socket && !corked && attempt < 5 {
+					continue
+				}
+				t.Fatalf("held after a held post: %v, want %v (cork still set: %v)", held, socket, corked)
 			}
 		})
 	}
