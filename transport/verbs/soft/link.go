@@ -519,6 +519,9 @@ func (l *tcpLink) readLoop() {
 	defer l.q.wg.Done()
 	var h header
 	l.src.r, l.src.fr = l.conn, &l.fr
+	if l.raw != nil {
+		l.src.now = &nowReader{raw: l.raw}
+	}
 	l.fr.r = l.conn
 	l.fr.wait = l.letGo // before every read of the stream
 	l.guard = stallGuard{conn: l.conn, limit: &l.q.stallLimit}
@@ -789,6 +792,7 @@ func (s *bufSource) fill(q *QP, dst []byte) error {
 type connSource struct {
 	fr    *frameReader
 	r     io.Reader
+	now   *nowReader // reads what the socket holds without waiting; nil where it cannot
 	left  int64
 	junk  []byte
 	guard *stallGuard
@@ -804,7 +808,17 @@ func (s *connSource) fill(q *QP, dst []byte) error {
 	if n == len(dst) {
 		return nil
 	}
-	// The reader defers its CQs' notifications (see readLoop), but not while it waits.
+	// The reader defers its CQs' notifications (see readLoop), but not while it waits. What
+	// the socket already holds of the payload comes first, up to nowReadMax: running the CQ
+	// handler now (the poller's reap, 8-10 µs at 1 MiB in the timeline) would hold up bytes
+	// that are there to take, and the peer's write behind them.
+	if m := s.now.read(dst[n:min(len(dst), n+nowReadMax)]); m > 0 {
+		s.left -= int64(m)
+		q.st.socketRx.Add(uint64(m))
+		if n += m; n == len(dst) {
+			return nil
+		}
+	}
 	q.eachCQ((*cq).endDefer)
 	m, err := s.readFull(dst[n:])
 	q.eachCQ((*cq).beginDefer)
@@ -812,6 +826,12 @@ func (s *connSource) fill(q *QP, dst []byte) error {
 	q.st.socketRx.Add(uint64(m))
 	return err
 }
+
+// nowReadMax bounds the payload a reader takes from the socket before it lets its CQs'
+// notifications go (connSource.fill): about 30 µs of copying on the development VM, so that
+// the poller's completions wait no longer than that behind a large payload, which the
+// peer's socket buffer (streamSendBuffer) keeps in flight a few hundred KiB at a time.
+const nowReadMax = 256 << 10
 
 // readFull is io.ReadFull with the stall guard re-armed before every read: a large
 // payload may take long, but it must keep coming.

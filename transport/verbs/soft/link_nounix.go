@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"syscall"
 )
 
 // rawWrites reports whether a link on a plain TCP stream writes from a stream reader with
@@ -23,3 +24,10 @@ func (l *tcpLink) tryWrite(uintptr) bool {
 	l.tryN, l.tryErr = 0, errNoRawWrites
 	return true
 }
+
+// nowReader would read what a socket holds without waiting; links here have no raw
+// socket (rawWrites is false), so none is made and every payload read may wait.
+type nowReader struct{ raw syscall.RawConn }
+
+// read reads nothing: see nowReader.
+func (r *nowReader) read([]byte) int { return 0 }
