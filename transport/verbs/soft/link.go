@@ -519,9 +519,6 @@ func (l *tcpLink) readLoop() {
 	defer l.q.wg.Done()
 	var h header
 	l.src.r, l.src.fr = l.conn, &l.fr
-	if l.raw != nil {
-		l.src.now = &nowReader{raw: l.raw}
-	}
 	l.fr.r = l.conn
 	l.fr.wait = l.letGo // before every read of the stream
 	l.guard = stallGuard{conn: l.conn, limit: &l.q.stallLimit}

@@ -423,6 +423,9 @@ func (q *QP) connect(remote verbs.Endpoint) error {
 		tl := &tcpLink{q: q, conn: q.stream}
 		if tc, ok := q.stream.(*net.TCPConn); ok && rawWrites {
 			tl.raw, _ = tc.SyscallConn()
+			if tl.raw != nil {
+				tl.src.now = &nowReader{raw: tl.raw} // the reader's: set before it starts
+			}
 		} else if tw, ok := q.stream.(TryWriter); ok {
 			tl.try = tw
 			// A stream with its own non-blocking writes (the shm fabric's ring) is read by
