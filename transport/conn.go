@@ -51,15 +51,16 @@ type Conn struct {
 	p       *poller
 	id      uint32 // in its work request ids: the poller's key to it (connTable)
 	qp      verbs.QP
-	qpn     uint32       // qp.Num(): whose a shared receive is (connTable)
-	hot     *hotCounters // the transport's counters this connection adds to (its stripe)
-	stripe  uint32       // hot's index, and where its calls count in Transport.running
-	held    heldPoster   // qp, when it can hold an inline handler's response for its reader
-	waiter  waitPoster   // qp, when a poster may write a large WRITE itself
-	eager   int          // largest payload sent inside a SEND
-	maxSend int          // largest payload sent at all
-	maxRecv uint32       // largest payload accepted
-	peer    Peer         // set before the connection is published
+	qpn     uint32        // qp.Num(): whose a shared receive is (connTable)
+	hot     *hotCounters  // the transport's counters this connection adds to (its stripe)
+	stripe  uint32        // hot's index, and where its calls count in Transport.running
+	held    heldPoster    // qp, when it can hold an inline handler's response for its reader
+	waiter  waitPoster    // qp, when a poster may write a large WRITE itself
+	bounder boundedPoster // qp, when a caller may write its large WRITE itself, bounded by its context
+	eager   int           // largest payload sent inside a SEND
+	maxSend int           // largest payload sent at all
+	maxRecv uint32        // largest payload accepted
+	peer    Peer          // set before the connection is published
 
 	mu      sync.Mutex
 	out     sendQueue
@@ -131,6 +132,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	c.qpn = c.qp.Num()
 	c.held, _ = c.qp.(heldPoster)
 	c.waiter, _ = c.qp.(waitPoster)
+	c.bounder, _ = c.qp.(boundedPoster)
 	if c.win.ws, err = pool.NewWindows(t.pd, c.qp, cfg.Windows); err != nil {
 		c.abort()
 		return nil, fmt.Errorf("mwrpc: %w", err)

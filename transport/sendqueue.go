@@ -84,17 +84,31 @@ type heldPoster interface {
 // (soft's QP.PostSendWait), rather than leave a large frame to the NIC engine. A
 // written response's RDMA WRITE goes this way when its handler runs on a goroutine of its
 // own (sendResponse; postsWRITE): it saves the engine's wake-up per large WRITE. Never a
-// reaper (an inline handler's response is sendReserved), and never a caller: a caller's
-// written request is PostSend, because a write waiting for a peer that stopped reading
-// (a partition) would hold the caller past its deadline, while the engine's write does
-// not (the fault suite's partition row: a 2 s call took 8 s). The handler returns once
-// the WRITE is written or the connection failed, even if its context ended meanwhile. A
+// reaper (an inline handler's response is sendReserved), and never a caller: a write
+// waiting for a peer that stopped reading (a partition) would hold the caller past its
+// deadline (the fault suite's partition row: a 2 s call took 8 s); a caller's written
+// request is PostSendBounded (boundedPoster). The handler returns once the WRITE is
+// written or the connection failed, even if its context ended meanwhile. A
 // peer that stops reading holds at most one such handler per connection (the one holding
 // the QP's transmit lock; the others leave their frames to it), no longer than the engine
 // was held before: its responses run out of credits, which fails the connection after
 // Config.CreditTimeout, and the QP's teardown ends the write with a deadline.
 type waitPoster interface {
 	PostSendWait(wrs []verbs.SendWR) error
+}
+
+// boundedPoster is a QP whose caller may write its written request itself, waiting for the
+// socket no longer than its context allows (soft's QP.PostSendBounded): the rest is the NIC
+// engine's once the context ends, so a partition holds no caller past its deadline. It
+// saves the engine's wake-up per large request, as waitPoster does per large response.
+type boundedPoster interface {
+	PostSendBounded(ctx context.Context, wrs []verbs.SendWR) error
+}
+
+// callsWRITE reports whether a message of mode posted behind pre may be posted with
+// PostSendBounded: pre ends with a written request's RDMA WRITE, posted by its caller.
+func callsWRITE(pre []verbs.SendWR, mode sendMode) bool {
+	return mode == sendWait && len(pre) > 0 && pre[len(pre)-1].Opcode == verbs.WRRDMAWrite
 }
 
 // postsWRITE reports whether a message of mode posted behind pre may be posted with
@@ -205,6 +219,8 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 		err = c.held.PostSendHeld(wrs) // an inline handler's response: see heldPoster
 	case c.waiter != nil && postsWRITE(pre, mode):
 		err = c.waiter.PostSendWait(wrs) // a handler on a goroutine of its own: see waitPoster
+	case c.bounder != nil && callsWRITE(pre, mode):
+		err = c.bounder.PostSendBounded(ctx, wrs) // a caller's written request: see boundedPoster
 	default:
 		err = c.qp.PostSend(wrs)
 	}

@@ -264,10 +264,11 @@ func TestWrittenRequestsInline(t *testing.T) {
 
 // TestWrittenByPoster: over the TCP fabric a handler on a goroutine of its own writes its
 // written response's 1 MiB RDMA WRITE itself (soft's QP.PostSendWait) rather than wake
-// the NIC engine for each; a caller leaves its written request's WRITE to the engine, so
+// the NIC engine for each; a caller writes its written request's WRITE itself too, but
+// waits for the socket no longer than its context allows (soft's QP.PostSendBounded), so
 // that a peer that stopped reading cannot hold it past its deadline. Checked on the
-// devices' counters: the handlers wrote at least half of the responses' WRITEs
-// themselves, the callers none.
+// devices' counters: the handlers and the callers each wrote at least half of their
+// WRITEs themselves, the callers none with an unbounded wait.
 func TestWrittenByPoster(t *testing.T) {
 	const n, calls = 1 << 20, 20
 	e := newEnv(t, tcpFabric, echo, Config{InlineBudget: -1}) // every handler on the pool
@@ -295,7 +296,10 @@ func TestWrittenByPoster(t *testing.T) {
 		t.Fatalf("%d of %d requests written into a grant", p, calls)
 	}
 	if w := c1.WaitedPosts - c0.WaitedPosts; w != 0 {
-		t.Errorf("callers wrote %d of %d requests' WRITEs themselves, waiting for the socket; want none: a caller waiting for a peer that stopped reading would outlive its deadline", w, calls)
+		t.Errorf("callers wrote %d of %d requests' WRITEs themselves, waiting for the socket with no bound; want none: a caller waiting for a peer that stopped reading would outlive its deadline", w, calls)
+	}
+	if w := c1.BoundedPosts - c0.BoundedPosts; w < calls/2 {
+		t.Errorf("callers wrote %d of %d requests' WRITEs themselves (bounded by their context), want at least %d (engine wake-ups: %d)", w, calls, calls/2, c1.EngineWakes-c0.EngineWakes)
 	}
 	if w := s1.WaitedPosts - s0.WaitedPosts; w < calls/2 {
 		t.Errorf("handlers wrote %d of %d responses' WRITEs themselves, want at least %d (engine wake-ups: %d)", w, calls, calls/2, s1.EngineWakes-s0.EngineWakes)

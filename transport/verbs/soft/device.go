@@ -188,6 +188,11 @@ type Stats struct {
 	// for the socket as the engine does (a large WRITE written by the goroutine that posted
 	// it, with no engine wake-up).
 	WaitedPosts uint64
+	// BoundedPosts counts the transmit rounds PostSendBounded posters (callers) ran
+	// themselves; BoundedCut those of them whose context ended while the socket was full,
+	// leaving the rest of the frame to the engine.
+	BoundedPosts uint64
+	BoundedCut   uint64
 }
 
 // stats is one stripe of a device's counters. Every frame a QP sends or receives adds to
@@ -196,7 +201,8 @@ type Stats struct {
 // every QP added to was a cache line every core wrote on every message.
 type stats struct {
 	socketTx, socketRx, copied, discarded, rnrNaks, placed, writes, engineWakes, waitedPosts atomic.Uint64
-	_                                                                                        [cacheLine - 9*8]byte
+	boundedPosts, boundedCut                                                                 atomic.Uint64
+	_                                                                                        [cacheLine - 11*8]byte
 }
 
 // statStripes is how many stripes a device's counters have: QPs made one after another
@@ -221,6 +227,8 @@ func (d *Device) Stats() Stats {
 		s.Writes += st.writes.Load()
 		s.EngineWakes += st.engineWakes.Load()
 		s.WaitedPosts += st.waitedPosts.Load()
+		s.BoundedPosts += st.boundedPosts.Load()
+		s.BoundedCut += st.boundedCut.Load()
 	}
 	return s
 }

@@ -136,6 +136,10 @@ type tcpLink struct {
 	kept    bool
 	keptMRs []*mr
 	keptLen uint32
+	// bnd: a poster's bounded write (QP.PostSendBounded) and the goroutine that ends it
+	// when the poster's context does.
+	bnd         linkBound
+	interruptFn func()
 }
 
 // holdForReader reports whether a held post may leave what it gathered for the reader.
@@ -295,12 +299,17 @@ func (l *tcpLink) writeKept() error {
 	_, err := l.bufs.WriteTo(l.conn)
 	probe.Mark(probe.WritevDone)
 	clear(l.vec)
+	l.releaseKept()
+	return err
+}
+
+// releaseKept releases the regions of the kept frame's memory, once it is written.
+func (l *tcpLink) releaseKept() {
 	for i, m := range l.keptMRs {
 		m.release()
 		l.keptMRs[i] = nil
 	}
 	l.keptMRs = l.keptMRs[:0]
-	return err
 }
 
 // appendPend appends the pending frames' wire form to vec and empties pend: one alone as it

@@ -646,26 +646,12 @@ const (
 
 // post is PostSend, PostSendHeld or PostSendWait, as how says.
 func (q *QP) post(wrs []verbs.SendWR, how postHow) error {
-	if probe.Enabled && len(wrs) > 0 {
-		probe.MarkN(probe.PostSend, uint32(wrs[0].Opcode))
-	}
 	if q.td != nil {
 		q.td.enter()
 		defer q.td.exit()
 	}
 	q.mu.Lock()
-	var err error
-	posted := 0
-	for i := range wrs {
-		if e := q.postSend(&wrs[i]); e != nil {
-			err = &verbs.PostError{Op: "post_send", Index: i, Err: e}
-			break
-		}
-		posted++
-	}
-	if posted > 0 {
-		q.db.ring(q.sqTail, q.rqTail)
-	}
+	posted, err := q.postLocked(wrs)
 	l := q.link
 	q.mu.Unlock()
 	if posted > 0 && l != nil {

@@ -1,0 +1,273 @@
+package soft
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/mwrpc/mwrpc/internal/probe"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// PostSendBounded is PostSend for a caller whose work requests are a large RDMA WRITE and
+// the SEND that announces it (a written request): the caller writes them itself, the
+// WRITE's payload straight from registered memory and the SEND behind it in one writev, as
+// the NIC engine would, rather than wake the engine (a goroutine hand-off, and on a
+// many-core machine a thread woken on another core that reads the payload from this one's
+// cache). It waits for a full socket no longer than ctx allows: once ctx is done, what the
+// socket has not taken is copied and left to the engine, and the caller returns, so a peer
+// that stopped reading (a partition) holds no caller past its deadline.
+//
+// It does so only where nothing else waits to be transmitted (the send queue sent up to
+// these work requests, no READ response queued, nothing gathered or left by a write that
+// never waits), on a plain TCP stream, and when no other goroutine transmits; otherwise it
+// is PostSend.
+func (q *QP) PostSendBounded(ctx context.Context, wrs []verbs.SendWR) error {
+	q.mu.Lock()
+	tl, ok := q.link.(*tcpLink)
+	q.mu.Unlock()
+	if !ok || !tl.boundable() || !q.takeTx() {
+		return q.PostSend(wrs)
+	}
+	if q.td != nil {
+		q.td.enter()
+		defer q.td.exit()
+	}
+	q.mu.Lock()
+	if q.link != link(tl) || !q.txQuiet(tl) {
+		q.mu.Unlock()
+		q.letGoTxKick()
+		return q.PostSend(wrs)
+	}
+	posted, err := q.postLocked(wrs)
+	end := q.sqTail
+	q.mu.Unlock()
+	if posted > 0 {
+		q.transmitBounded(ctx, tl, end)
+	} else {
+		q.letGoTxKick()
+	}
+	return err
+}
+
+// letGoTxKick lets go of txMu and wakes the engine for a poster that asked for another
+// round meanwhile (takeTx): their work requests are queued, and no one else may look.
+func (q *QP) letGoTxKick() {
+	if q.letGoTx() {
+		q.kick()
+	}
+}
+
+// txQuiet reports whether nothing waits to be transmitted ahead of what a poster is about
+// to post. q.mu and txMu are held.
+func (q *QP) txQuiet(tl *tcpLink) bool {
+	return q.state == verbs.QPStateRTS && !q.halted && !q.rnrWait && q.sqNext == q.sqTail &&
+		q.outHead == len(q.outq) && tl.out == nil && tl.pendN == 0 && len(tl.stage) == 0 && !tl.kept
+}
+
+// postLocked queues wrs as post does and rings the doorbell; it returns how many it queued.
+// q.mu is held.
+func (q *QP) postLocked(wrs []verbs.SendWR) (int, error) {
+	if probe.Enabled && len(wrs) > 0 {
+		probe.MarkN(probe.PostSend, uint32(wrs[0].Opcode))
+	}
+	var err error
+	posted := 0
+	for i := range wrs {
+		if e := q.postSend(&wrs[i]); e != nil {
+			err = &verbs.PostError{Op: "post_send", Index: i, Err: e}
+			break
+		}
+		posted++
+	}
+	if posted > 0 {
+		q.db.ring(q.sqTail, q.rqTail)
+	}
+	return posted, err
+}
+
+// transmitBounded steps the send queue up to end (the work requests PostSendBounded
+// queued: the WRITE is kept, the SEND gathered behind it) and writes them with one writev
+// bounded by ctx. txMu is held on entry and let go.
+func (q *QP) transmitBounded(ctx context.Context, tl *tcpLink, end uint64) {
+	probe.Mark(probe.TxInline)
+	q.st.boundedPosts.Add(1)
+	for q.sqBefore(end) && q.stepOwn(tl) == stepMore {
+	}
+	err := tl.flushBounded(ctx)
+	again := q.letGoTx()
+	switch {
+	case errors.Is(err, errInterrupted):
+		q.st.boundedCut.Add(1)
+		q.kick() // the engine writes the rest first
+	case err != nil:
+		q.linkDown(nil)
+	case again || q.sqBefore(q.tailNow()) || q.outPending():
+		q.kick() // what others posted or queued meanwhile is the engine's
+	}
+}
+
+// sqBefore reports whether the send queue has not stepped past i.
+func (q *QP) sqBefore(i uint64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.sqNext < i
+}
+
+// outPending reports whether a READ response waits in the output queue.
+func (q *QP) outPending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.outHead < len(q.outq)
+}
+
+// tailNow returns the send queue's tail.
+func (q *QP) tailNow() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.sqTail
+}
+
+// stepOwn is a step of the send queue only: a READ response queued meanwhile is the
+// engine's, as its write is not bounded. txMu is held.
+func (q *QP) stepOwn(l link) stepResult {
+	q.mu.Lock()
+	if q.link != l || !q.sqSendable() {
+		q.mu.Unlock()
+		return stepIdle
+	}
+	return q.stepSQ(l, 0)
+}
+
+// errInterrupted: a bounded write stopped at its caller's deadline or cancellation; what
+// it did not write is left to the engine (leaveRest).
+var errInterrupted = errors.New("soft: a bounded write was interrupted")
+
+// boundable reports whether a poster may write on this link with a bounded wait: a plain
+// TCP stream with a raw socket, whose large frames are kept for one writev.
+func (l *tcpLink) boundable() bool {
+	if l.raw == nil || !directWrites {
+		return false
+	}
+	_, ok := l.conn.(*net.TCPConn)
+	return ok
+}
+
+// linkBound is what a bounded write shares with the goroutine that interrupts it.
+type linkBound struct {
+	mu          sync.Mutex
+	on          bool        // a bounded write is under way
+	interrupted bool        // its caller's context ended during it
+	set         bool        // it set the stream's write deadline (or interrupt did)
+	stop        func() bool // stops the context.AfterFunc that interrupts it; the writer's
+}
+
+// flushBounded is flush for transmitBounded: it writes the kept frame and the frames
+// gathered behind it, waiting for the socket until ctx is done. Then what was not written
+// is left as the link's out (leaveRest) and it returns errInterrupted. txMu is held.
+func (l *tcpLink) flushBounded(ctx context.Context) error {
+	if !l.kept {
+		return l.flush() // nothing large: small frames only
+	}
+	l.kept = false
+	l.vec = l.appendPend(l.vec)
+	probe.MarkN(probe.Writev, l.keptLen)
+	l.q.st.writes.Add(1)
+	l.bound(ctx)
+	l.bufs = l.vec
+	_, err := l.bufs.WriteTo(l.conn)
+	probe.Mark(probe.WritevDone)
+	interrupted := l.unbound(ctx) && errors.Is(err, os.ErrDeadlineExceeded)
+	if interrupted {
+		l.leaveRest()
+	}
+	clear(l.vec)
+	l.releaseKept()
+	if interrupted {
+		return errInterrupted
+	}
+	return err
+}
+
+// bound makes the writes that follow end once ctx does: at its deadline, or when it is
+// canceled (context.AfterFunc). unbound lifts the bound.
+func (l *tcpLink) bound(ctx context.Context) {
+	b := &l.bnd
+	b.mu.Lock()
+	b.on, b.interrupted, b.set = true, false, false
+	if dl, ok := ctx.Deadline(); ok {
+		b.set = true
+		l.setDeadlineLinked(dl)
+	}
+	b.mu.Unlock()
+	b.stop = nil
+	if ctx.Done() != nil {
+		if l.interruptFn == nil {
+			l.interruptFn = l.interrupt // one closure for the link's life
+		}
+		b.stop = context.AfterFunc(ctx, l.interruptFn)
+	}
+}
+
+// unbound lifts bound's bound and reports whether ctx ended during the writes.
+func (l *tcpLink) unbound(ctx context.Context) bool {
+	b := &l.bnd
+	if b.stop != nil {
+		b.stop()
+		b.stop = nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	interrupted := b.interrupted
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		interrupted = true
+	}
+	if b.set {
+		l.setDeadlineLinked(time.Time{})
+	}
+	b.on, b.interrupted, b.set = false, false, false
+	return interrupted
+}
+
+// interrupt ends the bounded write under way, if there is one.
+func (l *tcpLink) interrupt() {
+	b := &l.bnd
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.on {
+		b.interrupted, b.set = true, true
+		_ = l.conn.SetWriteDeadline(time.Unix(1, 0))
+	}
+}
+
+// setDeadlineLinked sets the stream's write deadline while the link is still its QP's: once
+// the QP shuts the link down, the deadline is its (shutdownLocked), which a bounded write
+// must not lift.
+func (l *tcpLink) setDeadlineLinked(t time.Time) {
+	l.q.mu.Lock()
+	defer l.q.mu.Unlock()
+	if l.q.link == link(l) {
+		_ = l.conn.SetWriteDeadline(t)
+	}
+}
+
+// leaveRest leaves what an interrupted writev did not write for the next flush, as a
+// write that never waits leaves its rest (out): copied, so that the regions of the frame's
+// payload are released now and every writer handles it as such a rest (the engine writes
+// it first; readers and other posters leave it to the engine). The copy is the price of a
+// caller that gave up while the socket was full, not of a call.
+func (l *tcpLink) leaveRest() {
+	n := 0
+	for _, b := range l.bufs {
+		n += len(b)
+	}
+	rest := make([]byte, 0, n)
+	for _, b := range l.bufs {
+		rest = append(rest, b...)
+	}
+	l.q.st.copied.Add(uint64(n))
+	l.out = rest
+}
