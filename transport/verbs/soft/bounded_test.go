@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,7 +117,9 @@ func TestBoundedWriteCut(t *testing.T) {
 func TestDestroyWhileBoundedWriterWaits(t *testing.T) {
 	const flood = 32 << 20
 	c, _, sc := stalledPair(t, flood)
-	defer close(sc.release)
+	var once sync.Once
+	release := func() { once.Do(func() { close(sc.release) }) }
+	defer release()
 	q := c.qp.(*QP)
 	posted := make(chan error, 1)
 	go func() {
@@ -128,22 +131,7 @@ func TestDestroyWhileBoundedWriterWaits(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the peer's reader never stopped")
 	}
-	time.Sleep(50 * time.Millisecond)
-	destroyed := make(chan error, 1)
-	go func() { destroyed <- q.Destroy() }()
-	select {
-	case err := <-destroyed:
-		must(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Destroy waited for a bounded writer blocked on a peer that stopped reading")
-	}
-	c.qp = nil
-	select {
-	case err := <-posted:
-		must(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("PostSendBounded did not return after Destroy")
-	}
+	destroyWhileBlocked(t, c, release, posted, "PostSendBounded")
 }
 
 // stalledPair returns two connected hosts of n bytes (and 64 more) each, whose server side

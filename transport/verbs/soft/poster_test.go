@@ -361,9 +361,18 @@ func TestDestroyWhileWriterWaits(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	destroyWhileBlocked(t, c, release, posted, "PostSendWait")
+}
+
+// destroyWhileBlocked destroys c's QP while a poster (who) is blocked writing to a peer
+// that stopped reading, and fails unless Destroy returns within 5 s and the poster then
+// returns nil (posted; its completion is flushed). release lets the peer read again, so that
+// a failing test ends.
+func destroyWhileBlocked(t *testing.T, c *host, release func(), posted <-chan error, who string) {
+	t.Helper()
 	time.Sleep(50 * time.Millisecond)
 	destroyed := make(chan error, 1)
-	go func() { destroyed <- q.Destroy() }()
+	go func() { destroyed <- c.qp.Destroy() }()
 	select {
 	case err := <-destroyed:
 		must(t, err)
@@ -371,14 +380,14 @@ func TestDestroyWhileWriterWaits(t *testing.T) {
 		release() // let the write finish, so that the test ends
 		<-destroyed
 		c.qp = nil
-		t.Fatal("Destroy waited for a poster blocked on a peer that stopped reading")
+		t.Fatalf("Destroy waited for %s blocked on a peer that stopped reading", who)
 	}
 	c.qp = nil
 	select {
 	case err := <-posted:
-		must(t, err) // posted; its completion is flushed
+		must(t, err)
 	case <-time.After(5 * time.Second):
-		t.Fatal("PostSendWait did not return after Destroy")
+		t.Fatalf("%s did not return after Destroy", who)
 	}
 }
 
