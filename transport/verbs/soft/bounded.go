@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/mwrpc/mwrpc/internal/probe"
@@ -17,9 +16,10 @@ import (
 // WRITE's payload straight from registered memory and the SEND behind it in one writev, as
 // the NIC engine would, rather than wake the engine (a goroutine hand-off, and on a
 // many-core machine a thread woken on another core that reads the payload from this one's
-// cache). It waits for a full socket no longer than ctx allows: once ctx is done, what the
-// socket has not taken is copied and left to the engine, and the caller returns, so a peer
-// that stopped reading (a partition) holds no caller past its deadline.
+// cache). It waits for a full socket no longer than ctx allows (its deadline, or a cancel,
+// seen within boundCheck): once ctx is done, what the socket has not taken is copied and
+// left to the engine, and the caller returns, so a peer that stopped reading (a partition)
+// holds no caller past its deadline.
 //
 // It does so only where nothing else waits to be transmitted (the send queue sent up to
 // these work requests, no READ response queued, nothing gathered or left by a write that
@@ -156,14 +156,10 @@ func (l *tcpLink) boundable() bool {
 	return ok
 }
 
-// linkBound is what a bounded write shares with the goroutine that interrupts it.
-type linkBound struct {
-	mu          sync.Mutex
-	on          bool        // a bounded write is under way
-	interrupted bool        // its caller's context ended during it
-	set         bool        // it set the stream's write deadline (or interrupt did)
-	stop        func() bool // stops the context.AfterFunc that interrupts it; the writer's
-}
+// boundCheck is how often a bounded write blocked on a full socket looks at its caller's
+// context: a cancel ends the wait within it, a deadline at the deadline. Looking, rather
+// than a context.AfterFunc that interrupts the write, costs a call no allocation.
+const boundCheck = 20 * time.Millisecond
 
 // flushBounded is flush for transmitBounded: it writes the kept frame and the frames
 // gathered behind it, waiting for the socket until ctx is done. Then what was not written
@@ -176,82 +172,66 @@ func (l *tcpLink) flushBounded(ctx context.Context) error {
 	l.vec = l.appendPend(l.vec)
 	probe.MarkN(probe.Writev, l.keptLen)
 	l.q.st.writes.Add(1)
-	l.bound(ctx)
 	l.bufs = l.vec
-	_, err := l.bufs.WriteTo(l.conn)
+	err := l.writeBounded(ctx)
 	probe.Mark(probe.WritevDone)
-	interrupted := l.unbound(ctx) && errors.Is(err, os.ErrDeadlineExceeded)
-	if interrupted {
+	if err == errInterrupted {
 		l.leaveRest()
 	}
 	clear(l.vec)
 	l.releaseKept()
-	if interrupted {
-		return errInterrupted
-	}
 	return err
 }
 
-// bound makes the writes that follow end once ctx does: at its deadline, or when it is
-// canceled (context.AfterFunc). unbound lifts the bound.
-func (l *tcpLink) bound(ctx context.Context) {
-	b := &l.bnd
-	b.mu.Lock()
-	b.on, b.interrupted, b.set = true, false, false
-	if dl, ok := ctx.Deadline(); ok {
-		b.set = true
-		l.setDeadlineLinked(dl)
+// writeBounded writes l.bufs, waiting for a full socket until ctx ends: under write
+// deadlines of at most boundCheck, after each of which it looks at ctx. errInterrupted:
+// ctx ended first, and l.bufs holds what was not written.
+func (l *tcpLink) writeBounded(ctx context.Context) error {
+	if ctx.Done() == nil { // a context that never ends: the engine's write
+		_, err := l.bufs.WriteTo(l.conn)
+		return err
 	}
-	b.mu.Unlock()
-	b.stop = nil
-	if ctx.Done() != nil {
-		if l.interruptFn == nil {
-			l.interruptFn = l.interrupt // one closure for the link's life
+	for {
+		if !l.setDeadlineLinked(boundStep(ctx)) {
+			return errLinkGone
 		}
-		b.stop = context.AfterFunc(ctx, l.interruptFn)
-	}
-}
-
-// unbound lifts bound's bound and reports whether ctx ended during the writes.
-func (l *tcpLink) unbound(ctx context.Context) bool {
-	b := &l.bnd
-	if b.stop != nil {
-		b.stop()
-		b.stop = nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	interrupted := b.interrupted
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		interrupted = true
-	}
-	if b.set {
+		_, err := l.bufs.WriteTo(l.conn)
+		switch {
+		case err == nil || !errors.Is(err, os.ErrDeadlineExceeded): // written, or failed
+		case ctx.Err() != nil:
+			err = errInterrupted
+		default:
+			continue // a step's deadline: write on
+		}
 		l.setDeadlineLinked(time.Time{})
-	}
-	b.on, b.interrupted, b.set = false, false, false
-	return interrupted
-}
-
-// interrupt ends the bounded write under way, if there is one.
-func (l *tcpLink) interrupt() {
-	b := &l.bnd
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.on {
-		b.interrupted, b.set = true, true
-		_ = l.conn.SetWriteDeadline(time.Unix(1, 0))
+		return err
 	}
 }
 
-// setDeadlineLinked sets the stream's write deadline while the link is still its QP's: once
-// the QP shuts the link down, the deadline is its (shutdownLocked), which a bounded write
-// must not lift.
-func (l *tcpLink) setDeadlineLinked(t time.Time) {
+// boundStep returns the write deadline of a bounded write's next step.
+func boundStep(ctx context.Context) time.Time {
+	t := time.Now().Add(boundCheck)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(t) {
+		return dl
+	}
+	return t
+}
+
+// errLinkGone: the QP shut the link down during a bounded write (its deadline ended the
+// write, shutdownLocked).
+var errLinkGone = errors.New("soft: the link went down during a bounded write")
+
+// setDeadlineLinked sets the stream's write deadline while the link is still its QP's, and
+// reports whether it was: once the QP shuts the link down, the deadline is its
+// (shutdownLocked), which a bounded write must not lift.
+func (l *tcpLink) setDeadlineLinked(t time.Time) bool {
 	l.q.mu.Lock()
 	defer l.q.mu.Unlock()
-	if l.q.link == link(l) {
-		_ = l.conn.SetWriteDeadline(t)
+	if l.q.link != link(l) {
+		return false
 	}
+	_ = l.conn.SetWriteDeadline(t)
+	return true
 }
 
 // leaveRest leaves what an interrupted writev did not write for the next flush, as a

@@ -136,10 +136,6 @@ type tcpLink struct {
 	kept    bool
 	keptMRs []*mr
 	keptLen uint32
-	// bnd: a poster's bounded write (QP.PostSendBounded) and the goroutine that ends it
-	// when the poster's context does.
-	bnd         linkBound
-	interruptFn func()
 }
 
 // holdForReader reports whether a held post may leave what it gathered for the reader.
