@@ -452,7 +452,7 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 func (s *Server) begin(st *serverStream, ctx context.Context, r *request, m *method, w *transport.ResponseWriter) (cancel context.CancelFunc) {
 	st.inner, st.method, st.req, st.body, st.md, st.nmd, st.w = ctx, m, r.whole, r.body, r.md, r.nmd, w
 	if r.deadline != 0 {
-		st.inner, cancel = context.WithDeadline(ctx, time.Unix(0, r.deadline))
+		st.inner, cancel = transport.WithCallDeadline(ctx, time.Unix(0, r.deadline))
 	}
 	if v := s.tel.startServer(st.inner, m.full, r.md, r.nmd, &st.tel, &st.carrier); v != st.inner {
 		st.values = v

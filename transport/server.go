@@ -257,18 +257,77 @@ func (sc *serverCall) getBuf(ctx context.Context, n int) (*pool.Buf, error) {
 }
 
 // callCtx is a handler's context: canceled when the caller cancels or the connection
-// fails. It is pooled with its serverCall and valid until the handler returns.
+// fails, and at the caller's deadline once WithCallDeadline set it. It is pooled with its
+// serverCall and valid until the handler returns.
 type callCtx struct {
-	mu      sync.Mutex
-	gen     uint64 // bumped on reuse: a stale AfterFunc stop then does nothing
-	done    chan struct{}
-	err     error
-	fns     []func()
-	derived bool // AfterFunc was called: a derived context may use this one after the call
+	mu       sync.Mutex
+	gen      uint64 // bumped on reuse: a stale AfterFunc stop then does nothing
+	done     chan struct{}
+	err      error
+	fns      []func()
+	derived  bool        // AfterFunc was called: a derived context may use this one after the call
+	deadline time.Time   // the caller's (WithCallDeadline), or zero
+	timer    *time.Timer // fires at deadline (expire); kept across reuse, reset per call
 }
 
-func (x *callCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (x *callCtx) Value(any) any               { return nil }
+func (x *callCtx) Deadline() (time.Time, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.deadline, !x.deadline.IsZero()
+}
+
+func (x *callCtx) Value(any) any { return nil }
+
+// WithCallDeadline bounds ctx by the caller's deadline d. A handler's own context (the one
+// the transport passes to Handler.Serve) takes the deadline itself, with a timer it keeps
+// from call to call, so that a caller's deadline costs a call no allocation and leaves the
+// context reusable; any other context gets context.WithDeadline. cancel, when not nil,
+// ends the bound early.
+func WithCallDeadline(ctx context.Context, d time.Time) (_ context.Context, cancel context.CancelFunc) {
+	if x, ok := ctx.(*callCtx); ok && x.setDeadline(d) {
+		return x, nil
+	}
+	return context.WithDeadline(ctx, d)
+}
+
+// setDeadline arms the deadline, unless the context has one already; it reports whether
+// it did (a context already canceled takes it, as there is nothing left to bound).
+func (x *callCtx) setDeadline(d time.Time) bool {
+	x.mu.Lock()
+	if !x.deadline.IsZero() {
+		x.mu.Unlock()
+		return false
+	}
+	x.deadline = d
+	if x.err != nil {
+		x.mu.Unlock()
+		return true
+	}
+	wait := time.Until(d)
+	if wait <= 0 {
+		x.cancelLocked(x.gen, context.DeadlineExceeded)
+		return true
+	}
+	if x.timer == nil {
+		x.timer = time.AfterFunc(wait, x.expire)
+	} else {
+		x.timer.Reset(wait)
+	}
+	x.mu.Unlock()
+	return true
+}
+
+// expire is the deadline timer's: it cancels the context if its deadline has passed. A
+// timer that fired for an earlier call and ran late finds this call's deadline, which it
+// cancels only if that has passed too.
+func (x *callCtx) expire() {
+	x.mu.Lock()
+	if x.deadline.IsZero() || time.Now().Before(x.deadline) {
+		x.mu.Unlock()
+		return
+	}
+	x.cancelLocked(x.gen, context.DeadlineExceeded)
+}
 
 func (x *callCtx) Done() <-chan struct{} {
 	x.mu.Lock()
@@ -359,13 +418,24 @@ func (x *callCtx) cancelLocked(gen uint64, err error) {
 // reports whether it did.
 func (x *callCtx) reset() bool {
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.gen++ // stale stops and cancels do nothing from here on
+	if x.timer != nil {
+		x.timer.Stop()
+	}
+	x.deadline = time.Time{}
 	if x.derived {
+		// The contexts derived from it end with the call, as they did when the caller's
+		// deadline was a context.WithDeadline of its own that the rpc layer canceled then.
+		// It is not reused: they may still read it.
+		x.cancelLocked(x.gen, context.Canceled)
+		x.mu.Lock()
+		x.gen++
+		x.mu.Unlock()
 		return false
 	}
+	x.gen++ // stale stops and cancels do nothing from here on
 	clear(x.fns)
 	x.done, x.err, x.fns = nil, nil, x.fns[:0]
+	x.mu.Unlock()
 	return true
 }
 
