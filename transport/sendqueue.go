@@ -100,7 +100,10 @@ type waitPoster interface {
 // boundedPoster is a QP whose caller may write its written request itself, waiting for the
 // socket no longer than its context allows (soft's QP.PostSendBounded): the rest is the NIC
 // engine's once the context ends, so a partition holds no caller past its deadline. It
-// saves the engine's wake-up per large request, as waitPoster does per large response.
+// saves the engine's wake-up per large request, as waitPoster does per large response, for
+// a caller alone on its connection: where others call too, the engine writes their frames
+// back to back, while a caller that held the transmit lock through its write would leave
+// theirs to a kick of the engine after it.
 type boundedPoster interface {
 	PostSendBounded(ctx context.Context, wrs []verbs.SendWR) error
 }
@@ -208,6 +211,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 		rv = revoke{}
 	}
 	inv := c.stampLocked(h, rv)
+	alone := len(c.calls.byID) <= 1 // see boundedPoster
 	c.mu.Unlock()
 
 	wrs := c.fillSlot(i, s, h, payload, tail, pre, inv)
@@ -219,7 +223,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 		err = c.held.PostSendHeld(wrs) // an inline handler's response: see heldPoster
 	case c.waiter != nil && postsWRITE(pre, mode):
 		err = c.waiter.PostSendWait(wrs) // a handler on a goroutine of its own: see waitPoster
-	case c.bounder != nil && callsWRITE(pre, mode):
+	case c.bounder != nil && alone && callsWRITE(pre, mode):
 		err = c.bounder.PostSendBounded(ctx, wrs) // a caller's written request: see boundedPoster
 	default:
 		err = c.qp.PostSend(wrs)
