@@ -68,34 +68,13 @@ func (q *QP) txQuiet(tl *tcpLink) bool {
 		q.outHead == len(q.outq) && tl.out == nil && tl.pendN == 0 && len(tl.stage) == 0 && !tl.kept
 }
 
-// postLocked queues wrs as post does and rings the doorbell; it returns how many it queued.
-// q.mu is held.
-func (q *QP) postLocked(wrs []verbs.SendWR) (int, error) {
-	if probe.Enabled && len(wrs) > 0 {
-		probe.MarkN(probe.PostSend, uint32(wrs[0].Opcode))
-	}
-	var err error
-	posted := 0
-	for i := range wrs {
-		if e := q.postSend(&wrs[i]); e != nil {
-			err = &verbs.PostError{Op: "post_send", Index: i, Err: e}
-			break
-		}
-		posted++
-	}
-	if posted > 0 {
-		q.db.ring(q.sqTail, q.rqTail)
-	}
-	return posted, err
-}
-
 // transmitBounded steps the send queue up to end (the work requests PostSendBounded
 // queued: the WRITE is kept, the SEND gathered behind it) and writes them with one writev
 // bounded by ctx. txMu is held on entry and let go.
 func (q *QP) transmitBounded(ctx context.Context, tl *tcpLink, end uint64) {
 	probe.Mark(probe.TxInline)
 	q.st.boundedPosts.Add(1)
-	for q.sqBefore(end) && q.stepOwn(tl) == stepMore {
+	for q.stepOwn(tl, end) == stepMore {
 	}
 	err := tl.flushBounded(ctx)
 	again := q.letGoTx()
@@ -105,37 +84,23 @@ func (q *QP) transmitBounded(ctx context.Context, tl *tcpLink, end uint64) {
 		q.kick() // the engine writes the rest first
 	case err != nil:
 		q.linkDown(nil)
-	case again || q.sqBefore(q.tailNow()) || q.outPending():
+	case again || q.hasWork():
 		q.kick() // what others posted or queued meanwhile is the engine's
 	}
 }
 
-// sqBefore reports whether the send queue has not stepped past i.
-func (q *QP) sqBefore(i uint64) bool {
+// hasWork is engineHasWork for a goroutine that does not hold q.mu.
+func (q *QP) hasWork() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.sqNext < i
+	return q.engineHasWork()
 }
 
-// outPending reports whether a READ response waits in the output queue.
-func (q *QP) outPending() bool {
+// stepOwn is a step of the send queue only, up to end (what PostSendBounded queued): a
+// READ response queued meanwhile is the engine's, as its write is not bounded. txMu is held.
+func (q *QP) stepOwn(l link, end uint64) stepResult {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.outHead < len(q.outq)
-}
-
-// tailNow returns the send queue's tail.
-func (q *QP) tailNow() uint64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.sqTail
-}
-
-// stepOwn is a step of the send queue only: a READ response queued meanwhile is the
-// engine's, as its write is not bounded. txMu is held.
-func (q *QP) stepOwn(l link) stepResult {
-	q.mu.Lock()
-	if q.link != l || !q.sqSendable() {
+	if q.link != l || q.sqNext >= end || !q.sqSendable() {
 		q.mu.Unlock()
 		return stepIdle
 	}
@@ -162,25 +127,13 @@ func (l *tcpLink) boundable() bool {
 const boundCheck = 20 * time.Millisecond
 
 // flushBounded is flush for transmitBounded: it writes the kept frame and the frames
-// gathered behind it, waiting for the socket until ctx is done. Then what was not written
-// is left as the link's out (leaveRest) and it returns errInterrupted. txMu is held.
+// gathered behind it, waiting for the socket until ctx is done (writeKeptUntil). txMu is
+// held.
 func (l *tcpLink) flushBounded(ctx context.Context) error {
 	if !l.kept {
 		return l.flush() // nothing large: small frames only
 	}
-	l.kept = false
-	l.vec = l.appendPend(l.vec)
-	probe.MarkN(probe.Writev, l.keptLen)
-	l.q.st.writes.Add(1)
-	l.bufs = l.vec
-	err := l.writeBounded(ctx)
-	probe.Mark(probe.WritevDone)
-	if err == errInterrupted {
-		l.leaveRest()
-	}
-	clear(l.vec)
-	l.releaseKept()
-	return err
+	return l.writeKeptUntil(ctx)
 }
 
 // writeBounded writes l.bufs, waiting for a full socket until ctx ends: under write

@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -286,14 +287,22 @@ func (l *tcpLink) keep(h *header, payload [][]byte, mrs []*mr) error {
 
 // writeKept writes the frame keep left in vec, and pend's frames behind it, with one writev;
 // then it drops the references to registered memory and releases its regions.
-func (l *tcpLink) writeKept() error {
+func (l *tcpLink) writeKept() error { return l.writeKeptUntil(context.Background()) }
+
+// writeKeptUntil is writeKept waiting for a full socket only until ctx ends
+// (writeBounded); errInterrupted: what it did not write is left as the link's out
+// (leaveRest).
+func (l *tcpLink) writeKeptUntil(ctx context.Context) error {
 	l.kept = false
 	l.vec = l.appendPend(l.vec)
 	probe.MarkN(probe.Writev, l.keptLen)
 	l.q.st.writes.Add(1)
 	l.bufs = l.vec
-	_, err := l.bufs.WriteTo(l.conn)
+	err := l.writeBounded(ctx)
 	probe.Mark(probe.WritevDone)
+	if err == errInterrupted {
+		l.leaveRest()
+	}
 	clear(l.vec)
 	l.releaseKept()
 	return err

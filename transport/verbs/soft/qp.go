@@ -660,6 +660,27 @@ func (q *QP) post(wrs []verbs.SendWR, how postHow) error {
 	return err
 }
 
+// postLocked queues wrs as post does and rings the doorbell; it returns how many it queued.
+// q.mu is held.
+func (q *QP) postLocked(wrs []verbs.SendWR) (int, error) {
+	if probe.Enabled && len(wrs) > 0 {
+		probe.MarkN(probe.PostSend, uint32(wrs[0].Opcode))
+	}
+	var err error
+	posted := 0
+	for i := range wrs {
+		if e := q.postSend(&wrs[i]); e != nil {
+			err = &verbs.PostError{Op: "post_send", Index: i, Err: e}
+			break
+		}
+		posted++
+	}
+	if posted > 0 {
+		q.db.ring(q.sqTail, q.rqTail)
+	}
+	return posted, err
+}
+
 // inlineTxMax is the largest frame payload a poster transmits on its own goroutine with a
 // write that may wait for the socket; larger ones are left to the engine so that PostSend
 // stays short. On a plain TCP stream (Linux) a poster writes frames of up to tryTxMax bytes
