@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport"
@@ -735,7 +736,7 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 	probe.Mark(probe.CopyIn)
 	b := buf.Bytes()
 	if req == nil {
-		b = append(b, raw...)
+		b = parcopy.Append(b, raw)
 	} else {
 		b, err = cod.Append(b, req)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport"
@@ -211,7 +212,7 @@ func (c *Client) ownResponse(resp *transport.Response, body []byte) []byte {
 		return c.lendResponse(resp, body)
 	}
 	probe.Mark(probe.Clone)
-	out := append([]byte(nil), body...)
+	out := parcopy.Clone(body)
 	probe.Mark(probe.CloneDone)
 	resp.Release()
 	return out

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/rpc"
 	"github.com/mwrpc/mwrpc/transport"
 )
@@ -152,6 +153,39 @@ func TestBufferAndLentResponses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCopiesInPieces: with helpers to copy large payloads in pieces (which a machine of
+// two cores never gives), calls whose request and response are copied (the client's
+// request into registered memory, the server's response, the client's copy of the
+// response) return every byte, at sizes that split into pieces and pages unevenly, and
+// leave no buffer behind.
+func TestCopiesInPieces(t *testing.T) {
+	defer parcopy.SetHelpers(3)()
+	e := startLend(t, []rpc.ServerOption{rpc.WithTransport(transport.Config{MaxMessage: 4 << 20})})
+	ctx := context.Background()
+	if _, err := e.client.InvokeBytes(ctx, "/test.Raw/Echo", []byte("warm")); err != nil {
+		t.Fatal(err)
+	}
+	e.settled(t, "warm-up", inUse(e.client.Stats()), inUse(e.srv.Stats()))
+	baseC, baseS := inUse(e.client.Stats()), inUse(e.srv.Stats())
+	splits := parcopy.Splits()
+	for _, n := range []int{256 << 10, 1<<20 + 7, 3<<20 + 4099} {
+		for _, m := range []string{"Echo", "Clone"} {
+			want := pattern(n, n+len(m))
+			out, err := e.client.InvokeBytes(ctx, "/test.Raw/"+m, want)
+			if err != nil {
+				t.Fatalf("%s of %d bytes: %v", m, n, err)
+			}
+			if !bytes.Equal(out, want) {
+				t.Fatalf("%s of %d bytes: %d bytes back, not the ones sent", m, n, len(out))
+			}
+			e.settled(t, fmt.Sprintf("%s of %d bytes", m, n), baseC, baseS)
+		}
+	}
+	if parcopy.Splits() == splits {
+		t.Error("no copy was split: the calls did not take the path under test")
 	}
 }
 

@@ -38,6 +38,7 @@ func TestSHM(t *testing.T) {
 	runFabricSuite(t,
 		fabricTest{"GracefulStop", TestGracefulStop},
 		fabricTest{"StreamBuffer", TestStreamBuffer},
+		fabricTest{"CopiesInPieces", TestCopiesInPieces},
 	)
 }
 

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -530,7 +531,7 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 	}
 	probe.Mark(probe.CopyResp)
 	n := copy(buf, env)
-	copy(buf[n:], body)
+	parcopy.Copy(buf[n:], body)
 	probe.Mark(probe.CopyRespDone)
 	st.code, st.respLen = OK, len(buf)
 	_ = w.Write(OK, buf)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
@@ -96,7 +97,7 @@ func (c *Conn) CallParts(ctx context.Context, head, body []byte) (*Response, err
 	if err != nil {
 		return nil, fmt.Errorf("mwrpc: request buffer: %w", err)
 	}
-	copy(buf.Bytes()[copy(buf.Bytes(), head):], body)
+	parcopy.Copy(buf.Bytes()[copy(buf.Bytes(), head):], body)
 	return c.call(ctx, nil, nil, buf)
 }
 
@@ -107,7 +108,7 @@ func (c *Conn) copyRegistered(ctx context.Context, p []byte, what string) (*pool
 	if err != nil {
 		return nil, fmt.Errorf("mwrpc: %s buffer: %w", what, err)
 	}
-	copy(buf.Bytes(), p)
+	parcopy.Copy(buf.Bytes(), p)
 	return buf, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 )
@@ -365,7 +366,7 @@ func (s *Stream) RecvInto(ctx context.Context, p []byte) (int, []byte, error) {
 	if err != nil || n >= 0 {
 		return max(n, 0), nil, err
 	}
-	k := copy(p, m)
+	k := parcopy.Copy(p, m)
 	return k, m[k:], nil
 }
 
@@ -688,7 +689,7 @@ func (s *Stream) deliverInto(payload []byte) (ok, overrun bool) {
 		return false, true
 	}
 	s.consumed += cost
-	s.intoN = copy(s.into, payload)
+	s.intoN = parcopy.Copy(s.into, payload)
 	s.into = nil
 	s.hdrSet = true // a message came first: no header precedes it
 	wakeLocked(&s.recvWake)
@@ -755,7 +756,7 @@ func (c *Conn) copyOut(p []byte, heap bool) (*streamMsg, error) {
 	}
 	b, err := c.t.pool.TryGet(len(p))
 	if err == nil {
-		copy(b.Bytes(), p)
+		parcopy.Copy(b.Bytes(), p)
 		m.buf, m.data = b, b.Bytes()
 		return m, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 	"golang.org/x/sys/unix"
@@ -86,7 +87,7 @@ func (c *Conn) CopyToPeer(dst soft.Placement, src []byte) error {
 	defer c.peerMu.RUnlock()
 	mem, err := c.peerRange(dst, len(src), "READ")
 	if err == nil {
-		copy(mem, src)
+		parcopy.Copy(mem, src)
 	}
 	return err
 }
@@ -98,7 +99,7 @@ func (c *Conn) CopyFromPeer(dst []byte, src soft.Placement) error {
 	defer c.peerMu.RUnlock()
 	mem, err := c.peerRange(src, len(dst), "WRITE")
 	if err == nil {
-		copy(dst, mem)
+		parcopy.Copy(dst, mem)
 	}
 	return err
 }

@@ -1,0 +1,213 @@
+// Package parcopy copies large buffers with the help of idle cores.
+//
+// One core copies about 10-15 GB/s, so a 1 MiB payload takes 70-110 µs to copy on the
+// 16-core machine of docs/performance.md: the largest single step of a default client's
+// 1 MiB call (the request into registered memory, the response into the caller's own
+// memory), and of a READ over the shm fabric, where the owner of the memory copies the
+// bytes. Copy splits such a copy into pieces that the calling goroutine and up to
+// maxHelpers helper goroutines copy at once, so that a machine with idle cores finishes it
+// in a fraction of the time.
+//
+// A helper only ever takes work it finds waiting: a piece no helper has claimed when the
+// caller is done with its own is the caller's next, so a copy is never slower than one
+// core's by more than a hand-off, and on a machine whose cores are all busy it is the
+// caller's alone. Helpers are started on demand and end after idleExit without work, so a
+// process that stops copying large buffers keeps none.
+package parcopy
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+const (
+	// minSplit is the smallest copy that is split: below it the hand-off (a helper's
+	// wake-up, some microseconds) costs about what a second core saves.
+	minSplit = 256 << 10
+	// minPiece is the smallest piece a helper is given.
+	minPiece = 128 << 10
+	// maxHelpers bounds the helpers of the process: past four cores a copy is bound by
+	// memory bandwidth rather than by cores.
+	maxHelpers = 4
+	// idleExit is how long a helper waits for work before it ends.
+	idleExit = time.Second
+)
+
+// helpersFor is how many helpers a copy may have with procs Ps: none on machines of up
+// to 3 (two cores are the caller's and its peer's), then one for every two Ps beyond the
+// first two, up to maxHelpers.
+func helpersFor(procs int) int { return min(maxHelpers, max(0, procs/2-1)) }
+
+var (
+	// forceHelpers, when positive, replaces helpersFor's answer (tests).
+	forceHelpers atomic.Int32
+	// work hands a job to a helper that waits for one. It is unbuffered: a send succeeds
+	// only while a helper is parked on it, so work never queues behind busy helpers.
+	work = make(chan *job)
+	// alive counts the helpers that run, at most maxHelpers.
+	alive atomic.Int32
+	// splits counts the copies that were split (tests).
+	splits atomic.Uint64
+	jobs   = sync.Pool{New: func() any { return &job{finished: make(chan struct{}, 1)} }}
+)
+
+// Copy copies min(len(dst), len(src)) bytes from src to dst, as the built-in copy does,
+// and returns how many. A copy of at least minSplit bytes between buffers that do not
+// overlap is split over the caller and the helpers it finds idle, when the machine has
+// cores enough (helpersFor). It returns when every byte is copied.
+func Copy(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	if n < minSplit || overlap(dst[:n], src[:n]) {
+		return copy(dst, src)
+	}
+	helpers := int(forceHelpers.Load())
+	if helpers <= 0 {
+		helpers = helpersFor(runtime.GOMAXPROCS(0))
+	}
+	pieces := min(1+helpers, n/minPiece)
+	if pieces < 2 {
+		return copy(dst, src)
+	}
+	splits.Add(1)
+	j := jobs.Get().(*job)
+	j.start(dst[:n], src[:n], pieces)
+	j.handOut(pieces - 1)
+	if !j.run() { // a helper copies the last piece: it says so
+		<-j.finished
+	}
+	j.release()
+	return n
+}
+
+// overlap reports whether a and b, of equal length, share a byte.
+func overlap(a, b []byte) bool {
+	if len(a) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
+// job is one split copy. Its owner is the goroutine in Copy; every helper handed it holds
+// a reference until it is done with it, and the last reference puts it back in jobs.
+type job struct {
+	dst, src []byte
+	piece    int          // bytes per piece; the last may be shorter
+	pieces   int32        // how many
+	next     atomic.Int32 // the next piece to claim
+	done     atomic.Int32 // pieces copied
+	refs     atomic.Int32 // Copy's and each helper's that was handed the job
+	finished chan struct{}
+}
+
+// start readies j for a copy of src to dst in pieces, rounded to whole pages.
+func (j *job) start(dst, src []byte, pieces int) {
+	j.dst, j.src = dst, src
+	j.piece = (len(src)/pieces + 4095) &^ 4095
+	j.pieces = int32((len(src) + j.piece - 1) / j.piece)
+	j.next.Store(0)
+	j.done.Store(0)
+	j.refs.Store(1)
+}
+
+// handOut offers j to up to k helpers: those parked on work first, then new ones while
+// fewer than maxHelpers run. It stops at the first that none takes.
+func (j *job) handOut(k int) {
+	for range k {
+		j.refs.Add(1)
+		select {
+		case work <- j:
+			continue
+		default:
+		}
+		if alive.Add(1) <= maxHelpers {
+			go help(j)
+			continue
+		}
+		alive.Add(-1)
+		j.refs.Add(-1)
+		return
+	}
+}
+
+// run copies pieces until none is left to claim, and reports whether it copied the one
+// that completed the job.
+func (j *job) run() (last bool) {
+	for {
+		i := j.next.Add(1) - 1
+		if i >= j.pieces {
+			return last
+		}
+		lo := int(i) * j.piece
+		hi := min(lo+j.piece, len(j.src))
+		copy(j.dst[lo:hi], j.src[lo:hi])
+		if j.done.Add(1) == j.pieces {
+			last = true
+		}
+	}
+}
+
+// release drops a reference; the last puts j back, holding neither buffer.
+func (j *job) release() {
+	if j.refs.Add(-1) == 0 {
+		j.dst, j.src = nil, nil
+		jobs.Put(j)
+	}
+}
+
+// help is a helper: it works on j, then on every job handed to it, until it has waited
+// idleExit for one.
+func help(j *job) {
+	defer alive.Add(-1)
+	idle := time.NewTimer(idleExit)
+	defer idle.Stop()
+	for {
+		if j.run() {
+			j.finished <- struct{}{}
+		}
+		j.release()
+		idle.Reset(idleExit)
+		select {
+		case j = <-work:
+		case <-idle.C:
+			return
+		}
+	}
+}
+
+// Clone returns a copy of b in memory of its own, as append([]byte(nil), b...) does (nil
+// for an empty b), copied by Copy.
+func Clone(b []byte) []byte {
+	if len(b) < minSplit {
+		return append([]byte(nil), b...)
+	}
+	out := make([]byte, len(b))
+	Copy(out, b)
+	return out
+}
+
+// Append appends src to dst, as append(dst, src...) does, copying with Copy when dst has
+// room for it.
+func Append(dst, src []byte) []byte {
+	n := len(dst)
+	if len(src) < minSplit || cap(dst)-n < len(src) {
+		return append(dst, src...)
+	}
+	dst = dst[:n+len(src)]
+	Copy(dst[n:], src)
+	return dst
+}
+
+// SetHelpers makes every Copy use n helpers, whatever the machine (0: what helpersFor
+// says), and returns what undoes it. It is for tests, which run on machines too small to
+// split a copy: the module's tests of large calls use it to run the split path.
+func SetHelpers(n int) (restore func()) {
+	old := forceHelpers.Swap(int32(n))
+	return func() { forceHelpers.Store(old) }
+}
+
+// Splits is how many copies were split since the process started.
+func Splits() uint64 { return splits.Load() }
