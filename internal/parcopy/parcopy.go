@@ -17,6 +17,7 @@ package parcopy
 
 import (
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +28,12 @@ const (
 	// minSplit is the smallest copy that is split: below it the hand-off (a helper's
 	// wake-up, some microseconds) costs about what a second core saves.
 	minSplit = 256 << 10
-	// minPiece is the smallest piece a helper is given.
-	minPiece = 128 << 10
+	// minPiece is the smallest piece. Pieces are claimed one at a time, so a helper whose
+	// core wakes late still takes the pieces left when it comes, and the caller, done with
+	// the rest, waits at most for the pieces helpers are copying: one each.
+	minPiece = 64 << 10
+	// maxPieces bounds the pieces of one copy (those of a 16 MiB copy are 256 KiB).
+	maxPieces = 64
 	// maxHelpers bounds the helpers of the process: past four cores a copy is bound by
 	// memory bandwidth rather than by cores.
 	maxHelpers = 4
@@ -40,6 +45,26 @@ const (
 // to 3 (two cores are the caller's and its peer's), then one for every two Ps beyond the
 // first two, up to maxHelpers.
 func helpersFor(procs int) int { return min(maxHelpers, max(0, procs/2-1)) }
+
+// idleHelpers is how many helpers a copy may have now: helpersFor the machine, but no
+// more than the Ps that neither run nor have a goroutine waiting to run. On a machine
+// whose cores are all busy a helper would only take CPU from the goroutines that wait
+// (and add its wake-ups), so the caller copies alone.
+func idleHelpers() int {
+	h := helpersFor(runtime.GOMAXPROCS(0))
+	if h == 0 {
+		return 0
+	}
+	s := [...]metrics.Sample{{Name: "/sched/gomaxprocs:threads"}, {Name: "/sched/goroutines/running:goroutines"}, {Name: "/sched/goroutines/runnable:goroutines"}}
+	metrics.Read(s[:])
+	for _, v := range s {
+		if v.Value.Kind() != metrics.KindUint64 { // a runtime without them: the machine's count
+			return h
+		}
+	}
+	idle := int64(s[0].Value.Uint64()) - int64(s[1].Value.Uint64()) - int64(s[2].Value.Uint64())
+	return int(max(0, min(int64(h), idle)))
+}
 
 var (
 	// forceHelpers, when positive, replaces helpersFor's answer (tests).
@@ -65,16 +90,15 @@ func Copy(dst, src []byte) int {
 	}
 	helpers := int(forceHelpers.Load())
 	if helpers <= 0 {
-		helpers = helpersFor(runtime.GOMAXPROCS(0))
+		helpers = idleHelpers()
 	}
-	pieces := min(1+helpers, n/minPiece)
-	if pieces < 2 {
+	if helpers == 0 {
 		return copy(dst, src)
 	}
 	splits.Add(1)
 	j := jobs.Get().(*job)
-	j.start(dst[:n], src[:n], pieces)
-	j.handOut(pieces - 1)
+	j.start(dst[:n], src[:n], min(maxPieces, n/minPiece))
+	j.handOut(min(helpers, int(j.pieces)-1))
 	if !j.run() { // a helper copies the last piece: it says so
 		<-j.finished
 	}
@@ -103,7 +127,7 @@ type job struct {
 	finished chan struct{}
 }
 
-// start readies j for a copy of src to dst in pieces, rounded to whole pages.
+// start readies j for a copy of src to dst in about pieces pieces, rounded to whole pages.
 func (j *job) start(dst, src []byte, pieces int) {
 	j.dst, j.src = dst, src
 	j.piece = (len(src)/pieces + 4095) &^ 4095

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -142,6 +143,21 @@ func TestHelpersEnd(t *testing.T) {
 			t.Fatalf("%d helpers still run %v after the last copy", alive.Load(), idleExit+5*time.Second)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestIdleHelpers: with Ps idle, a copy may have helpers, as many as the machine allows at
+// most; asking costs no allocation.
+func TestIdleHelpers(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	if h := idleHelpers(); h < 0 || h > helpersFor(8) {
+		t.Fatalf("idleHelpers() = %d with 8 Ps, want 0 to %d", h, helpersFor(8))
+	}
+	if h := idleHelpers(); h == 0 {
+		t.Errorf("idleHelpers() = 0 with 8 Ps and this test alone running")
+	}
+	if a := testing.AllocsPerRun(100, func() { idleHelpers() }); a != 0 {
+		t.Errorf("idleHelpers allocates %.1f times", a)
 	}
 }
 
