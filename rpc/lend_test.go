@@ -159,11 +159,12 @@ func TestBufferAndLentResponses(t *testing.T) {
 // TestCopiesInPieces: with helpers to copy large payloads in pieces (which a machine of
 // two cores never gives), calls whose request and response are copied (the client's
 // request into registered memory, the server's response, the client's copy of the
-// response) return every byte, at sizes that split into pieces and pages unevenly, and
-// leave no buffer behind.
+// response; over shm, the READs and WRITEs the memory's owner copies) return every byte,
+// at sizes below and above where each copy splits and that split into pieces and pages
+// unevenly, and leave no buffer behind.
 func TestCopiesInPieces(t *testing.T) {
 	defer parcopy.SetHelpers(3)()
-	e := startLend(t, []rpc.ServerOption{rpc.WithTransport(transport.Config{MaxMessage: 4 << 20})})
+	e := startLend(t, []rpc.ServerOption{rpc.WithTransport(transport.Config{MaxMessage: 8 << 20})})
 	ctx := context.Background()
 	if _, err := e.client.InvokeBytes(ctx, "/test.Raw/Echo", []byte("warm")); err != nil {
 		t.Fatal(err)
@@ -171,7 +172,7 @@ func TestCopiesInPieces(t *testing.T) {
 	e.settled(t, "warm-up", inUse(e.client.Stats()), inUse(e.srv.Stats()))
 	baseC, baseS := inUse(e.client.Stats()), inUse(e.srv.Stats())
 	splits := parcopy.Splits()
-	for _, n := range []int{256 << 10, 1<<20 + 7, 3<<20 + 4099} {
+	for _, n := range []int{256 << 10, 1<<20 + 7, 5<<20 + 4099} {
 		for _, m := range []string{"Echo", "Clone"} {
 			want := pattern(n, n+len(m))
 			out, err := e.client.InvokeBytes(ctx, "/test.Raw/"+m, want)

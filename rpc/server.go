@@ -531,7 +531,7 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 	}
 	probe.Mark(probe.CopyResp)
 	n := copy(buf, env)
-	parcopy.Copy(buf[n:], body)
+	parcopy.CopyLarge(buf[n:], body)
 	probe.Mark(probe.CopyRespDone)
 	st.code, st.respLen = OK, len(buf)
 	_ = w.Write(OK, buf)

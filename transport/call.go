@@ -97,7 +97,7 @@ func (c *Conn) CallParts(ctx context.Context, head, body []byte) (*Response, err
 	if err != nil {
 		return nil, fmt.Errorf("mwrpc: request buffer: %w", err)
 	}
-	parcopy.Copy(buf.Bytes()[copy(buf.Bytes(), head):], body)
+	parcopy.CopyLarge(buf.Bytes()[copy(buf.Bytes(), head):], body)
 	return c.call(ctx, nil, nil, buf)
 }
 
@@ -108,7 +108,7 @@ func (c *Conn) copyRegistered(ctx context.Context, p []byte, what string) (*pool
 	if err != nil {
 		return nil, fmt.Errorf("mwrpc: %s buffer: %w", what, err)
 	}
-	parcopy.Copy(buf.Bytes(), p)
+	parcopy.CopyLarge(buf.Bytes(), p)
 	return buf, nil
 }
 

@@ -227,7 +227,7 @@ func (w *ResponseWriter) write(status Code, payload, tail []byte) error {
 			_, serr := c.send(ctx, &h, msg, nil, sc.inv, mode)
 			return errors.Join(fmt.Errorf("mwrpc: response buffer: %w", err), serr)
 		}
-		parcopy.Copy(buf.Bytes(), payload)
+		parcopy.CopyLarge(buf.Bytes(), payload)
 	}
 	if sc.dst.rkey != 0 && buf.Len() <= int(sc.dst.n) {
 		return c.sendWritten(ctx, &h, buf, sc.inv, sc.dst, mode)

@@ -366,7 +366,7 @@ func (s *Stream) RecvInto(ctx context.Context, p []byte) (int, []byte, error) {
 	if err != nil || n >= 0 {
 		return max(n, 0), nil, err
 	}
-	k := parcopy.Copy(p, m)
+	k := parcopy.CopyLarge(p, m)
 	return k, m[k:], nil
 }
 
@@ -689,7 +689,7 @@ func (s *Stream) deliverInto(payload []byte) (ok, overrun bool) {
 		return false, true
 	}
 	s.consumed += cost
-	s.intoN = parcopy.Copy(s.into, payload)
+	s.intoN = parcopy.CopyLarge(s.into, payload)
 	s.into = nil
 	s.hdrSet = true // a message came first: no header precedes it
 	wakeLocked(&s.recvWake)
@@ -756,7 +756,7 @@ func (c *Conn) copyOut(p []byte, heap bool) (*streamMsg, error) {
 	}
 	b, err := c.t.pool.TryGet(len(p))
 	if err == nil {
-		parcopy.Copy(b.Bytes(), p)
+		parcopy.CopyLarge(b.Bytes(), p)
 		m.buf, m.data = b, b.Bytes()
 		return m, nil
 	}

@@ -25,9 +25,15 @@ import (
 )
 
 const (
-	// minSplit is the smallest copy that is split: below it the hand-off (a helper's
+	// minSplit is the smallest copy Copy splits: below it the hand-off (a helper's
 	// wake-up, some microseconds) costs about what a second core saves.
 	minSplit = 256 << 10
+	// largeSplit is the smallest copy CopyLarge, Clone and Append split. A call's payload
+	// copied between the caller's memory and registered memory measured no faster split at
+	// 1 MiB on 16 cores (docs/performance.md: the client's copies run beside its own
+	// reads and writes, and a clone's fresh memory is first touched as it is copied), and
+	// faster at 16 MiB.
+	largeSplit = 4 << 20
 	// minPiece is the smallest piece. Pieces are claimed one at a time, so a helper whose
 	// core wakes late still takes the pieces left when it comes, and the caller, done with
 	// the rest, waits at most for the pieces helpers are copying: one each.
@@ -76,16 +82,26 @@ var (
 	alive atomic.Int32
 	// splits counts the copies that were split (tests).
 	splits atomic.Uint64
-	jobs   = sync.Pool{New: func() any { return &job{finished: make(chan struct{}, 1)} }}
+	// free holds the jobs no copy uses. (A sync.Pool would lose them: the last reference
+	// is often a helper's, whose P's private slot no other P reaches.)
+	free jobList
 )
 
 // Copy copies min(len(dst), len(src)) bytes from src to dst, as the built-in copy does,
 // and returns how many. A copy of at least minSplit bytes between buffers that do not
 // overlap is split over the caller and the helpers it finds idle, when the machine has
-// cores enough (helpersFor). It returns when every byte is copied.
-func Copy(dst, src []byte) int {
+// cores enough (helpersFor). It returns when every byte is copied. It is for memory that
+// is resident on both sides, such as shared-memory regions.
+func Copy(dst, src []byte) int { return copyFrom(dst, src, minSplit) }
+
+// CopyLarge is Copy for a call's payload between the caller's memory and registered
+// memory: it splits only copies of at least largeSplit bytes.
+func CopyLarge(dst, src []byte) int { return copyFrom(dst, src, largeSplit) }
+
+// copyFrom is Copy, splitting copies of at least least bytes.
+func copyFrom(dst, src []byte, least int) int {
 	n := min(len(dst), len(src))
-	if n < minSplit || overlap(dst[:n], src[:n]) {
+	if n < least || overlap(dst[:n], src[:n]) {
 		return copy(dst, src)
 	}
 	helpers := int(forceHelpers.Load())
@@ -96,7 +112,7 @@ func Copy(dst, src []byte) int {
 		return copy(dst, src)
 	}
 	splits.Add(1)
-	j := jobs.Get().(*job)
+	j := free.get()
 	j.start(dst[:n], src[:n], min(maxPieces, n/minPiece))
 	j.handOut(min(helpers, int(j.pieces)-1))
 	if !j.run() { // a helper copies the last piece: it says so
@@ -116,7 +132,7 @@ func overlap(a, b []byte) bool {
 }
 
 // job is one split copy. Its owner is the goroutine in Copy; every helper handed it holds
-// a reference until it is done with it, and the last reference puts it back in jobs.
+// a reference until it is done with it, and the last reference puts it back in free.
 type job struct {
 	dst, src []byte
 	piece    int          // bytes per piece; the last may be shorter
@@ -178,7 +194,7 @@ func (j *job) run() (last bool) {
 func (j *job) release() {
 	if j.refs.Add(-1) == 0 {
 		j.dst, j.src = nil, nil
-		jobs.Put(j)
+		free.put(j)
 	}
 }
 
@@ -203,25 +219,25 @@ func help(j *job) {
 }
 
 // Clone returns a copy of b in memory of its own, as append([]byte(nil), b...) does (nil
-// for an empty b), copied by Copy.
+// for an empty b), copied by CopyLarge.
 func Clone(b []byte) []byte {
-	if len(b) < minSplit {
+	if len(b) < largeSplit {
 		return append([]byte(nil), b...)
 	}
 	out := make([]byte, len(b))
-	Copy(out, b)
+	CopyLarge(out, b)
 	return out
 }
 
-// Append appends src to dst, as append(dst, src...) does, copying with Copy when dst has
-// room for it.
+// Append appends src to dst, as append(dst, src...) does, copying with CopyLarge when dst
+// has room for it.
 func Append(dst, src []byte) []byte {
 	n := len(dst)
-	if len(src) < minSplit || cap(dst)-n < len(src) {
+	if len(src) < largeSplit || cap(dst)-n < len(src) {
 		return append(dst, src...)
 	}
 	dst = dst[:n+len(src)]
-	Copy(dst[n:], src)
+	CopyLarge(dst[n:], src)
 	return dst
 }
 
@@ -235,3 +251,32 @@ func SetHelpers(n int) (restore func()) {
 
 // Splits is how many copies were split since the process started.
 func Splits() uint64 { return splits.Load() }
+
+// jobList is a list of jobs under a lock, kept to maxFree.
+type jobList struct {
+	mu   sync.Mutex
+	jobs []*job
+}
+
+// maxFree bounds the jobs kept: one for each copy that may run at once, about.
+const maxFree = 64
+
+func (l *jobList) get() *job {
+	l.mu.Lock()
+	if n := len(l.jobs); n > 0 {
+		j := l.jobs[n-1]
+		l.jobs = l.jobs[:n-1]
+		l.mu.Unlock()
+		return j
+	}
+	l.mu.Unlock()
+	return &job{finished: make(chan struct{}, 1)}
+}
+
+func (l *jobList) put(j *job) {
+	l.mu.Lock()
+	if len(l.jobs) < maxFree {
+		l.jobs = append(l.jobs, j)
+	}
+	l.mu.Unlock()
+}

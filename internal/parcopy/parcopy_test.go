@@ -75,6 +75,34 @@ func TestCopy(t *testing.T) {
 	}
 }
 
+// TestLargeThreshold: CopyLarge, Clone and Append split only from largeSplit bytes, and
+// copy every byte either way.
+func TestLargeThreshold(t *testing.T) {
+	withHelpers(t, 3)
+	for _, n := range []int{minSplit, largeSplit - 1, largeSplit, largeSplit + 4097} {
+		src := random(n, uint64(n))
+		for _, f := range []struct {
+			name string
+			copy func() []byte
+		}{
+			{"CopyLarge", func() []byte { d := make([]byte, n); CopyLarge(d, src); return d }},
+			{"Clone", func() []byte { return Clone(src) }},
+			{"Append", func() []byte { return Append(make([]byte, 3, n+3), src)[3:] }},
+		} {
+			before := splits.Load()
+			if got := f.copy(); !bytes.Equal(got, src) {
+				t.Fatalf("%s of %d bytes: not the bytes of src", f.name, n)
+			}
+			if split, want := splits.Load() != before, n >= largeSplit; split != want {
+				t.Errorf("%s of %d bytes: split %v, want %v", f.name, n, split, want)
+			}
+		}
+	}
+	if Clone(nil) != nil || Clone([]byte{}) != nil {
+		t.Error("Clone of an empty slice is not nil, as append([]byte(nil)) gives")
+	}
+}
+
 // TestCopyOverlap: buffers that share bytes are copied as the built-in copy copies them
 // (a memmove), never in pieces that would read what another piece wrote.
 func TestCopyOverlap(t *testing.T) {
@@ -189,5 +217,16 @@ func BenchmarkCopy(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestNoAllocs: once helpers run, a split copy allocates nothing, whichever side releases
+// its job last.
+func TestNoAllocs(t *testing.T) {
+	withHelpers(t, 3)
+	src, dst := random(1<<20, 1), make([]byte, 1<<20)
+	Copy(dst, src) // starts the helpers
+	if a := testing.AllocsPerRun(200, func() { Copy(dst, src) }); a != 0 {
+		t.Errorf("a split copy allocates %.2f times", a)
 	}
 }
