@@ -1,18 +1,22 @@
 // Package parcopy copies large buffers with the help of idle cores.
 //
-// One core copies about 10-15 GB/s, so a 1 MiB payload takes 70-110 µs to copy on the
-// 16-core machine of docs/performance.md: the largest single step of a default client's
-// 1 MiB call (the request into registered memory, the response into the caller's own
-// memory), and of a READ over the shm fabric, where the owner of the memory copies the
-// bytes. Copy splits such a copy into pieces that the calling goroutine and up to
-// maxHelpers helper goroutines copy at once, so that a machine with idle cores finishes it
-// in a fraction of the time.
+// One core copies about 10-15 GB/s, so a 1 MiB payload takes 50-110 µs to copy on the
+// 16-core machine of docs/performance.md, and a READ over the shm fabric is such a copy,
+// made by the owner of the memory. Copy splits a large copy into pieces that the calling
+// goroutine and up to maxHelpers helper goroutines copy at once, so that a machine with
+// idle cores finishes it in a fraction of the time.
 //
-// A helper only ever takes work it finds waiting: a piece no helper has claimed when the
-// caller is done with its own is the caller's next, so a copy is never slower than one
-// core's by more than a hand-off, and on a machine whose cores are all busy it is the
-// caller's alone. Helpers are started on demand and end after idleExit without work, so a
-// process that stops copying large buffers keeps none.
+// Helpers are asked only while Ps are idle (runtime/metrics: GOMAXPROCS less the
+// goroutines running or waiting to run), so that on a machine whose cores are all busy a
+// copy is the caller's alone, as the built-in copy's. The caller and the helpers claim
+// pieces one at a time, the caller from the start: a helper that wakes late takes what is
+// left, and the caller waits at most for the pieces helpers are in the middle of. Helpers
+// are started on demand and end after idleExit without work, so a process that stops
+// copying large buffers keeps none.
+//
+// Copy splits from 256 KiB, for memory that is resident on both sides (the shm fabric's
+// regions); CopyLarge, Clone and Append, for a call's payload between the caller's memory
+// and registered memory, split only from 4 MiB (largeSplit says why).
 package parcopy
 
 import (
@@ -28,11 +32,10 @@ const (
 	// minSplit is the smallest copy Copy splits: below it the hand-off (a helper's
 	// wake-up, some microseconds) costs about what a second core saves.
 	minSplit = 256 << 10
-	// largeSplit is the smallest copy CopyLarge, Clone and Append split. A call's payload
-	// copied between the caller's memory and registered memory measured no faster split at
-	// 1 MiB on 16 cores (docs/performance.md: the client's copies run beside its own
-	// reads and writes, and a clone's fresh memory is first touched as it is copied), and
-	// faster at 16 MiB.
+	// largeSplit is the smallest copy CopyLarge, Clone and Append split. Split from
+	// minSplit, a default client's 1 MiB call was slower on 16 cores (a clone's memory is
+	// freshly allocated, zeroed by make and first touched by several cores at once), and
+	// its 16 MiB call faster (benchmarks/results/2026-11-26-manycore-ab-parcopy).
 	largeSplit = 4 << 20
 	// minPiece is the smallest piece. Pieces are claimed one at a time, so a helper whose
 	// core wakes late still takes the pieces left when it comes, and the caller, done with
@@ -73,7 +76,7 @@ func idleHelpers() int {
 }
 
 var (
-	// forceHelpers, when positive, replaces helpersFor's answer (tests).
+	// forceHelpers, when positive, replaces idleHelpers' answer (tests).
 	forceHelpers atomic.Int32
 	// work hands a job to a helper that waits for one. It is unbuffered: a send succeeds
 	// only while a helper is parked on it, so work never queues behind busy helpers.
@@ -241,8 +244,8 @@ func Append(dst, src []byte) []byte {
 	return dst
 }
 
-// SetHelpers makes every Copy use n helpers, whatever the machine (0: what helpersFor
-// says), and returns what undoes it. It is for tests, which run on machines too small to
+// SetHelpers makes every split copy use n helpers, whatever the machine and its load (0:
+// as many as idleHelpers finds), and returns what undoes it. It is for tests, which run on machines too small to
 // split a copy: the module's tests of large calls use it to run the split path.
 func SetHelpers(n int) (restore func()) {
 	old := forceHelpers.Swap(int32(n))
@@ -261,6 +264,7 @@ type jobList struct {
 // maxFree bounds the jobs kept: one for each copy that may run at once, about.
 const maxFree = 64
 
+// get takes a kept job, or makes one.
 func (l *jobList) get() *job {
 	l.mu.Lock()
 	if n := len(l.jobs); n > 0 {
@@ -273,6 +277,7 @@ func (l *jobList) get() *job {
 	return &job{finished: make(chan struct{}, 1)}
 }
 
+// put keeps j, unless maxFree are kept.
 func (l *jobList) put(j *job) {
 	l.mu.Lock()
 	if len(l.jobs) < maxFree {
