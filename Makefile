@@ -331,6 +331,33 @@ manycore-build:
 	   echo "built $$(date -u +%Y-%m-%dT%H:%M:%SZ) with $$($(GO) version)"; } > $(MANYCORE_DIR)/BUILD
 	@du -sh $(MANYCORE_DIR) | sed 's/^/manycore-build: /'
 
+# manycore-ab-build BASE=<commit>: what scripts/manycore-ab.sh needs on a many-core machine
+# to A/B two builds there: the harness built static at BASE (in a temporary worktree) and
+# from this tree, their BUILD lines, and cmd/mwrpcab (which links the harness's report
+# types, and with them its peers), all gzipped (two stripped harnesses alone are over a
+# device call's 64 MiB), into manycore-ab/ (ignored, as manycore/ is). Carry
+# manycore-ab/ and run scripts/manycore-ab.sh from the repository root. Not part of
+# `make test`.
+.PHONY: manycore-ab-build
+MANYCORE_AB_DIR := manycore-ab
+
+manycore-ab-build:
+	@$(call header,manycore-ab-build: static mwrpcbench at $(BASE) and at this tree into $(MANYCORE_AB_DIR)/ for scripts/manycore-ab.sh)
+	@[ -n "$(BASE)" ] || { echo "manycore-ab-build: BASE=<commit> is needed"; exit 1; }
+	@git rev-parse --verify --quiet '$(BASE)^{commit}' >/dev/null || { echo "manycore-ab-build: BASE=$(BASE) names no commit"; exit 1; }
+	@mkdir -p $(MANYCORE_AB_DIR)
+	@ex="$$(git rev-parse --git-common-dir)/info/exclude"; mkdir -p "$$(dirname "$$ex")"; \
+	 grep -qxF '/$(MANYCORE_AB_DIR)/' "$$ex" 2>/dev/null || echo '/$(MANYCORE_AB_DIR)/' >> "$$ex"
+	@set -e; wt=$$(mktemp -d); trap 'git worktree remove --force "$$wt" >/dev/null 2>&1 || true; rm -rf "$$wt"' EXIT; \
+	 git worktree add --detach --quiet "$$wt" '$(BASE)'; \
+	 (cd "$$wt/benchmarks" && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o "$(CURDIR)/$(MANYCORE_AB_DIR)/base" ./cmd/mwrpcbench); \
+	 echo "commit $$(git rev-parse --short=12 '$(BASE)')" > $(MANYCORE_AB_DIR)/BUILD.base
+	cd benchmarks && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o ../$(MANYCORE_AB_DIR)/new ./cmd/mwrpcbench
+	cd benchmarks && CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o ../$(MANYCORE_AB_DIR)/mwrpcab ./cmd/mwrpcab
+	@echo "commit $$(git rev-parse --short=12 HEAD)$$(git diff --quiet HEAD -- . ':(exclude)benchmarks/results' || echo ' with uncommitted changes')" > $(MANYCORE_AB_DIR)/BUILD.new
+	gzip -f $(MANYCORE_AB_DIR)/base $(MANYCORE_AB_DIR)/new $(MANYCORE_AB_DIR)/mwrpcab
+	@du -sh $(MANYCORE_AB_DIR) | sed 's/^/manycore-ab-build: /'
+
 # bench-rxe: the side-by-side harness inside the rxe VM (scripts/rxe-vm/bench-rxe.sh and
 # guest-bench-rxe.sh): mwrpcbench, built here with -tags ibverbs (cgo, libibverbs), runs in
 # two-process mode for mwrpc-ibv (server and client processes on rxe0, connections set up

@@ -1,0 +1,268 @@
+// Command mwrpcab compares two harness builds measured in alternating runs (A/B): the
+// reports (latest.json) of the base build's runs and of the new build's, in the order they
+// were made, so that the i-th run of each is a pair that ran back to back. Per cell
+// (payload, concurrency, system) it prints the median of each build's runs and their
+// ratio for p50 and calls/s, how many pairs the new build did more calls in, and the
+// medians of allocations, client CPU and server CPU per call; per streaming system and
+// direction, the median MB/s of each build. A machine as noisy as a shared VM or a fresh
+// lease moves single runs by 10-40%: the pairs column says whether a ratio is the builds'
+// or the noise's.
+//
+//	mwrpcab -base 'results/ab/base-*/latest.json' -new 'results/ab/new-*/latest.json'
+//
+// scripts/manycore-ab.sh makes such runs on a many-core machine and runs this command
+// there.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/mwrpc/mwrpc/benchmarks/internal/bench"
+)
+
+func main() {
+	base := flag.String("base", "", "glob of the base build's reports (latest.json), in the order the runs were made")
+	next := flag.String("new", "", "glob of the new build's reports, likewise")
+	flag.Parse()
+	if err := run(os.Stdout, *base, *next); err != nil {
+		fmt.Fprintln(os.Stderr, "mwrpcab:", err)
+		os.Exit(1)
+	}
+}
+
+func run(w io.Writer, baseGlob, newGlob string) error {
+	if baseGlob == "" || newGlob == "" {
+		return fmt.Errorf("both -base and -new are needed (globs of latest.json files)")
+	}
+	base, err := load(baseGlob)
+	if err != nil {
+		return err
+	}
+	next, err := load(newGlob)
+	if err != nil {
+		return err
+	}
+	cells := compareEcho(base, next)
+	streams := compareStream(base, next)
+	if len(cells) == 0 && len(streams) == 0 {
+		return fmt.Errorf("no cell or streaming system is in both %s and %s", baseGlob, newGlob)
+	}
+	write(w, base, next, cells, streams)
+	return nil
+}
+
+// load reads the reports a glob names, sorted by name (the order of the runs when they are
+// numbered base-1, base-2, ...).
+func load(glob string) ([]bench.Report, error) {
+	files, err := filepath.Glob(glob)
+	if err != nil {
+		return nil, fmt.Errorf("glob %q: %w", glob, err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no report matches %q", glob)
+	}
+	slices.Sort(files)
+	reps := make([]bench.Report, len(files))
+	for i, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(b, &reps[i]); err != nil {
+			return nil, fmt.Errorf("%s: not a harness report: %w", f, err)
+		}
+	}
+	return reps, nil
+}
+
+// cellKey names an echo cell of one system.
+type cellKey struct {
+	payload, conc int
+	system        string
+}
+
+// cellAB is one cell's figures over the runs of both builds, one entry a run (a run
+// without the cell has none).
+type cellAB struct {
+	key         cellKey
+	base, next  []bench.Result
+	pairs, wins int // pairs in which both ran the cell; of them, those the new build did more calls in
+}
+
+func compareEcho(base, next []bench.Report) []cellAB {
+	byKey := map[cellKey]*cellAB{}
+	var keys []cellKey
+	add := func(reps []bench.Report, side func(*cellAB) *[]bench.Result) {
+		for _, rep := range reps {
+			for _, r := range rep.Results {
+				k := cellKey{r.PayloadBytes, r.Concurrency, r.System}
+				c, ok := byKey[k]
+				if !ok {
+					c = &cellAB{key: k}
+					byKey[k] = c
+					keys = append(keys, k)
+				}
+				*side(c) = append(*side(c), r)
+			}
+		}
+	}
+	add(base, func(c *cellAB) *[]bench.Result { return &c.base })
+	add(next, func(c *cellAB) *[]bench.Result { return &c.next })
+	for i := range min(len(base), len(next)) {
+		for _, b := range base[i].Results {
+			k := cellKey{b.PayloadBytes, b.Concurrency, b.System}
+			if n, ok := find(next[i].Results, k); ok {
+				byKey[k].pairs++
+				if n.OpsPerSec > b.OpsPerSec {
+					byKey[k].wins++
+				}
+			}
+		}
+	}
+	slices.SortFunc(keys, func(a, b cellKey) int {
+		if a.payload != b.payload {
+			return a.payload - b.payload
+		}
+		if a.conc != b.conc {
+			return a.conc - b.conc
+		}
+		return strings.Compare(a.system, b.system)
+	})
+	var out []cellAB
+	for _, k := range keys {
+		if c := byKey[k]; len(c.base) > 0 && len(c.next) > 0 {
+			out = append(out, *c)
+		}
+	}
+	return out
+}
+
+func find(rs []bench.Result, k cellKey) (bench.Result, bool) {
+	for _, r := range rs {
+		if r.PayloadBytes == k.payload && r.Concurrency == k.conc && r.System == k.system {
+			return r, true
+		}
+	}
+	return bench.Result{}, false
+}
+
+// streamAB is one streaming system and direction's MB/s over the runs of both builds.
+type streamAB struct {
+	system, direction string
+	base, next        []float64
+}
+
+func compareStream(base, next []bench.Report) []streamAB {
+	type key struct{ system, direction string }
+	byKey := map[key]*streamAB{}
+	var keys []key
+	add := func(reps []bench.Report, side func(*streamAB) *[]float64) {
+		for _, rep := range reps {
+			for _, r := range rep.StreamResults {
+				k := key{r.System, r.Direction}
+				s, ok := byKey[k]
+				if !ok {
+					s = &streamAB{system: r.System, direction: r.Direction}
+					byKey[k] = s
+					keys = append(keys, k)
+				}
+				*side(s) = append(*side(s), r.MBPerSec)
+			}
+		}
+	}
+	add(base, func(s *streamAB) *[]float64 { return &s.base })
+	add(next, func(s *streamAB) *[]float64 { return &s.next })
+	var out []streamAB
+	for _, k := range keys {
+		if s := byKey[k]; len(s.base) > 0 && len(s.next) > 0 {
+			out = append(out, *s)
+		}
+	}
+	return out
+}
+
+// median of xs (not empty), the mean of the middle two for an even count.
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// of returns f of each result.
+func of(rs []bench.Result, f func(bench.Result) float64) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = f(r)
+	}
+	return out
+}
+
+func sources(reps []bench.Report) string {
+	var s []string
+	for _, r := range reps {
+		if !slices.Contains(s, r.Setup.Source) {
+			s = append(s, r.Setup.Source)
+		}
+	}
+	return strings.Join(s, "; ")
+}
+
+func write(w io.Writer, base, next []bench.Report, cells []cellAB, streams []streamAB) {
+	fmt.Fprintf(w, "# A/B: %d runs of the base build, %d of the new\n\n", len(base), len(next))
+	fmt.Fprintf(w, "- Base: %s\n- New: %s\n", sources(base), sources(next))
+	if len(base) > 0 {
+		m := base[0].Machine
+		fmt.Fprintf(w, "- Machine: %s, %d CPUs, GOMAXPROCS %d, %s; first base run %s\n", m.CPUModel, m.NumCPU, m.GOMAXPROCS, m.GoVersion, m.Date)
+	}
+	fmt.Fprintf(w, "- Medians of each build's runs; \"pairs ahead\": the pairs of runs (the i-th of each) in which the new build did more calls/s. CPU/op: the client's process; server CPU/op: the server's.\n")
+	if len(cells) > 0 {
+		fmt.Fprintf(w, "\n| cell | system | p50 base | p50 new | new ÷ base | calls/s base | calls/s new | new ÷ base | pairs ahead | allocs/op base → new | CPU/op base → new | server CPU/op base → new |\n")
+		fmt.Fprintf(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, c := range cells {
+			p50 := func(r bench.Result) float64 { return float64(r.P50Ns) }
+			ops := func(r bench.Result) float64 { return r.OpsPerSec }
+			allocs := func(r bench.Result) float64 { return r.AllocsPerOp }
+			cpu := func(r bench.Result) float64 { return r.CPUNsPerOp }
+			srv := func(r bench.Result) float64 {
+				if r.ServerCPUNsPerOp == nil {
+					return 0
+				}
+				return *r.ServerCPUNsPerOp
+			}
+			pb, pn := median(of(c.base, p50)), median(of(c.next, p50))
+			ob, on := median(of(c.base, ops)), median(of(c.next, ops))
+			fmt.Fprintf(w, "| %s c%d | %s | %s | %s | %.2fx | %.0f | %.0f | %.2fx | %d of %d | %.1f → %.1f | %s → %s | %s → %s |\n",
+				bench.SizeName(c.key.payload), c.key.conc, c.key.system,
+				dur(pb), dur(pn), pn/pb, ob, on, on/ob, c.wins, c.pairs,
+				median(of(c.base, allocs)), median(of(c.next, allocs)),
+				dur(median(of(c.base, cpu))), dur(median(of(c.next, cpu))),
+				dur(median(of(c.base, srv))), dur(median(of(c.next, srv))))
+		}
+	}
+	if len(streams) > 0 {
+		fmt.Fprintf(w, "\n| stream | direction | MB/s base | MB/s new | new ÷ base | runs base / new |\n|---|---|---:|---:|---:|---:|\n")
+		for _, s := range streams {
+			b, n := median(s.base), median(s.next)
+			fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.2fx | %d / %d |\n", s.system, s.direction, b, n, n/b, len(s.base), len(s.next))
+		}
+	}
+}
+
+// dur writes nanoseconds as µs or ms.
+func dur(ns float64) string {
+	if ns >= 1e6 {
+		return fmt.Sprintf("%.2f ms", ns/1e6)
+	}
+	return fmt.Sprintf("%.0f µs", ns/1e3)
+}

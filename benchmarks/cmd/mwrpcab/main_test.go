@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mwrpc/mwrpc/benchmarks/internal/bench"
+)
+
+// writeRuns writes one report a run under dir/NAME-i/latest.json: run i of the build has
+// the cells of cells with p50 and calls/s from f(i, system).
+func writeRuns(t *testing.T, dir, name, source string, runs int, f func(i int, system string) (p50 int64, ops float64)) {
+	t.Helper()
+	for i := 1; i <= runs; i++ {
+		rep := bench.Report{Setup: bench.Setup{Source: source}}
+		for _, sys := range []string{"mwrpc-tcp", "rawtcp"} {
+			p50, ops := f(i, sys)
+			rep.Results = append(rep.Results, bench.Result{System: sys, PayloadBytes: 1 << 20, Concurrency: 1, P50Ns: p50, OpsPerSec: ops, AllocsPerOp: 1})
+		}
+		rep.StreamResults = []bench.StreamResult{{System: "mwrpc-shm", Direction: "server-stream", MBPerSec: float64(1000 * i)}}
+		d := filepath.Join(dir, fmt.Sprintf("%s-%d", name, i))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "latest.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRun(t *testing.T) {
+	dir := t.TempDir()
+	// mwrpc-tcp: base p50 100, 200, 300 µs; new 50, 60, 400 µs. Calls/s: new ahead in
+	// pairs 1 and 2, behind in 3. rawtcp: the same in both.
+	writeRuns(t, dir, "base", "commit aaa", 3, func(i int, sys string) (int64, float64) {
+		if sys == "rawtcp" {
+			return 40e3, 100
+		}
+		return int64(i) * 100e3, 1000
+	})
+	writeRuns(t, dir, "new", "commit bbb", 3, func(i int, sys string) (int64, float64) {
+		if sys == "rawtcp" {
+			return 40e3, 100
+		}
+		return []int64{50e3, 60e3, 400e3}[i-1], []float64{1500, 1200, 900}[i-1]
+	})
+	var out bytes.Buffer
+	if err := run(&out, filepath.Join(dir, "base-*", "latest.json"), filepath.Join(dir, "new-*", "latest.json")); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"3 runs of the base build, 3 of the new",
+		"- Base: commit aaa\n- New: commit bbb",
+		// medians: p50 200 µs against 60 µs (0.30x); calls/s 1000 against 1200 (1.20x); 2 of 3 pairs
+		"| 1 MiB c1 | mwrpc-tcp | 200 µs | 60 µs | 0.30x | 1000 | 1200 | 1.20x | 2 of 3 | 1.0 → 1.0 |",
+		"| 1 MiB c1 | rawtcp | 40 µs | 40 µs | 1.00x | 100 | 100 | 1.00x | 0 of 3 |",
+		"| mwrpc-shm | server-stream | 2000 | 2000 | 1.00x | 3 / 3 |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad", "latest.json")
+	if err := os.MkdirAll(filepath.Dir(bad), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeRuns(t, dir, "base", "commit aaa", 1, func(int, string) (int64, float64) { return 1e3, 1 })
+	other := filepath.Join(dir, "other-1", "latest.json")
+	if err := os.MkdirAll(filepath.Dir(other), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, []byte(`{"results":[{"system":"drpc","payload_bytes":64,"concurrency":1,"p50_ns":1,"ops_per_sec":1}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	baseGlob := filepath.Join(dir, "base-*", "latest.json")
+	for _, c := range []struct {
+		name, base, next, want string
+	}{
+		{"no flags", "", "", "both -base and -new"},
+		{"nothing matches", baseGlob, filepath.Join(dir, "none-*", "latest.json"), "no report matches"},
+		{"not a report", baseGlob, bad, "not a harness report"},
+		{"no common cell", baseGlob, other, "no cell or streaming system is in both"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := run(&bytes.Buffer{}, c.base, c.next)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("run: %v, want an error saying %q", err, c.want)
+			}
+		})
+	}
+}
