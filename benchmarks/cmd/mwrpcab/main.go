@@ -88,44 +88,55 @@ type cellKey struct {
 	system        string
 }
 
-// cellAB is one cell's figures over the runs of both builds, one entry a run (a run
-// without the cell has none).
+// streamKey names a streaming system and direction.
+type streamKey struct{ system, direction string }
+
+// byBuild is what each build's runs gave for one key, one entry a run that had it.
+type byBuild[V any] struct{ base, next []V }
+
+// group collects, for each key that each(report) yields, the values of the base build's
+// runs and of the new build's; keys come out in the order first seen, and only those both
+// builds have.
+func group[K comparable, V any](base, next []bench.Report, each func(bench.Report, func(K, V))) ([]K, map[K]*byBuild[V]) {
+	m := map[K]*byBuild[V]{}
+	var keys []K
+	add := func(reps []bench.Report, side func(*byBuild[V]) *[]V) {
+		for _, rep := range reps {
+			each(rep, func(k K, v V) {
+				g, ok := m[k]
+				if !ok {
+					g = &byBuild[V]{}
+					m[k] = g
+					keys = append(keys, k)
+				}
+				*side(g) = append(*side(g), v)
+			})
+		}
+	}
+	add(base, func(g *byBuild[V]) *[]V { return &g.base })
+	add(next, func(g *byBuild[V]) *[]V { return &g.next })
+	both := keys[:0]
+	for _, k := range keys {
+		if g := m[k]; len(g.base) > 0 && len(g.next) > 0 {
+			both = append(both, k)
+		}
+	}
+	return both, m
+}
+
+// cellAB is one cell's figures over the runs of both builds.
 type cellAB struct {
-	key         cellKey
-	base, next  []bench.Result
+	key cellKey
+	byBuild[bench.Result]
 	pairs, wins int // pairs in which both ran the cell; of them, those the new build did more calls in
 }
 
 func compareEcho(base, next []bench.Report) []cellAB {
-	byKey := map[cellKey]*cellAB{}
-	var keys []cellKey
-	add := func(reps []bench.Report, side func(*cellAB) *[]bench.Result) {
-		for _, rep := range reps {
-			for _, r := range rep.Results {
-				k := cellKey{r.PayloadBytes, r.Concurrency, r.System}
-				c, ok := byKey[k]
-				if !ok {
-					c = &cellAB{key: k}
-					byKey[k] = c
-					keys = append(keys, k)
-				}
-				*side(c) = append(*side(c), r)
-			}
+	keys, m := group(base, next, func(rep bench.Report, yield func(cellKey, bench.Result)) {
+		for _, r := range rep.Results {
+			yield(cellKey{r.PayloadBytes, r.Concurrency, r.System}, r)
 		}
-	}
-	add(base, func(c *cellAB) *[]bench.Result { return &c.base })
-	add(next, func(c *cellAB) *[]bench.Result { return &c.next })
-	for i := range min(len(base), len(next)) {
-		for _, b := range base[i].Results {
-			k := cellKey{b.PayloadBytes, b.Concurrency, b.System}
-			if n, ok := find(next[i].Results, k); ok {
-				byKey[k].pairs++
-				if n.OpsPerSec > b.OpsPerSec {
-					byKey[k].wins++
-				}
-			}
-		}
-	}
+	})
 	slices.SortFunc(keys, func(a, b cellKey) int {
 		if a.payload != b.payload {
 			return a.payload - b.payload
@@ -135,10 +146,18 @@ func compareEcho(base, next []bench.Report) []cellAB {
 		}
 		return strings.Compare(a.system, b.system)
 	})
-	var out []cellAB
-	for _, k := range keys {
-		if c := byKey[k]; len(c.base) > 0 && len(c.next) > 0 {
-			out = append(out, *c)
+	out := make([]cellAB, len(keys))
+	for i, k := range keys {
+		out[i] = cellAB{key: k, byBuild: *m[k]}
+		for p := range min(len(base), len(next)) {
+			b, okb := find(base[p].Results, k)
+			n, okn := find(next[p].Results, k)
+			if okb && okn {
+				out[i].pairs++
+				if n.OpsPerSec > b.OpsPerSec {
+					out[i].wins++
+				}
+			}
 		}
 	}
 	return out
@@ -155,48 +174,21 @@ func find(rs []bench.Result, k cellKey) (bench.Result, bool) {
 
 // streamAB is one streaming system and direction's MB/s over the runs of both builds.
 type streamAB struct {
-	system, direction string
-	base, next        []float64
+	key streamKey
+	byBuild[float64]
 }
 
 func compareStream(base, next []bench.Report) []streamAB {
-	type key struct{ system, direction string }
-	byKey := map[key]*streamAB{}
-	var keys []key
-	add := func(reps []bench.Report, side func(*streamAB) *[]float64) {
-		for _, rep := range reps {
-			for _, r := range rep.StreamResults {
-				k := key{r.System, r.Direction}
-				s, ok := byKey[k]
-				if !ok {
-					s = &streamAB{system: r.System, direction: r.Direction}
-					byKey[k] = s
-					keys = append(keys, k)
-				}
-				*side(s) = append(*side(s), r.MBPerSec)
-			}
+	keys, m := group(base, next, func(rep bench.Report, yield func(streamKey, float64)) {
+		for _, r := range rep.StreamResults {
+			yield(streamKey{r.System, r.Direction}, r.MBPerSec)
 		}
-	}
-	add(base, func(s *streamAB) *[]float64 { return &s.base })
-	add(next, func(s *streamAB) *[]float64 { return &s.next })
-	var out []streamAB
-	for _, k := range keys {
-		if s := byKey[k]; len(s.base) > 0 && len(s.next) > 0 {
-			out = append(out, *s)
-		}
+	})
+	out := make([]streamAB, len(keys))
+	for i, k := range keys {
+		out[i] = streamAB{key: k, byBuild: *m[k]}
 	}
 	return out
-}
-
-// median of xs (not empty), the mean of the middle two for an even count.
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // of returns f of each result.
@@ -240,29 +232,22 @@ func write(w io.Writer, base, next []bench.Report, cells []cellAB, streams []str
 				}
 				return *r.ServerCPUNsPerOp
 			}
-			pb, pn := median(of(c.base, p50)), median(of(c.next, p50))
-			ob, on := median(of(c.base, ops)), median(of(c.next, ops))
+			ns := func(x float64) string { return bench.DurName(int64(x)) }
+			pb, pn := bench.Median(of(c.base, p50)), bench.Median(of(c.next, p50))
+			ob, on := bench.Median(of(c.base, ops)), bench.Median(of(c.next, ops))
 			fmt.Fprintf(w, "| %s c%d | %s | %s | %s | %.2fx | %.0f | %.0f | %.2fx | %d of %d | %.1f → %.1f | %s → %s | %s → %s |\n",
 				bench.SizeName(c.key.payload), c.key.conc, c.key.system,
-				dur(pb), dur(pn), pn/pb, ob, on, on/ob, c.wins, c.pairs,
-				median(of(c.base, allocs)), median(of(c.next, allocs)),
-				dur(median(of(c.base, cpu))), dur(median(of(c.next, cpu))),
-				dur(median(of(c.base, srv))), dur(median(of(c.next, srv))))
+				ns(pb), ns(pn), pn/pb, ob, on, on/ob, c.wins, c.pairs,
+				bench.Median(of(c.base, allocs)), bench.Median(of(c.next, allocs)),
+				ns(bench.Median(of(c.base, cpu))), ns(bench.Median(of(c.next, cpu))),
+				ns(bench.Median(of(c.base, srv))), ns(bench.Median(of(c.next, srv))))
 		}
 	}
 	if len(streams) > 0 {
 		fmt.Fprintf(w, "\n| stream | direction | MB/s base | MB/s new | new ÷ base | runs base / new |\n|---|---|---:|---:|---:|---:|\n")
 		for _, s := range streams {
-			b, n := median(s.base), median(s.next)
-			fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.2fx | %d / %d |\n", s.system, s.direction, b, n, n/b, len(s.base), len(s.next))
+			b, n := bench.Median(s.base), bench.Median(s.next)
+			fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.2fx | %d / %d |\n", s.key.system, s.key.direction, b, n, n/b, len(s.base), len(s.next))
 		}
 	}
-}
-
-// dur writes nanoseconds as µs or ms.
-func dur(ns float64) string {
-	if ns >= 1e6 {
-		return fmt.Sprintf("%.2f ms", ns/1e6)
-	}
-	return fmt.Sprintf("%.0f µs", ns/1e3)
 }

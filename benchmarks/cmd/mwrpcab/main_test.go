@@ -62,8 +62,8 @@ func TestRun(t *testing.T) {
 		"3 runs of the base build, 3 of the new",
 		"- Base: commit aaa\n- New: commit bbb",
 		// medians: p50 200 µs against 60 µs (0.30x); calls/s 1000 against 1200 (1.20x); 2 of 3 pairs
-		"| 1 MiB c1 | mwrpc-tcp | 200 µs | 60 µs | 0.30x | 1000 | 1200 | 1.20x | 2 of 3 | 1.0 → 1.0 |",
-		"| 1 MiB c1 | rawtcp | 40 µs | 40 µs | 1.00x | 100 | 100 | 1.00x | 0 of 3 |",
+		"| 1 MiB c1 | mwrpc-tcp | 200 µs | 60.0 µs | 0.30x | 1000 | 1200 | 1.20x | 2 of 3 | 1.0 → 1.0 |",
+		"| 1 MiB c1 | rawtcp | 40.0 µs | 40.0 µs | 1.00x | 100 | 100 | 1.00x | 0 of 3 |",
 		"| mwrpc-shm | server-stream | 2000 | 2000 | 1.00x | 3 / 3 |",
 	} {
 		if !strings.Contains(got, want) {

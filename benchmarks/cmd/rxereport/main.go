@@ -195,20 +195,9 @@ func parsePerftest(r io.Reader) (_ []Perftest, dropped int, _ error) {
 	var out []Perftest
 	for _, k := range order {
 		out = append(out, Perftest{Tool: k.tool, Bytes: k.bytes, Runs: len(typ[k]),
-			TypicalUs: median(typ[k]), P99Us: median(p99[k]), RunsUs: typ[k]})
+			TypicalUs: bench.Median(typ[k]), P99Us: bench.Median(p99[k]), RunsUs: typ[k]})
 	}
 	return out, dropped, nil
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(v))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // floor returns the perftest round trip of one echo call of size bytes, if perftest

@@ -28,11 +28,11 @@ func TestQuantile(t *testing.T) {
 }
 
 func TestMedian(t *testing.T) {
-	if m := median([]float64{3, 1, 2}); m != 2 {
-		t.Errorf("median(3,1,2) = %v", m)
+	if m := Median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("Median(3,1,2) = %v", m)
 	}
-	if m := median([]float64{4, 1, 2, 3}); m != 2.5 {
-		t.Errorf("median(4,1,2,3) = %v", m)
+	if m := Median([]float64{4, 1, 2, 3}); m != 2.5 {
+		t.Errorf("Median(4,1,2,3) = %v", m)
 	}
 }
 

@@ -69,7 +69,7 @@ func (p *progress) End(cell Cell, round int, system string, r Round) {
 	}
 	fmt.Fprintf(p.w, "[%*d/%d] %-12s c%-3d round %d/%d  %-13s p50 %-9s %10.0f ops/s  %6.1f allocs/op\n",
 		len(fmt.Sprint(p.total)), p.done, p.total, SizeName(cell.Payload), cell.Concurrency,
-		round+1, p.rounds, system, fmtDur(r.P50.Nanoseconds()), r.OpsPerSec(), float64(r.Mallocs)/float64(r.Ops))
+		round+1, p.rounds, system, DurName(r.P50.Nanoseconds()), r.OpsPerSec(), float64(r.Mallocs)/float64(r.Ops))
 }
 
 func (p *progress) StreamBegin(system, dir string, round int) {

@@ -128,13 +128,13 @@ func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 		}
 		scpu := ""
 		if res.ServerCPUNsPerOp != nil {
-			scpu = fmtDur(int64(*res.ServerCPUNsPerOp))
+			scpu = DurName(int64(*res.ServerCPUNsPerOp))
 		}
 		ew.printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			res.System, SizeName(res.PayloadBytes), res.Concurrency,
-			fmtDur(res.P50Ns), fmtDur(res.P99Ns), fmtDur(res.P999Ns),
+			DurName(res.P50Ns), DurName(res.P99Ns), DurName(res.P999Ns),
 			fmtCount(res.OpsPerSec), fmtRate(res.MBPerSec), fmtAllocs(res.AllocsPerOp),
-			fmtCount(res.AllocBytesPerOp), fmtDur(int64(res.CPUNsPerOp)), scpu, copied)
+			fmtCount(res.AllocBytesPerOp), DurName(int64(res.CPUNsPerOp)), scpu, copied)
 	}
 
 	r.writeStarved(ew)
@@ -352,7 +352,7 @@ func (r *Report) writeFloor(ew *errWriter, floor string) {
 			ew.printf("%s\n", row)
 		}
 	}
-	table("p50", "p50", func(f *Result) string { return fmtDur(f.P50Ns) },
+	table("p50", "p50", func(f *Result) string { return DurName(f.P50Ns) },
 		func(x, f *Result) float64 { return float64(x.P50Ns) / float64(f.P50Ns) })
 	table("ops/s", "ops/s", func(f *Result) string { return fmtCount(f.OpsPerSec) },
 		func(x, f *Result) float64 { return x.OpsPerSec / f.OpsPerSec })

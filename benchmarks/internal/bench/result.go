@@ -77,35 +77,35 @@ func summarize(system string, cell Cell, rounds []Round) Result {
 		wait = append(wait, float64(r.Waited)/1e6/r.Elapsed.Seconds())
 		swait = append(swait, float64(r.ServerWaited)/1e6/r.Elapsed.Seconds())
 	}
-	res.P50Ns = int64(median(p50))
-	res.P99Ns = int64(median(p99))
-	res.P999Ns = int64(median(p999))
-	res.OpsPerSec = round3(median(ops))
+	res.P50Ns = int64(Median(p50))
+	res.P99Ns = int64(Median(p99))
+	res.P999Ns = int64(Median(p999))
+	res.OpsPerSec = round3(Median(ops))
 	res.MBPerSec = round3(res.OpsPerSec * 2 * float64(cell.Payload) / 1e6)
-	res.AllocsPerOp = round3(median(allocs))
-	res.AllocBytesPerOp = round3(median(allocBytes))
-	res.CPUNsPerOp = round3(median(cpu))
+	res.AllocsPerOp = round3(Median(allocs))
+	res.AllocBytesPerOp = round3(Median(allocBytes))
+	res.CPUNsPerOp = round3(Median(cpu))
 	if len(rounds) > 0 && rounds[0].HasServerCPU {
-		c := round3(median(scpu))
+		c := round3(Median(scpu))
 		res.ServerCPUNsPerOp = &c
 	}
 	if len(rounds) > 0 && rounds[0].HasWaited {
-		w := round3(median(wait))
+		w := round3(Median(wait))
 		res.RunQueueMsPerS = &w
 	}
 	if len(rounds) > 0 && rounds[0].HasServerWaited {
-		w := round3(median(swait))
+		w := round3(Median(swait))
 		res.ServerRunQueueMsPerS = &w
 	}
 	if len(rounds) > 0 && rounds[0].HasCopied {
-		c := round3(median(copied))
+		c := round3(Median(copied))
 		res.CopiedBytesPerOp = &c
 	}
 	return res
 }
 
-// median of v (the mean of the middle two for an even count).
-func median(v []float64) float64 {
+// Median is the median of v (the mean of the middle two for an even count), 0 for none.
+func Median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}
@@ -133,8 +133,9 @@ func SizeName(n int) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// fmtDur writes a latency with three significant digits or so: 31.2 µs, 1.34 ms.
-func fmtDur(ns int64) string {
+// DurName writes a latency as the reports do, three significant digits or so: 31.2 µs,
+// 1.34 ms.
+func DurName(ns int64) string {
 	d := time.Duration(ns)
 	switch {
 	case d < time.Microsecond:

@@ -162,12 +162,12 @@ func summarizeStream(system, dir string, chunk int, rounds []StreamRound) Stream
 			scpu = append(scpu, r.ServerCPU.Seconds()/gib)
 		}
 	}
-	res.MBPerSec = round3(median(mbps))
-	res.ClientCPUSecPerGiB = round3(median(cpu))
-	res.ClientAllocsPerChunk = round3(median(allocs))
-	res.ClientAllocBytesPerChunk = round3(median(allocBytes))
+	res.MBPerSec = round3(Median(mbps))
+	res.ClientCPUSecPerGiB = round3(Median(cpu))
+	res.ClientAllocsPerChunk = round3(Median(allocs))
+	res.ClientAllocBytesPerChunk = round3(Median(allocBytes))
 	if len(rounds) > 0 && len(scpu) == len(rounds) {
-		c := round3(median(scpu))
+		c := round3(Median(scpu))
 		res.ServerCPUSecPerGiB = &c
 	}
 	return res

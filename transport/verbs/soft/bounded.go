@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -193,14 +194,7 @@ func (l *tcpLink) setDeadlineLinked(t time.Time) bool {
 // it first; readers and other posters leave it to the engine). The copy is the price of a
 // caller that gave up while the socket was full, not of a call.
 func (l *tcpLink) leaveRest() {
-	n := 0
-	for _, b := range l.bufs {
-		n += len(b)
-	}
-	rest := make([]byte, 0, n)
-	for _, b := range l.bufs {
-		rest = append(rest, b...)
-	}
-	l.q.st.copied.Add(uint64(n))
+	rest := bytes.Join(l.bufs, nil)
+	l.q.st.copied.Add(uint64(len(rest)))
 	l.out = rest
 }
