@@ -21,11 +21,12 @@ package parcopy
 
 import (
 	"runtime"
-	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/mwrpc/mwrpc/internal/idle"
 )
 
 const (
@@ -60,20 +61,11 @@ func helpersFor(procs int) int { return min(maxHelpers, max(0, procs/2-1)) }
 // whose cores are all busy a helper would only take CPU from the goroutines that wait
 // (and add its wake-ups), so the caller copies alone.
 func idleHelpers() int {
-	procs := runtime.GOMAXPROCS(0)
-	h := helpersFor(procs)
+	h := helpersFor(runtime.GOMAXPROCS(0))
 	if h == 0 {
 		return 0
 	}
-	s := [...]metrics.Sample{{Name: "/sched/goroutines/running:goroutines"}, {Name: "/sched/goroutines/runnable:goroutines"}}
-	metrics.Read(s[:])
-	for _, v := range s {
-		if v.Value.Kind() != metrics.KindUint64 { // a runtime without them: the machine's count
-			return h
-		}
-	}
-	idle := int64(procs) - int64(s[0].Value.Uint64()) - int64(s[1].Value.Uint64())
-	return int(max(0, min(int64(h), idle)))
+	return min(h, idle.Procs())
 }
 
 var (

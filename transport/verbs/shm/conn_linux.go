@@ -37,7 +37,7 @@ type Conn struct {
 	rdl, wdl time.Time
 
 	rmu        sync.Mutex // a read in progress
-	rspin      spinner
+	rspin      waitSpin
 	readSleep  func(uintptr) bool // flagThenCheck of rx's data waiter and readReady
 	rx         *ring              // the ring this side created and reads
 	rxMem      []byte
@@ -45,7 +45,7 @@ type Conn struct {
 	peerTxBell int   // the peer's writer sleeps there; rung after reading frees space
 
 	wmu        sync.Mutex // a write in progress
-	wspin      spinner
+	wspin      waitSpin
 	writeSleep func(uintptr) bool // flagThenCheck of tx's space waiter and writeReady
 	tx         *ring              // the peer's ring, which this side writes
 	txMem      []byte
@@ -72,7 +72,7 @@ type Conn struct {
 var _ net.Conn = (*Conn)(nil)
 
 func newConn(sock *net.UnixConn, cfg Config, local, remote *Addr) *Conn {
-	c := &Conn{cfg: cfg, sock: sock, local: local, remote: remote, shares: cfg.sharesWith(remote.UID, uint32(os.Geteuid())), rspin: newSpinner(cfg.spin()), wspin: newSpinner(cfg.spin()), peerTxBell: -1, peerRxBell: -1}
+	c := &Conn{cfg: cfg, sock: sock, local: local, remote: remote, shares: cfg.sharesWith(remote.UID, uint32(os.Geteuid())), rspin: newWaitSpin(cfg.spin(), cfg.quietSpin()), wspin: newWaitSpin(cfg.spin(), 0), peerTxBell: -1, peerRxBell: -1}
 	// Made once: a wait hands its check to the poller, which would allocate a closure
 	// per sleep. The rings are read when a check runs, under rmu or wmu.
 	c.readSleep = flagThenCheck(func() *atomic.Uint32 { return c.rx.dataWaiter }, c.readReady)
@@ -459,12 +459,13 @@ func flagThenCheck(waiter func() *atomic.Uint32, ready func() bool) func(uintptr
 	}
 }
 
-// await waits until ready: it polls for up to the spin budget of its direction (sp),
-// then sleeps on the doorbell b until check (made by flagThenCheck from the direction's
+// await waits until ready: it polls for up to the budget of its direction's spinner for
+// this wait (waitSpin.pick), then sleeps on the doorbell b until check (made by flagThenCheck from the direction's
 // waiter flag and ready) reports ready, and clears the flag (awake, this side needs no
 // doorbell). It returns the doorbell's error: a deadline, or the connection closed.
-func (c *Conn) await(sp *spinner, ready func() bool, b *bell, check func(uintptr) bool, waiter *atomic.Uint32) error {
-	if budget := sp.budget(); budget > 0 {
+func (c *Conn) await(ws *waitSpin, ready func() bool, b *bell, check func(uintptr) bool, waiter *atomic.Uint32) error {
+	if sp := ws.pick(); sp.budget() > 0 {
+		budget := sp.budget()
 		start := time.Now()
 		for {
 			for range 64 { // a clock read costs more than a poll: one per 64

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -166,6 +167,30 @@ func TestSpinner(t *testing.T) {
 			}
 			if got := s.budget(); got != tc.want {
 				t.Fatalf("budget %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestWaitSpinPick: a reader uses its long, quiet spinner only while the process is quiet
+// (idle.Quiet), and never when it has none (Config.Spin set).
+func TestWaitSpinPick(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		procs     int
+		quiet     time.Duration
+		wantQuiet bool
+	}{
+		{"quiet, many cores", 8, QuietSpin, true},
+		{"too few cores", 2, QuietSpin, false},
+		{"no quiet spinner", 8, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(tc.procs))
+			time.Sleep(time.Millisecond) // past the last reading of the scheduler's figures
+			w := newWaitSpin(DefaultSpin, tc.quiet)
+			if got := w.pick() == &w.quiet; got != tc.wantQuiet {
+				t.Fatalf("pick() chose the quiet spinner: %v, want %v", got, tc.wantQuiet)
 			}
 		})
 	}

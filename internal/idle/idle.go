@@ -1,0 +1,73 @@
+// Package idle tells whether this process has cores to spare right now: the Ps that
+// neither run a goroutine nor have one waiting to run (runtime/metrics). Spinning waiters
+// and copy helpers ask before they take a core. The figures are read for the whole
+// process at most every refresh, so asking costs a clock read and an atomic load.
+package idle
+
+import (
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// refresh is the most a reading is reused for: a scheduler's state changes every few
+// microseconds under load, and one reading costs about 100 ns.
+const refresh = 5 * time.Microsecond
+
+// minQuietProcs is the least GOMAXPROCS at which Quiet can be true: below it the process
+// shares its few cores with its peer (two processes on a 2-core machine), where a spin
+// takes the core the peer needs to answer.
+const minQuietProcs = 4
+
+// quietBusy is the most goroutines running or waiting to run while Quiet is true: a
+// waiter that spins and the one it waits on.
+const quietBusy = 2
+
+var (
+	mu      sync.Mutex // held by the goroutine reading the figures
+	samples = [...]metrics.Sample{
+		{Name: "/sched/goroutines/running:goroutines"},
+		{Name: "/sched/goroutines/runnable:goroutines"},
+	}
+	readAt atomic.Int64 // unix nanos of the last reading
+	busy   atomic.Int64 // goroutines running and runnable at the last reading
+	procs  atomic.Int64 // GOMAXPROCS at the last reading
+)
+
+// Procs returns the Ps that neither run a goroutine nor have one waiting, as of a reading
+// at most refresh old, and never less than zero.
+func Procs() int {
+	b, p := read()
+	return int(max(0, p-b))
+}
+
+// Quiet reports whether the process is all but idle: GOMAXPROCS at least 4 and at most
+// two goroutines running or waiting to run. A waiter may spin then rather than park: the
+// core it takes is one nobody wants, and the wake-up it saves (a futex and a pass of the
+// scheduler, 5-20 µs on a many-core machine) is most of a small call's latency.
+func Quiet() bool {
+	b, p := read()
+	return p >= minQuietProcs && b <= quietBusy
+}
+
+// read returns the goroutines running and runnable and GOMAXPROCS, read anew when the
+// last reading is older than refresh and no other goroutine is reading them.
+func read() (busyNow, procsNow int64) {
+	now := time.Now().UnixNano()
+	if now-readAt.Load() > int64(refresh) && mu.TryLock() {
+		metrics.Read(samples[:])
+		n := int64(0)
+		for _, s := range samples {
+			if s.Value.Kind() == metrics.KindUint64 { // a runtime without them: idle
+				n += int64(s.Value.Uint64())
+			}
+		}
+		busy.Store(n)
+		procs.Store(int64(runtime.GOMAXPROCS(0)))
+		readAt.Store(now)
+		mu.Unlock()
+	}
+	return busy.Load(), procs.Load()
+}
