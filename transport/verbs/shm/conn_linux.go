@@ -464,13 +464,13 @@ func flagThenCheck(waiter func() *atomic.Uint32, ready func() bool) func(uintptr
 // waiter flag and ready) reports ready, and clears the flag (awake, this side needs no
 // doorbell). It returns the doorbell's error: a deadline, or the connection closed.
 func (c *Conn) await(ws *waitSpin, ready func() bool, b *bell, check func(uintptr) bool, waiter *atomic.Uint32) error {
-	if sp := ws.pick(); sp.budget() > 0 {
-		budget := sp.budget()
+	if sp := ws.pick(); sp.Budget() > 0 {
+		budget := sp.Budget()
 		start := time.Now()
 		for {
 			for range 64 { // a clock read costs more than a poll: one per 64
 				if ready() {
-					sp.won()
+					sp.Won()
 					return nil
 				}
 			}
@@ -479,7 +479,7 @@ func (c *Conn) await(ws *waitSpin, ready func() bool, b *bell, check func(uintpt
 			}
 			runtime.Gosched() // the goroutine that will write may be this process's
 		}
-		sp.lost()
+		sp.Lost()
 	}
 	c.sleeps.Add(1)
 	err := b.wait(check)

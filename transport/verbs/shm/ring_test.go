@@ -138,40 +138,6 @@ func FuzzHello(f *testing.F) {
 	})
 }
 
-// TestSpinner: the spin budget halves after a spin that ended in sleep, down to
-// spinFloor, and doubles back to Config.Spin after spins that found the ring ready; a
-// configuration without spinning never spins.
-func TestSpinner(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		max   time.Duration
-		steps string // w: won, l: lost
-		want  time.Duration
-	}{
-		{"fresh", 20 * time.Microsecond, "", 20 * time.Microsecond},
-		{"one loss", 20 * time.Microsecond, "l", 10 * time.Microsecond},
-		{"losses stop at the floor", 20 * time.Microsecond, "llllllll", spinFloor},
-		{"wins grow it back", 20 * time.Microsecond, "llllllllwww", 16 * time.Microsecond},
-		{"and no further than max", 20 * time.Microsecond, "llllllllwwwwww", 20 * time.Microsecond},
-		{"no spinning configured", 0, "lwlw", 0},
-		{"a max below the floor", time.Microsecond, "lll", time.Microsecond},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newSpinner(tc.max)
-			for _, c := range tc.steps {
-				if c == 'w' {
-					s.won()
-				} else {
-					s.lost()
-				}
-			}
-			if got := s.budget(); got != tc.want {
-				t.Fatalf("budget %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
 // TestWaitSpinPick: a reader uses its long, quiet spinner only while the process is quiet
 // (idle.Quiet), and never when it has none (Config.Spin set).
 func TestWaitSpinPick(t *testing.T) {
