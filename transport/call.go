@@ -3,7 +3,10 @@ package transport
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"time"
 
+	"github.com/mwrpc/mwrpc/internal/idle"
 	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
@@ -128,6 +131,35 @@ func (c *Conn) CallBuf(ctx context.Context, buf *pool.Buf) (*Response, error) {
 	return c.call(ctx, nil, nil, buf)
 }
 
+// busyPollCallMax is the largest request whose caller polls for its response: a larger
+// call's response is further away, and its copies want the cores (Config.BusyPoll).
+const busyPollCallMax = 4 << 10
+
+// pollResponse polls for cl's response for up to Config.BusyPoll while the process is
+// quiet (idle.Quiet), yielding between polls so that the goroutines that deliver it, and
+// any other, run on this P meanwhile; the select that follows takes the response, or
+// parks. On a quiet many-core machine the response comes in 10-20 µs, and a caller that
+// parked would wait 5-20 µs more to be woken.
+func (c *Conn) pollResponse(cl *call) {
+	budget := c.t.cfg.BusyPoll
+	if budget <= 0 || !idle.Quiet() {
+		return
+	}
+	start := time.Now()
+	for {
+		for range 16 { // a clock read and Quiet cost a few yields
+			runtime.Gosched()
+			if len(cl.done) > 0 {
+				c.hot.polled.Add(1)
+				return
+			}
+		}
+		if time.Since(start) > budget || !idle.Quiet() {
+			return
+		}
+	}
+}
+
 // call sends a request, eager then tail inside the SEND, or large through a window, and
 // waits for its response.
 func (c *Conn) call(ctx context.Context, eager, tail []byte, large *pool.Buf) (*Response, error) {
@@ -158,6 +190,9 @@ func (c *Conn) call(ctx context.Context, eager, tail []byte, large *pool.Buf) (*
 			c.recycle(cl)
 		}
 		return nil, err
+	}
+	if large == nil && len(eager)+len(tail) <= busyPollCallMax {
+		c.pollResponse(cl)
 	}
 	select {
 	case <-cl.done:

@@ -185,6 +185,9 @@ func New(dev verbs.Device, h Handler, cfg Config) (*Transport, error) {
 		// would otherwise refuse the example's 1 MiB values).
 		cfg.Pool.Memlock = pool.MemlockIgnore
 	}
+	if p, ok := dev.(verbs.BusyPoller); ok {
+		p.SetBusyPoll(cfg.BusyPoll)
+	}
 	bp, err := pool.New(pd, cfg.Pool)
 	if err != nil {
 		_ = pd.Dealloc()
@@ -706,6 +709,7 @@ type Stats struct {
 	Served       uint64 // requests handed to the handler
 	Streams      uint64 // streams opened, by this side or the peer
 	Inline       uint64 // requests whose handler ran where they were reaped (InlineHandlers, InlineBudget)
+	Polled       uint64 // calls whose response came while their caller polled for it (Config.BusyPoll)
 	WindowsBound uint64 // large messages exposed through a window
 	Reads        uint64 // large messages fetched with RDMA READ
 	RevokedPeer  uint64 // our windows revoked by the peer's SEND_WITH_INV
@@ -751,8 +755,8 @@ type counters struct {
 // one of its own (Conn.hot), so that callers on different connections (a Client's lanes, a
 // server's peers), each on its own core, do not all write one cache line per call.
 type hotCounters struct {
-	calls, served, inline, sends, eagerBytes, streamAcks atomic.Uint64
-	_                                                    [cacheLine - 6*8]byte
+	calls, served, inline, polled, sends, eagerBytes, streamAcks atomic.Uint64
+	_                                                            [cacheLine - 7*8]byte
 }
 
 // hotStripes is how many stripes the hot counters have: connections take them in turn.
@@ -763,7 +767,7 @@ const hotStripes = 16
 const cacheLine = 128
 
 // hotSums are the hot counters' stripes summed.
-type hotSums struct{ calls, served, inline, sends, eagerBytes, streamAcks uint64 }
+type hotSums struct{ calls, served, inline, polled, sends, eagerBytes, streamAcks uint64 }
 
 // hotTotals sums the stripes of the hot counters.
 func (c *counters) hotTotals() (h hotSums) {
@@ -772,6 +776,7 @@ func (c *counters) hotTotals() (h hotSums) {
 		h.calls += s.calls.Load()
 		h.served += s.served.Load()
 		h.inline += s.inline.Load()
+		h.polled += s.polled.Load()
 		h.sends += s.sends.Load()
 		h.eagerBytes += s.eagerBytes.Load()
 		h.streamAcks += s.streamAcks.Load()
@@ -794,7 +799,7 @@ func (t *Transport) Stats() Stats {
 	grants := int(t.grants.Load())
 	exposed = max(exposed-grants, 0)
 	t.mu.Unlock()
-	return Stats{Calls: hot.calls, Served: hot.served, Streams: c.streams.Load(), Inline: hot.inline, WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
+	return Stats{Calls: hot.calls, Served: hot.served, Streams: c.streams.Load(), Inline: hot.inline, Polled: hot.polled, WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
 		RevokedPeer: c.revoked.Load(), Reclaimed: c.reclaimed.Load(),
 		EagerBytes: hot.eagerBytes, ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed, Grants: grants,
 		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),

@@ -48,8 +48,27 @@ func Procs() int {
 // core it takes is one nobody wants, and the wake-up it saves (a futex and a pass of the
 // scheduler, 5-20 µs on a many-core machine) is most of a small call's latency.
 func Quiet() bool {
+	if f := forced.Load(); f != 0 {
+		return f > 0
+	}
 	b, p := read()
 	return p >= minQuietProcs && b <= quietBusy
+}
+
+// forced, when not 0, is Quiet's answer: 1 true, -1 false (ForceQuiet).
+var forced atomic.Int32
+
+// ForceQuiet makes Quiet answer quiet until the returned func is called. It is for tests
+// of what waiters do when the process is quiet, which cannot make a test process quiet:
+// the test's own goroutines run beside the waiters, and on a 2-core machine GOMAXPROCS is
+// too small.
+func ForceQuiet(quiet bool) (restore func()) {
+	v := int32(-1)
+	if quiet {
+		v = 1
+	}
+	old := forced.Swap(v)
+	return func() { forced.Store(old) }
 }
 
 // read returns the goroutines running and runnable and GOMAXPROCS, read anew when the

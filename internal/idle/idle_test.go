@@ -62,3 +62,22 @@ func BenchmarkQuiet(b *testing.B) {
 		Quiet()
 	}
 }
+
+func TestForceQuiet(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	settle()
+	restore := ForceQuiet(true)
+	if !Quiet() {
+		t.Error("Quiet() = false with ForceQuiet(true)")
+	}
+	restore()
+	if Quiet() {
+		t.Error("Quiet() = true with GOMAXPROCS 2 after ForceQuiet's restore")
+	}
+	defer ForceQuiet(false)()
+	runtime.GOMAXPROCS(8)
+	settle()
+	if Quiet() {
+		t.Error("Quiet() = true with ForceQuiet(false)")
+	}
+}

@@ -13,8 +13,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mwrpc/mwrpc/transport/verbs"
 	"golang.org/x/sys/unix"
+
+	"github.com/mwrpc/mwrpc/internal/idle"
+	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
 // Conn is one shm connection, a net.Conn whose bytes go through two shared-memory rings.
@@ -464,9 +466,11 @@ func flagThenCheck(waiter func() *atomic.Uint32, ready func() bool) func(uintptr
 // waiter flag and ready) reports ready, and clears the flag (awake, this side needs no
 // doorbell). It returns the doorbell's error: a deadline, or the connection closed.
 func (c *Conn) await(ws *waitSpin, ready func() bool, b *bell, check func(uintptr) bool, waiter *atomic.Uint32) error {
-	if sp := ws.pick(); sp.Budget() > 0 {
+	var sp *idle.Spinner
+	var start time.Time
+	if sp = ws.pick(); sp.Budget() > 0 {
 		budget := sp.Budget()
-		start := time.Now()
+		start = time.Now()
 		for {
 			for range 64 { // a clock read costs more than a poll: one per 64
 				if ready() {
@@ -479,11 +483,13 @@ func (c *Conn) await(ws *waitSpin, ready func() bool, b *bell, check func(uintpt
 			}
 			runtime.Gosched() // the goroutine that will write may be this process's
 		}
-		sp.Lost()
 	}
 	c.sleeps.Add(1)
 	err := b.wait(check)
 	waiter.Store(0)
+	if !start.IsZero() {
+		sp.Lost(time.Since(start))
+	}
 	if err != nil && (c.closed.Load() || errors.Is(err, os.ErrClosed)) {
 		return net.ErrClosed // the bell closed under a waiter: Close
 	}

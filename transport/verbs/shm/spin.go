@@ -12,14 +12,15 @@ import (
 // through a running peer takes 5-15 µs and a wake-up from sleep about as long again, so a
 // reader that sleeps after 20 µs sleeps on nearly every call; one that spins on an idle
 // core sees the answer as it lands. Both adapt alike, so a peer that answers slower than
-// the long spin (a large copy) soon costs no more than before. Owned by the holder of the
+// the long spin (a large copy) soon costs no more than before, and the quiet one fits
+// itself to the waits (idle.NewFitSpinner). Owned by the holder of the
 // direction's lock (rmu or wmu).
 type waitSpin struct {
 	normal, quiet idle.Spinner
 }
 
 func newWaitSpin(normal, quiet time.Duration) waitSpin {
-	return waitSpin{normal: idle.NewSpinner(normal), quiet: idle.NewSpinner(quiet)}
+	return waitSpin{normal: idle.NewSpinner(normal), quiet: idle.NewFitSpinner(quiet)}
 }
 
 // pick returns the spinner for the wait about to begin.

@@ -8,10 +8,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/idle"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
@@ -601,12 +603,12 @@ func streamFault(err error) error {
 
 // frameReader splits a stream into frames (wire.go). Each read takes as much as the stream
 // has and rb holds: a socket link's rb is headerLen+smallMax bytes until it carries a
-// larger frame (a shm link's starts at readAhead), then readAhead, or as much as the
-// largest frame it carried up to maxReadAhead (or its largest BATCH), so that frames
-// queued on the socket (several callers' 4 KiB requests, say) and a 64 KiB message's
-// payload come in one read rather than a header read and a payload read each. A payload
-// beyond what a read brought in with its header is read straight into its destination
-// (Read): a 1 MiB READ response is copied here for at most maxReadAhead bytes of it.
+// larger frame (a shm link's starts at readAhead), then readAhead, so that frames queued
+// on the socket (several callers' 4 KiB requests, say) come in one read. A shm link's
+// grows to the largest frame it carried up to maxReadAhead, so that a 64 KiB message's
+// payload comes with its header. A payload beyond what a read brought in with its header
+// is read straight into its destination (Read): a 1 MiB READ response is copied here for
+// at most aheadMax bytes of it (or its largest BATCH's).
 type frameReader struct {
 	r io.Reader
 	// rb[off:have] are the stream's next bytes, from the current frame's start; the
@@ -619,6 +621,23 @@ type frameReader struct {
 	batch []byte // the frames of the current BATCH not returned yet (in rb)
 	guard *stallGuard
 	wait  func() // called before every read of the stream (tcpLink.letGo), or nil
+	poll  *busyPoll
+	// lastLen is the payload length of the last frame next returned.
+	lastLen uint32
+	// direct: a payload past readAhead is read straight into its destination by a read
+	// that never waits (connSource.now), so rb need not grow to hold it (aheadMax).
+	direct bool
+}
+
+// aheadMax is the most rb grows to for one frame: readAhead where payloads are read
+// direct, maxReadAhead elsewhere. Measured with two processes on 16 cores (8 each), 64 KiB
+// calls over soft TCP: at one caller with a lent client 93.8 -> 78.7 µs, at 16 callers
+// 75.4k -> 85.6k calls/s (2 of 2 alternating pairs each).
+func (f *frameReader) aheadMax() int {
+	if f.direct {
+		return readAhead
+	}
+	return maxReadAhead
 }
 
 // readAhead is rb's size once a link has carried a frame larger than smallMax: what one
@@ -626,9 +645,9 @@ type frameReader struct {
 // small one.)
 const readAhead = 16 << 10
 
-// maxReadAhead is the most rb grows to for one frame: a frame of tryTxMax payload bytes
-// (a 64 KiB eager message and its envelope) with its header and padding. A link that has
-// carried one keeps that much.
+// maxReadAhead is the most a shm link's rb grows to for one frame (frameReader.aheadMax):
+// a frame of tryTxMax payload bytes (a 64 KiB eager message and its envelope) with its
+// header and padding. A link that has carried one keeps that much.
 const maxReadAhead = headerLen + smallMax + tryTxMax
 
 // next reads the next frame's header into h. A payload the reader holds, a small frame's
@@ -653,6 +672,7 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 	if _, err := parseHeader(f.rb[f.off:f.off+headerLen], h); err != nil {
 		return nil, err
 	}
+	f.lastLen = h.len
 	if h.op == opBatch {
 		f.used = headerLen + int(h.len)
 		if err := f.fill(f.used); err != nil {
@@ -662,11 +682,12 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 		return f.nextInBatch(h)
 	}
 	if h.len > smallMax {
-		// Room for the whole frame, up to a 64 KiB eager message's: its payload then comes
-		// with the header in one read, rather than in a second read straight into the
-		// receive slot (which costs more than copying it from here, and makes the reader
-		// reap in between, as it does before each wait).
-		if want := min(max(readAhead, headerLen+smallMax+int(h.len)), maxReadAhead); want > len(f.rb) {
+		// Room for the whole frame, up to aheadMax: a stream whose payload reads wait
+		// (the shm ring's) takes a 64 KiB eager message with its header in one read,
+		// rather than in a second read into the receive slot with a reap before it; a
+		// socket's reader takes readAhead with the header and the rest straight into the
+		// slot with a read that never waits (connSource.now), a copy less.
+		if want := min(max(readAhead, headerLen+smallMax+int(h.len)), f.aheadMax()); want > len(f.rb) {
 			f.resize(want)
 		}
 	}
@@ -764,9 +785,22 @@ func (f *frameReader) fill(n int) error {
 		if f.wait != nil {
 			f.wait()
 		}
+		var polled time.Time
+		if f.have == f.off && f.poll != nil && f.lastLen <= busyPollFrameMax {
+			// Waiting for a frame, the last one small: on a quiet machine its successor
+			// is a few microseconds away, less than a park and wake-up costs.
+			m := 0
+			if m, polled = f.poll.read(f.rb[f.have:]); m > 0 {
+				f.have += m
+				continue
+			}
+		}
 		probe.Mark(probe.Read)
 		m, err := f.r.Read(f.rb[f.have:])
 		probe.MarkN(probe.ReadDone, uint32(m))
+		if f.poll != nil {
+			f.poll.lost(polled)
+		}
 		f.have += m
 		if err != nil && f.have-f.off < n {
 			if err == io.EOF && f.have > f.off {
@@ -776,6 +810,51 @@ func (f *frameReader) fill(n int) error {
 		}
 	}
 	return nil
+}
+
+// busyPollFrameMax is the largest last frame after which a reader polls for the next: a
+// larger message's successor is further away, and polling for it in a loop of reads that
+// take part of it measured slower (64 KiB at one caller, 16 cores: 95 -> 126 µs).
+const busyPollFrameMax = 4 << 10
+
+// busyPoll is a stream reader's polling of its socket for the next frame before it parks
+// (Device.SetBusyPoll). Owned by the reader.
+type busyPoll struct {
+	now    nowReader
+	spin   idle.Spinner
+	polled *atomic.Uint64 // Stats.BusyPolled
+}
+
+// read polls the socket for up to the spinner's budget while the process is quiet, and
+// returns what it read. With nothing read (the budget ran out, the process is busy, or
+// the socket had an error, which the read that follows, one that may wait, reports) it
+// returns when it began polling, zero if it did not: the reader reports the whole wait
+// with lost once that read returns.
+func (p *busyPoll) read(b []byte) (int, time.Time) {
+	if !idle.Quiet() {
+		return 0, time.Time{}
+	}
+	start := time.Now()
+	for {
+		for range 4 { // a clock read and Quiet cost about what a read of nothing does
+			if m := p.now.read(b); m > 0 {
+				p.spin.Won()
+				p.polled.Add(1)
+				return m, time.Time{}
+			}
+		}
+		if time.Since(start) > p.spin.Budget() || !idle.Quiet() {
+			return 0, start
+		}
+		runtime.Gosched() // the caller this reader just woke may be waiting for this P
+	}
+}
+
+// lost reports a wait that polling did not end, begun at start (zero: none).
+func (p *busyPoll) lost(start time.Time) {
+	if !start.IsZero() {
+		p.spin.Lost(time.Since(start))
+	}
 }
 
 // eachCQ calls f with the QP's receive CQ and, when it is another one, its send CQ.

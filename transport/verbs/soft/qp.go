@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/idle"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
@@ -425,6 +426,10 @@ func (q *QP) connect(remote verbs.Endpoint) error {
 			tl.raw, _ = tc.SyscallConn()
 			if tl.raw != nil {
 				tl.src.now = &nowReader{raw: tl.raw} // the reader's: set before it starts
+				tl.fr.direct = true
+				if b := q.dev.busyPollBudget(); b > 0 {
+					tl.fr.poll = &busyPoll{now: nowReader{raw: tl.raw}, spin: idle.NewFitSpinner(b), polled: &q.st.busyPolled}
+				}
 			}
 		} else if tw, ok := q.stream.(TryWriter); ok {
 			tl.try = tw
