@@ -13,8 +13,12 @@ import (
 )
 
 // refresh is the most a reading is reused for: a scheduler's state changes every few
-// microseconds under load, and one reading costs about 100 ns.
-const refresh = 5 * time.Microsecond
+// microseconds under load, and one reading costs about 100 ns and a lock of the runtime's.
+const refresh = 10 * time.Microsecond
+
+// procsRefresh is the most GOMAXPROCS is reused for: it rarely changes, and reading it
+// takes the scheduler's lock.
+const procsRefresh = time.Millisecond
 
 // minQuietProcs is the least GOMAXPROCS at which Quiet can be true: below it the process
 // shares its few cores with its peer (two processes on a 2-core machine), where a spin
@@ -31,9 +35,10 @@ var (
 		{Name: "/sched/goroutines/running:goroutines"},
 		{Name: "/sched/goroutines/runnable:goroutines"},
 	}
-	readAt atomic.Int64 // unix nanos of the last reading
-	busy   atomic.Int64 // goroutines running and runnable at the last reading
-	procs  atomic.Int64 // GOMAXPROCS at the last reading
+	readNanos atomic.Int64 // unix nanos of the last reading
+	busy      atomic.Int64 // goroutines running and runnable at the last reading
+	procs     atomic.Int64 // GOMAXPROCS at procsAt
+	procsAt   atomic.Int64
 )
 
 // Procs returns the Ps that neither run a goroutine nor have one waiting, as of a reading
@@ -51,8 +56,12 @@ func Quiet() bool {
 	if f := forced.Load(); f != 0 {
 		return f > 0
 	}
-	b, p := read()
-	return p >= minQuietProcs && b <= quietBusy
+	now := time.Now().UnixNano()
+	if maxProcs(now) < minQuietProcs { // never quiet: no need to read the rest
+		return false
+	}
+	b, _ := readAt(now)
+	return b <= quietBusy
 }
 
 // forced, when not 0, is Quiet's answer: 1 true, -1 false (ForceQuiet).
@@ -71,11 +80,14 @@ func ForceQuiet(quiet bool) (restore func()) {
 	return func() { forced.Store(old) }
 }
 
-// read returns the goroutines running and runnable and GOMAXPROCS, read anew when the
-// last reading is older than refresh and no other goroutine is reading them.
-func read() (busyNow, procsNow int64) {
-	now := time.Now().UnixNano()
-	if now-readAt.Load() > int64(refresh) && mu.TryLock() {
+// read returns the goroutines running and runnable and GOMAXPROCS (readAt).
+func read() (busyNow, procsNow int64) { return readAt(time.Now().UnixNano()) }
+
+// readAt is read at unix nanos now: the figures are read anew when the last reading is
+// older than refresh and no other goroutine is reading them.
+func readAt(now int64) (busyNow, procsNow int64) {
+	p := maxProcs(now)
+	if now-readNanos.Load() > int64(refresh) && mu.TryLock() {
 		metrics.Read(samples[:])
 		n := int64(0)
 		for _, s := range samples {
@@ -84,9 +96,18 @@ func read() (busyNow, procsNow int64) {
 			}
 		}
 		busy.Store(n)
-		procs.Store(int64(runtime.GOMAXPROCS(0)))
-		readAt.Store(now)
+		readNanos.Store(now)
 		mu.Unlock()
 	}
-	return busy.Load(), procs.Load()
+	return busy.Load(), p
+}
+
+// maxProcs is GOMAXPROCS, read anew at unix nanos now when the last reading is older than
+// procsRefresh.
+func maxProcs(now int64) int64 {
+	if now-procsAt.Load() > int64(procsRefresh) {
+		procs.Store(int64(runtime.GOMAXPROCS(0)))
+		procsAt.Store(now)
+	}
+	return procs.Load()
 }

@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// settle waits past refresh so that the next question reads the figures anew.
-func settle() { time.Sleep(2 * refresh) }
+// settle waits past procsRefresh (and refresh) so that the next question reads the
+// figures anew.
+func settle() { time.Sleep(2 * procsRefresh) }
 
 func TestQuietNeedsCores(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))

@@ -178,7 +178,7 @@ func TestHelpersEnd(t *testing.T) {
 // most; asking costs no allocation.
 func TestIdleHelpers(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
-	time.Sleep(time.Millisecond) // past the last reading of the scheduler's figures (idle)
+	time.Sleep(3 * time.Millisecond) // past the last reading of GOMAXPROCS (idle)
 	if h := idleHelpers(); h < 0 || h > helpersFor(8) {
 		t.Fatalf("idleHelpers() = %d with 8 Ps, want 0 to %d", h, helpersFor(8))
 	}

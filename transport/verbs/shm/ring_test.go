@@ -153,7 +153,7 @@ func TestWaitSpinPick(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(tc.procs))
-			time.Sleep(time.Millisecond) // past the last reading of the scheduler's figures
+			time.Sleep(3 * time.Millisecond) // past the last reading of GOMAXPROCS (idle)
 			w := newWaitSpin(DefaultSpin, tc.quiet)
 			if got := w.pick() == &w.quiet; got != tc.wantQuiet {
 				t.Fatalf("pick() chose the quiet spinner: %v, want %v", got, tc.wantQuiet)

@@ -622,7 +622,7 @@ type frameReader struct {
 	guard *stallGuard
 	wait  func() // called before every read of the stream (tcpLink.letGo), or nil
 	poll  *busyPoll
-	// lastLen is the payload length of the last frame next returned.
+	// lastLen is the payload length of the last frame next returned that had one.
 	lastLen uint32
 	// direct: a payload past readAhead is read straight into its destination by a read
 	// that never waits (connSource.now), so rb need not grow to hold it (aheadMax).
@@ -672,7 +672,9 @@ func (f *frameReader) next(h *header) (small []byte, err error) {
 	if _, err := parseHeader(f.rb[f.off:f.off+headerLen], h); err != nil {
 		return nil, err
 	}
-	f.lastLen = h.len
+	if h.len > 0 { // a message's, not an ACK's: those come between a large message's
+		f.lastLen = h.len
+	}
 	if h.op == opBatch {
 		f.used = headerLen + int(h.len)
 		if err := f.fill(f.used); err != nil {
