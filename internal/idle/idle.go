@@ -1,7 +1,7 @@
-// Package idle tells whether this process has cores to spare right now: the Ps that
-// neither run a goroutine nor have one waiting to run (runtime/metrics). Spinning waiters
-// and copy helpers ask before they take a core. The figures are read for the whole
-// process at most every refresh, so asking costs a clock read and an atomic load.
+// Package idle tells whether this process has cores to spare right now (runtime/metrics):
+// the Ps that neither run a goroutine nor have one waiting to run, for copy helpers, and
+// whether the process is all but idle, for spinning waiters. The figures are read for the
+// whole process at most every refresh, so asking costs a clock read and atomic loads.
 package idle
 
 import (
@@ -25,43 +25,57 @@ const procsRefresh = time.Millisecond
 // takes the core the peer needs to answer.
 const minQuietProcs = 4
 
-// quietBusy is the most goroutines running or waiting to run while Quiet is true: a
-// waiter that spins and the one it waits on.
-const quietBusy = 2
+// quietBusy is the most goroutines running, waiting to run or in a system call while
+// Quiet is true with procs Ps, in each of the last two readings: half the Ps less one (a
+// waiter that spins, the one it waits on and what else a caller at a time wakes), and at
+// least 2.
+func quietBusy(procs int64) int64 { return max(2, procs/2-1) }
 
 var (
 	mu      sync.Mutex // held by the goroutine reading the figures
 	samples = [...]metrics.Sample{
 		{Name: "/sched/goroutines/running:goroutines"},
 		{Name: "/sched/goroutines/runnable:goroutines"},
+		// In a system call: a loaded process on a socket spends a third of its CPU
+		// there, and a count without them found it quiet at 16 callers.
+		{Name: "/sched/goroutines/not-in-go:goroutines"},
 	}
 	readNanos atomic.Int64 // unix nanos of the last reading
-	busy      atomic.Int64 // goroutines running and runnable at the last reading
+	onPs      atomic.Int64 // goroutines running and runnable at the last reading
+	busy      atomic.Int64 // those and the goroutines in system calls
+	busyPrev  atomic.Int64 // busy at the reading before
 	procs     atomic.Int64 // GOMAXPROCS at procsAt
 	procsAt   atomic.Int64
 )
 
-// Procs returns the Ps that neither run a goroutine nor have one waiting, as of a reading
-// at most refresh old, and never less than zero.
+// Procs returns the Ps that neither run a goroutine nor have one waiting to run, as of a
+// reading at most refresh old, and never less than zero.
 func Procs() int {
-	b, p := read()
-	return int(max(0, p-b))
+	now := time.Now().UnixNano()
+	p := maxProcs(now)
+	refreshAt(now)
+	return int(max(0, p-onPs.Load()))
 }
 
 // Quiet reports whether the process is all but idle: GOMAXPROCS at least 4 and at most
-// two goroutines running or waiting to run. A waiter may spin then rather than park: the
-// core it takes is one nobody wants, and the wake-up it saves (a futex and a pass of the
-// scheduler, 5-20 µs on a many-core machine) is most of a small call's latency.
+// half of it less one goroutines running, waiting to run or in a system call (3 of 8), in
+// each of the last two readings (an instant between two bursts of a loaded process is not
+// quiet). A waiter may
+// spin then rather than park: the core it takes is one nobody wants, and the wake-up it
+// saves (a futex and a pass of the scheduler, 5-20 µs on a many-core machine) is most of a
+// small call's latency.
 func Quiet() bool {
 	if f := forced.Load(); f != 0 {
 		return f > 0
 	}
 	now := time.Now().UnixNano()
-	if maxProcs(now) < minQuietProcs { // never quiet: no need to read the rest
+	p := maxProcs(now)
+	if p < minQuietProcs { // never quiet: no need to read the rest
 		return false
 	}
-	b, _ := readAt(now)
-	return b <= quietBusy
+	refreshAt(now)
+	q := quietBusy(p)
+	return busy.Load() <= q && busyPrev.Load() <= q
 }
 
 // forced, when not 0, is Quiet's answer: 1 true, -1 false (ForceQuiet).
@@ -80,26 +94,24 @@ func ForceQuiet(quiet bool) (restore func()) {
 	return func() { forced.Store(old) }
 }
 
-// read returns the goroutines running and runnable and GOMAXPROCS (readAt).
-func read() (busyNow, procsNow int64) { return readAt(time.Now().UnixNano()) }
-
-// readAt is read at unix nanos now: the figures are read anew when the last reading is
-// older than refresh and no other goroutine is reading them.
-func readAt(now int64) (busyNow, procsNow int64) {
-	p := maxProcs(now)
-	if now-readNanos.Load() > int64(refresh) && mu.TryLock() {
-		metrics.Read(samples[:])
-		n := int64(0)
-		for _, s := range samples {
-			if s.Value.Kind() == metrics.KindUint64 { // a runtime without them: idle
-				n += int64(s.Value.Uint64())
-			}
-		}
-		busy.Store(n)
-		readNanos.Store(now)
-		mu.Unlock()
+// refreshAt reads the figures anew at unix nanos now when the last reading is older than
+// refresh and no other goroutine is reading them.
+func refreshAt(now int64) {
+	if now-readNanos.Load() <= int64(refresh) || !mu.TryLock() {
+		return
 	}
-	return busy.Load(), p
+	metrics.Read(samples[:])
+	var n [len(samples)]int64
+	for i, s := range samples {
+		if s.Value.Kind() == metrics.KindUint64 { // a runtime without it: none
+			n[i] = int64(s.Value.Uint64())
+		}
+	}
+	onPs.Store(n[0] + n[1])
+	busyPrev.Store(busy.Load())
+	busy.Store(n[0] + n[1] + n[2])
+	readNanos.Store(now)
+	mu.Unlock()
 }
 
 // maxProcs is GOMAXPROCS, read anew at unix nanos now when the last reading is older than
