@@ -9,8 +9,8 @@ import (
 )
 
 // TestBusyPollCalls: a caller whose process is quiet polls for the response to a small
-// call and gets it that way (Stats.Polled); never with BusyPoll off, nor while the
-// process is busy, nor for a large call.
+// call and gets it that way (Stats.Polled); never with BusyPoll off (zero, the default,
+// or negative), nor while the process is busy, nor for a large call.
 func TestBusyPollCalls(t *testing.T) {
 	for _, fb := range fabrics {
 		for _, tc := range []struct {
@@ -21,6 +21,7 @@ func TestBusyPollCalls(t *testing.T) {
 			wantPolled bool
 		}{
 			{"quiet, small calls", true, 20 * time.Millisecond, 64, true},
+			{"busy polling off by default", true, 0, 64, false},
 			{"busy polling off", true, -1, 64, false},
 			{"process busy", false, 20 * time.Millisecond, 64, false},
 			{"large calls", true, 20 * time.Millisecond, 8 << 10, false},

@@ -131,8 +131,9 @@ func (c *Conn) CallBuf(ctx context.Context, buf *pool.Buf) (*Response, error) {
 	return c.call(ctx, nil, nil, buf)
 }
 
-// busyPollCallMax is the largest request whose caller polls for its response: a larger
-// call's response is further away, and its copies want the cores (Config.BusyPoll).
+// busyPollCallMax is the largest request whose caller polls for its response
+// (Config.BusyPoll): a larger call's response is further away, and its copies want the
+// cores.
 const busyPollCallMax = 4 << 10
 
 // pollResponse polls for cl's response for up to Config.BusyPoll while the process is

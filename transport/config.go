@@ -149,14 +149,17 @@ type Config struct {
 	// cores to spare (see PollAdaptive); zero means it parks at once.
 	SpinTime time.Duration
 	// BusyPoll is how long a caller polls for its response before it parks, and how long
-	// a device's goroutines that wait for the wire poll it (verbs.BusyPoller: the soft TCP
-	// fabric's stream readers), while the process is quiet (idle: at least 4 Ps and at most
-	// two goroutines running, so one caller at a time on a many-core machine) and the call
-	// or the last frame is small (up to 4 KiB). There a park and wake-up costs 5-20 µs,
-	// most of a small call: measured with two processes on 16 cores (8 each), 64 B at one
-	// caller over soft TCP took 31.8 µs parking and 19.4 µs polling. Under load the process
-	// is not quiet and nothing polls; with fewer than 4 Ps nothing ever does. Zero means
-	// DefaultBusyPoll; negative turns it off.
+	// the goroutines that wait for the wire poll it (verbs.BusyPoller: the soft TCP
+	// fabric's stream readers; the shm fabric's ring readers, shm.Config.QuietSpin), while
+	// the process is quiet (idle.Quiet: at least 4 Ps, and at most half of them less one
+	// goroutines running, runnable or in system calls in two readings in a row) and the
+	// call or the last frame is small (up to 4 KiB). On a quiet many-core machine a park
+	// and wake-up costs 5-20 µs, most of a small call. Zero or negative, the default, never
+	// polls; 50 µs is about a small call's round trip. Measured with two processes on 16
+	// cores (8 each), 3 pairs of runs (docs/performance.md): 64 B at one caller 36.5 ->
+	// 33.2 µs over soft TCP and 22.6 -> 16.5 µs over shm, but 8% fewer calls at 64
+	// callers over soft TCP and 4-6% fewer over shm at 16 and 64, where the load's gaps
+	// still look quiet; hence off unless asked for. With fewer than 4 Ps nothing polls.
 	BusyPoll time.Duration
 	// Handlers bounds concurrently running handlers; zero means 256 × GOMAXPROCS. When
 	// all are busy a request is answered with StatusResourceExhausted.
@@ -263,9 +266,6 @@ const (
 	DefaultWindows        = 64
 	DefaultStreamWindow   = 4 << 20
 	DefaultInlineBudget   = 20 * time.Microsecond
-	// DefaultBusyPoll: a little over a small call's round trip between two running
-	// processes on one host (10-20 µs); the polls adapt below it (idle.Spinner).
-	DefaultBusyPoll = 50 * time.Microsecond
 	// DefaultSharedReceives: on the soft TCP fabric, 256 slots of 66 KiB (16.5 MiB per
 	// poller) hold four connections' full credit windows of 64 KiB messages at once, and
 	// any number of connections' usual traffic.
@@ -328,9 +328,6 @@ func (c Config) withDefaults(dev verbs.DeviceAttr) (Config, error) {
 	}
 	if c.MaxMessage == 0 {
 		c.MaxMessage = DefaultMaxMessage
-	}
-	if c.BusyPoll == 0 {
-		c.BusyPoll = DefaultBusyPoll
 	}
 	if c.Windows == 0 {
 		c.Windows = DefaultWindows

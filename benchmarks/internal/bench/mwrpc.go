@@ -51,6 +51,28 @@ func serveMwrpcTCP(ln net.Listener) (Server, error) {
 	return serveMwrpc(dev, ln), nil
 }
 
+// benchBusyPoll is the busy polling of mwrpc-poll and mwrpc-shm-poll
+// (transport.Config.BusyPoll): about a small call's round trip on a many-core machine.
+const benchBusyPoll = 50 * time.Microsecond
+
+// serveMwrpcPoll is serveMwrpcTCP with busy polling (mwrpc-poll).
+func serveMwrpcPoll(ln net.Listener) (Server, error) {
+	dev, err := soft.OpenTCP("bench-server")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	return serveMwrpc(dev, ln, rpc.WithTransport(transport.Config{BusyPoll: benchBusyPoll})), nil
+}
+
+// dialMwrpcPoll is dialMwrpcTCP with busy polling (mwrpc-poll).
+func dialMwrpcPoll(addr string, size, _ int) (Instance, error) {
+	dev, err := soft.OpenTCP("bench-client")
+	if err != nil {
+		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
+	}
+	return dialMwrpc(dev, addr, size, rpc.WithClientTransport(transport.Config{BusyPoll: benchBusyPoll}))
+}
+
 // serveMwrpcInline is serveMwrpcTCP with handlers run on the goroutine that reaps their
 // requests (the echo handler never blocks).
 func serveMwrpcInline(ln net.Listener) (Server, error) {

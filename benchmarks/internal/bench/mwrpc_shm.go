@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mwrpc/mwrpc/rpc"
+	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
@@ -41,13 +43,13 @@ const mwrpcSHMDesc = "mwrpc, soft provider over the shm fabric (two shared-memor
 const mwrpcSHMStreamDesc = "mwrpc-tcp's streams (the default 4 MiB stream window) over the shm fabric"
 
 // listenSHM listens at the shm socket of the harness's listener ln.
-func listenSHM(ln net.Listener) (net.Listener, error) {
+func listenSHM(ln net.Listener, cfg shm.Config) (net.Listener, error) {
 	path, err := sameHostSocket("mwrpc-shm", ln.Addr().String())
 	if err != nil {
 		return nil, err
 	}
 	_ = os.Remove(path) // left by a server process that was killed
-	return shm.Listen(path, shm.Config{})
+	return shm.Listen(path, cfg)
 }
 
 // shmTarget is the shm target of the harness's address addr.
@@ -59,8 +61,17 @@ func shmTarget(addr string) (string, error) {
 	return shm.Scheme + path, nil
 }
 
-func serveMwrpcSHM(ln net.Listener) (Server, error) {
-	sln, err := listenSHM(ln)
+func serveMwrpcSHM(ln net.Listener) (Server, error) { return serveMwrpcSHMWith(ln, transport.Config{}) }
+
+// serveMwrpcSHMPoll is serveMwrpcSHM with busy polling (mwrpc-shm-poll).
+func serveMwrpcSHMPoll(ln net.Listener) (Server, error) {
+	return serveMwrpcSHMWith(ln, transport.Config{BusyPoll: benchBusyPoll})
+}
+
+// serveMwrpcSHMWith serves mwrpc over shm with the transport configuration cfg, whose
+// BusyPoll the shm listener's readers take too (as rpc.Server.ListenAndServe does).
+func serveMwrpcSHMWith(ln net.Listener, cfg transport.Config) (Server, error) {
+	sln, err := listenSHM(ln, shm.Config{QuietSpin: cfg.BusyPoll})
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +79,7 @@ func serveMwrpcSHM(ln net.Listener) (Server, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("soft.OpenTCP: %w", err), sln.Close())
 	}
-	return &sameHostServer{Server: serveMwrpc(dev, sln), tcp: ln}, nil
+	return &sameHostServer{Server: serveMwrpc(dev, sln, rpc.WithTransport(cfg)), tcp: ln}, nil
 }
 
 func dialMwrpcSHM(addr string, size, conc int) (Instance, error) {
@@ -77,6 +88,15 @@ func dialMwrpcSHM(addr string, size, conc int) (Instance, error) {
 		return nil, err
 	}
 	return dialMwrpcTCP(target, size, conc)
+}
+
+// dialMwrpcSHMPoll is dialMwrpcSHM with busy polling (mwrpc-shm-poll).
+func dialMwrpcSHMPoll(addr string, size, conc int) (Instance, error) {
+	target, err := shmTarget(addr)
+	if err != nil {
+		return nil, err
+	}
+	return dialMwrpcPoll(target, size, conc)
 }
 
 // dialMwrpcSHMLent is dialMwrpcLent over shm (mwrpc-shm-lent).
@@ -89,7 +109,7 @@ func dialMwrpcSHMLent(addr string, size, conc int) (Instance, error) {
 }
 
 func serveMwrpcSHMStream(ln net.Listener) (Server, error) {
-	sln, err := listenSHM(ln)
+	sln, err := listenSHM(ln, shm.Config{})
 	if err != nil {
 		return nil, err
 	}

@@ -139,7 +139,7 @@ func FuzzHello(f *testing.F) {
 }
 
 // TestWaitSpinPick: a reader uses its long, quiet spinner only while the process is quiet
-// (idle.Quiet), and never when it has none (Config.Spin set).
+// (idle.Quiet), and never when it has none (Config.QuietSpin zero).
 func TestWaitSpinPick(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -147,8 +147,8 @@ func TestWaitSpinPick(t *testing.T) {
 		quiet     time.Duration
 		wantQuiet bool
 	}{
-		{"quiet, many cores", 8, QuietSpin, true},
-		{"too few cores", 2, QuietSpin, false},
+		{"quiet, many cores", 8, 100 * time.Microsecond, true},
+		{"too few cores", 2, 100 * time.Microsecond, false},
 		{"no quiet spinner", 8, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

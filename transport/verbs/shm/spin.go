@@ -7,8 +7,8 @@ import (
 )
 
 // waitSpin is one direction's spinning: its spinner, and a reader's second, longer one
-// (QuietSpin at most, with the default Config.Spin) that it uses while the process is
-// quiet (idle.Quiet: cores to spare, at most two goroutines running). There a round trip
+// (Config.QuietSpin at most) that it uses while the process is quiet (idle.Quiet: cores
+// to spare, few goroutines running). There a round trip
 // through a running peer takes 5-15 µs and a wake-up from sleep about as long again, so a
 // reader that sleeps after 20 µs sleeps on nearly every call; one that spins on an idle
 // core sees the answer as it lands. Both adapt alike, so a peer that answers slower than

@@ -13,7 +13,7 @@ import (
 
 // TestBusyPoll: a stream reader whose process is quiet polls its socket for the next frame
 // after a small one, and finds frames that way (Stats.BusyPolled); it never does with busy
-// polling off, nor while the process is busy, and after a large frame at most once (a
+// polling off (the default), nor while the process is busy, and after a large frame at most once (a
 // fresh link's first wait).
 func TestBusyPoll(t *testing.T) {
 	for _, tc := range []struct {
@@ -24,6 +24,7 @@ func TestBusyPoll(t *testing.T) {
 		wantPolled bool
 	}{
 		{"quiet, small frames", true, 20000, 64, true},
+		{"busy polling off by default", true, 0, 64, false},
 		{"busy polling off", true, -1, 64, false},
 		{"process busy", false, 20000, 64, false},
 		{"large frames", true, 20000, 8 << 10, false},

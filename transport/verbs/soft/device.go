@@ -118,35 +118,19 @@ type Device struct {
 	// readersReaping counts stream readers running a CQ's armed handler: while one does,
 	// posters send only with writes that never wait (QP.transmitTryOnce, cq.endDefer).
 	readersReaping atomic.Int32
-	// busyPoll is SetBusyPoll's budget in nanoseconds; 0: DefaultBusyPoll, negative: none.
+	// busyPoll is SetBusyPoll's budget in nanoseconds; 0 or less: none.
 	busyPoll atomic.Int64
 }
 
-// DefaultBusyPoll is how long a TCP fabric stream reader polls its socket for the next
-// frame before it parks, while its process is quiet (idle.Quiet: at least 4 Ps, at most
-// two goroutines running) and the last frame it read was small. Measured with two
-// processes on 16 cores (8 each), 64 B at one caller, with the caller polling for its
-// response as long (transport.Config.BusyPoll): 31.8 -> 19.4 µs a call (2 of 2
-// alternating pairs). The budget adapts (idle.Spinner): a link whose frames come further
-// apart soon polls for SpinFloor only.
-const DefaultBusyPoll = 50 * time.Microsecond
-
-// SetBusyPoll sets how long the stream readers of QPs connected from now on poll their
-// socket for the next frame while the process is quiet: zero means DefaultBusyPoll,
-// negative never. The transport sets it from its Config.BusyPoll.
+// SetBusyPoll sets how long the stream readers of QPs connected from now on (TCP fabric)
+// poll their socket for the next frame, after a small one, before they park, while the
+// process is quiet (idle.Quiet: at least 4 Ps, few goroutines running or in system
+// calls): zero or negative, the default, never. The budget fits itself to the waits
+// (idle.NewFitSpinner). The transport sets it from its Config.BusyPoll.
 func (d *Device) SetBusyPoll(budget time.Duration) { d.busyPoll.Store(int64(budget)) }
 
 // busyPollBudget is the budget a stream reader connected now gets.
-func (d *Device) busyPollBudget() time.Duration {
-	switch b := time.Duration(d.busyPoll.Load()); {
-	case b == 0:
-		return DefaultBusyPoll
-	case b < 0:
-		return 0
-	default:
-		return b
-	}
-}
+func (d *Device) busyPollBudget() time.Duration { return max(0, time.Duration(d.busyPoll.Load())) }
 
 type keyEntry struct {
 	mr *mr
