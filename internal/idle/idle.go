@@ -60,10 +60,9 @@ func Procs() int {
 // Quiet reports whether the process is all but idle: GOMAXPROCS at least 4 and at most
 // half of it less one goroutines running, waiting to run or in a system call (3 of 8), in
 // each of the last two readings (an instant between two bursts of a loaded process is not
-// quiet). A waiter may
-// spin then rather than park: the core it takes is one nobody wants, and the wake-up it
-// saves (a futex and a pass of the scheduler, 5-20 µs on a many-core machine) is most of a
-// small call's latency.
+// quiet). A waiter may spin then rather than park: the core it takes is one nobody wants,
+// and the wake-up it saves (a futex and a pass of the scheduler, 5-20 µs on a many-core
+// machine) is most of a small call's latency.
 func Quiet() bool {
 	if f := forced.Load(); f != 0 {
 		return f > 0
@@ -81,7 +80,8 @@ func Quiet() bool {
 // forced, when not 0, is Quiet's answer: 1 true, -1 false (ForceQuiet).
 var forced atomic.Int32
 
-// ForceQuiet makes Quiet answer quiet until the returned func is called. It is for tests
+// ForceQuiet makes Quiet answer quiet, whatever the process does, until the returned func
+// is called. It is for tests
 // of what waiters do when the process is quiet, which cannot make a test process quiet:
 // the test's own goroutines run beside the waiters, and on a 2-core machine GOMAXPROCS is
 // too small.

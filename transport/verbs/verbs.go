@@ -316,7 +316,7 @@ type MemoryPinner interface {
 
 // BusyPoller is implemented by devices whose own goroutines wait for the wire and can poll
 // it for a while before they park (the soft TCP fabric's stream readers): budget is how
-// long, for QPs connected from then on; zero means the device's default, negative never.
+// long, for QPs connected from then on; zero or negative, never.
 type BusyPoller interface {
 	SetBusyPoll(budget time.Duration)
 }

@@ -462,9 +462,10 @@ func flagThenCheck(waiter func() *atomic.Uint32, ready func() bool) func(uintptr
 }
 
 // await waits until ready: it polls for up to the budget of its direction's spinner for
-// this wait (waitSpin.pick), then sleeps on the doorbell b until check (made by flagThenCheck from the direction's
-// waiter flag and ready) reports ready, and clears the flag (awake, this side needs no
-// doorbell). It returns the doorbell's error: a deadline, or the connection closed.
+// this wait (waitSpin.pick), then sleeps on the doorbell b until check (made by
+// flagThenCheck from the direction's waiter flag and ready) reports ready, and clears the
+// flag (awake, this side needs no doorbell); the spinner learns how the wait went. It
+// returns the doorbell's error: a deadline, or the connection closed.
 func (c *Conn) await(ws *waitSpin, ready func() bool, b *bell, check func(uintptr) bool, waiter *atomic.Uint32) error {
 	var sp *idle.Spinner
 	var start time.Time

@@ -7,14 +7,13 @@ import (
 )
 
 // waitSpin is one direction's spinning: its spinner, and a reader's second, longer one
-// (Config.QuietSpin at most) that it uses while the process is quiet (idle.Quiet: cores
-// to spare, few goroutines running). There a round trip
-// through a running peer takes 5-15 µs and a wake-up from sleep about as long again, so a
-// reader that sleeps after 20 µs sleeps on nearly every call; one that spins on an idle
-// core sees the answer as it lands. Both adapt alike, so a peer that answers slower than
-// the long spin (a large copy) soon costs no more than before, and the quiet one fits
-// itself to the waits (idle.NewFitSpinner). Owned by the holder of the
-// direction's lock (rmu or wmu).
+// (Config.QuietSpin at most) that it uses while the process is quiet (idle.Quiet: cores to
+// spare, few goroutines running). There a round trip through a running peer takes 5-15 µs
+// and a wake-up from sleep about as long again, so a reader whose budget has halved below
+// its waits sleeps on nearly every call; one that spins on an idle core sees the answer as
+// it lands. The quiet spinner fits itself to the waits (idle.NewFitSpinner), so a peer
+// that answers slower than it (a large copy) soon costs no more than before. Owned by the
+// holder of the direction's lock (rmu or wmu).
 type waitSpin struct {
 	normal, quiet idle.Spinner
 }

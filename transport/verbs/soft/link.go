@@ -787,21 +787,16 @@ func (f *frameReader) fill(n int) error {
 		if f.wait != nil {
 			f.wait()
 		}
-		var polled time.Time
-		if f.have == f.off && f.poll != nil && f.lastLen <= busyPollFrameMax {
-			// Waiting for a frame, the last one small: on a quiet machine its successor
-			// is a few microseconds away, less than a park and wake-up costs.
-			m := 0
-			if m, polled = f.poll.read(f.rb[f.have:]); m > 0 {
-				f.have += m
-				continue
-			}
+		polled, from := f.pollNext()
+		if polled > 0 {
+			f.have += polled
+			continue
 		}
 		probe.Mark(probe.Read)
 		m, err := f.r.Read(f.rb[f.have:])
 		probe.MarkN(probe.ReadDone, uint32(m))
 		if f.poll != nil {
-			f.poll.lost(polled)
+			f.poll.lost(from)
 		}
 		f.have += m
 		if err != nil && f.have-f.off < n {
@@ -812,6 +807,17 @@ func (f *frameReader) fill(n int) error {
 		}
 	}
 	return nil
+}
+
+// pollNext polls the stream for the next frame where busy polling may (Device.SetBusyPoll):
+// waiting for a frame's first byte, the last one small, on a quiet machine, where the next
+// is a few microseconds away, less than a park and wake-up costs. It returns what it read
+// into rb, and when it began polling in vain (zero: it did not poll).
+func (f *frameReader) pollNext() (int, time.Time) {
+	if f.have != f.off || f.poll == nil || f.lastLen > busyPollFrameMax {
+		return 0, time.Time{}
+	}
+	return f.poll.read(f.rb[f.have:])
 }
 
 // busyPollFrameMax is the largest last frame after which a reader polls for the next: a
