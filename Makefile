@@ -38,7 +38,7 @@ STATICCHECK         := $(BIN)/staticcheck
 
 # Packages tested with the race detector: the concurrent ones. Patterns whose directory does
 # not exist yet are dropped, so the list can name packages that are still being written.
-RACE_DIRS     := transport pool codec rpc mwnet examples internal/parcopy
+RACE_DIRS     := transport pool codec rpc mwnet examples internal/parcopy internal/idle
 RACE_PATTERNS := $(strip $(foreach d,$(RACE_DIRS),$(if $(wildcard $(d)/.),./$(d)/...)))
 TEST_TIMEOUT  := 15m
 
