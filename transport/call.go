@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"time"
 
 	"github.com/mwrpc/mwrpc/internal/idle"
 	"github.com/mwrpc/mwrpc/internal/parcopy"
@@ -146,18 +145,10 @@ func (c *Conn) pollResponse(cl *call) {
 	if budget <= 0 || !idle.Quiet() {
 		return
 	}
-	start := time.Now()
-	for {
-		for range 16 { // a clock read and Quiet cost a few yields
-			runtime.Gosched()
-			if len(cl.done) > 0 {
-				c.hot.polled.Add(1)
-				return
-			}
-		}
-		if time.Since(start) > budget || !idle.Quiet() {
-			return
-		}
+	// Each poll yields first: the caller keeps no P from goroutines that have work. A
+	// clock read and Quiet cost a few yields: one per 16.
+	if _, ok := idle.Poll(budget, 16, true, func() bool { runtime.Gosched(); return len(cl.done) > 0 }); ok {
+		c.hot.polled.Add(1)
 	}
 }
 

@@ -1,6 +1,9 @@
 package idle
 
-import "time"
+import (
+	"runtime"
+	"time"
+)
 
 // Spinner is a spin budget (max at most) adapted to what spinning achieves: a spin that
 // ends with what it waited for doubles the next budget, one that ends in sleep halves it.
@@ -47,4 +50,23 @@ func (s *Spinner) Lost(waited time.Duration) {
 		return
 	}
 	s.cur = max(min(s.max, SpinFloor), s.cur/2)
+}
+
+// Poll calls ready until it reports true, for at most budget, and reports whether it did
+// and when it began. It reads the clock once every every calls and yields the P there, so
+// that the goroutine that will make ready true may run on it; with whileQuiet it also
+// stops once the process is no longer Quiet.
+func Poll(budget time.Duration, every int, whileQuiet bool, ready func() bool) (start time.Time, ok bool) {
+	start = time.Now()
+	for {
+		for range every {
+			if ready() {
+				return start, true
+			}
+		}
+		if time.Since(start) > budget || whileQuiet && !Quiet() {
+			return start, false
+		}
+		runtime.Gosched()
+	}
 }

@@ -49,3 +49,21 @@ func TestSpinner(t *testing.T) {
 		})
 	}
 }
+
+// TestPoll: Poll returns once ready does, gives up after its budget, and, while quiet
+// only, gives up as soon as the process is not quiet.
+func TestPoll(t *testing.T) {
+	calls := 0
+	if _, ok := Poll(time.Second, 4, false, func() bool { calls++; return calls == 10 }); !ok || calls != 10 {
+		t.Fatalf("Poll with ready true at the 10th call: ok %v after %d calls, want true after 10", ok, calls)
+	}
+	start, ok := Poll(time.Millisecond, 4, false, func() bool { return false })
+	if waited := time.Since(start); ok || waited < time.Millisecond {
+		t.Fatalf("Poll never ready, 1 ms budget: ok %v after %v, want false after at least 1 ms", ok, waited)
+	}
+	defer ForceQuiet(false)()
+	calls = 0
+	if _, ok := Poll(time.Minute, 4, true, func() bool { calls++; return false }); ok || calls != 4 {
+		t.Fatalf("Poll while quiet, process busy: ok %v after %d calls, want false after one round of 4", ok, calls)
+	}
+}

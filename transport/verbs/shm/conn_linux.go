@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -467,22 +466,16 @@ func flagThenCheck(waiter func() *atomic.Uint32, ready func() bool) func(uintptr
 // flag (awake, this side needs no doorbell); the spinner learns how the wait went. It
 // returns the doorbell's error: a deadline, or the connection closed.
 func (c *Conn) await(ws *waitSpin, ready func() bool, b *bell, check func(uintptr) bool, waiter *atomic.Uint32) error {
-	var sp *idle.Spinner
 	var start time.Time
-	if sp = ws.pick(); sp.Budget() > 0 {
-		budget := sp.Budget()
-		start = time.Now()
-		for {
-			for range 64 { // a clock read costs more than a poll: one per 64
-				if ready() {
-					sp.Won()
-					return nil
-				}
-			}
-			if time.Since(start) > budget {
-				break
-			}
-			runtime.Gosched() // the goroutine that will write may be this process's
+	sp := ws.pick()
+	if sp.Budget() > 0 {
+		// A clock read costs more than a poll: one per 64. The goroutine that will write
+		// may be this process's: Poll yields between. The quiet spin stops when the
+		// process is no longer quiet.
+		var ok bool
+		if start, ok = idle.Poll(sp.Budget(), 64, sp == &ws.quiet, ready); ok {
+			sp.Won()
+			return nil
 		}
 	}
 	c.sleeps.Add(1)

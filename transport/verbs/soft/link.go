@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -842,20 +841,16 @@ func (p *busyPoll) read(b []byte) (int, time.Time) {
 	if !idle.Quiet() {
 		return 0, time.Time{}
 	}
-	start := time.Now()
-	for {
-		for range 4 { // a clock read and Quiet cost about what a read of nothing does
-			if m := p.now.read(b); m > 0 {
-				p.spin.Won()
-				p.polled.Add(1)
-				return m, time.Time{}
-			}
-		}
-		if time.Since(start) > p.spin.Budget() || !idle.Quiet() {
-			return 0, start
-		}
-		runtime.Gosched() // the caller this reader just woke may be waiting for this P
+	// A clock read and Quiet cost about what a read of nothing does: one per 4 reads. The
+	// caller this reader just woke may be waiting for this P: Poll yields between.
+	m := 0
+	start, ok := idle.Poll(p.spin.Budget(), 4, true, func() bool { m = p.now.read(b); return m > 0 })
+	if !ok {
+		return 0, start
 	}
+	p.spin.Won()
+	p.polled.Add(1)
+	return m, time.Time{}
 }
 
 // lost reports a wait that polling did not end, begun at start (zero: none).
