@@ -117,7 +117,7 @@ const sharedConnID = 0
 // this poller's CQ: it commits n entries for them.
 func (p *poller) openShared(n int) error {
 	t := p.t
-	srq, err := verbs.CreateSRQ(t.pd, verbs.SRQAttr{MaxWR: n, MaxSGE: 1})
+	srq, err := verbs.CreateSRQ(t.pd, verbs.SRQAttr{MaxWR: n, MaxSGE: 1, AnyOrder: true})
 	if err != nil {
 		return fmt.Errorf("shared receives: %w", err)
 	}

@@ -187,12 +187,20 @@ type ErrorNotifier interface {
 type SRQAttr struct {
 	MaxWR  int // receives the queue holds
 	MaxSGE int // scatter/gather elements per receive
+	// AnyOrder says the consumer finds each receive by its completion's WRID and never
+	// relies on post order, so the provider may hand out the most recently posted receive
+	// first: a buffer posted again just after its last message was handled is still in the
+	// CPU's caches when the next message lands in it, where in post order a queue of 256
+	// large buffers cycles through megabytes that the caches no longer hold. The soft
+	// provider does so; the others ignore it (devices consume in post order).
+	AnyOrder bool
 }
 
 // SRQ is a shared receive queue (ibv_srq): one pool of receives that any number of RC
 // queue pairs of its PD consume, so that a server's receive buffers do not grow with its
 // connections. A SEND (or SEND_WITH_IMM, SEND_WITH_INV, WRITE_WITH_IMM) arriving on an
-// attached QP takes the oldest receive posted to the SRQ, whichever QP it comes for; the
+// attached QP takes the oldest receive posted to the SRQ (or, created with AnyOrder, any
+// of them), whichever QP it comes for; the
 // completion goes to that QP's receive CQ and names it in QPNum. When the SRQ is empty the
 // QP answers with an RNR NAK, as it would with an empty receive queue of its own.
 //

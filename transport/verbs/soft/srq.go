@@ -14,7 +14,9 @@ const (
 )
 
 // srq is a shared receive queue: a ring of receives, consumed in post order by the
-// responders of every QP attached to it (rxe's get_srq_wqe). Its own mutex keeps the QPs'
+// responders of every QP attached to it (rxe's get_srq_wqe), or, created with AnyOrder,
+// newest first: a stack, so that a receive posted again at once is the next one taken
+// while its buffer is still in the caches. Its own mutex keeps the QPs'
 // readers from contending on anything else; a responder takes it inside its QP's mu.
 type srq struct {
 	dev    *Device
@@ -109,19 +111,25 @@ func (s *srq) post(wr *verbs.RecvWR) error {
 	return nil
 }
 
-// take moves the oldest receive into dst (whose sges it reuses) and reports whether there
-// was one. The copy frees the slot at once: a poster may fill it while the taker places
-// the payload.
+// take moves the oldest receive (with AnyOrder, the newest) into dst (whose sges it
+// reuses) and reports whether there was one. The copy frees the slot at once: a poster may
+// fill it while the taker places the payload.
 func (s *srq) take(dst *rwqe) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.head == s.tail {
 		return false
 	}
-	r := &s.ring[s.head%uint64(len(s.ring))]
+	var r *rwqe
+	if s.attr.AnyOrder {
+		s.tail--
+		r = &s.ring[s.tail%uint64(len(s.ring))]
+	} else {
+		r = &s.ring[s.head%uint64(len(s.ring))]
+		s.head++
+	}
 	dst.wrid = r.wrid
 	dst.sges = append(dst.sges[:0], r.sges...)
-	s.head++
 	if s.limit > 0 && s.tail-s.head < s.limit {
 		s.limit = 0 // one event per arming, as IBV_EVENT_SRQ_LIMIT_REACHED
 		select {

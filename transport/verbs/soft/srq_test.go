@@ -2,6 +2,7 @@ package soft
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -302,6 +303,71 @@ func TestNotifyError(t *testing.T) {
 			srv.close(t)
 			cli.qp, _ = cli.pd.CreateQP(verbs.QPInitAttr{SendCQ: cli.cq, RecvCQ: cli.cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 			cli.close(t)
+		})
+	}
+}
+
+// TestSRQTakeOrder: an SRQ hands out its receives in post order, and one created with
+// AnyOrder newest first (a stack), in either case each posted receive exactly once, across
+// wrap-around of its ring, with the limit event on both.
+func TestSRQTakeOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		anyOrder bool
+		want     []uint64
+	}{
+		{"post order", false, []uint64{0, 1, 2, 3, 4, 5, 6, 7}},
+		{"any order", true, []uint64{3, 2, 5, 4, 7, 6, 1, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const depth = 4
+			s := &srq{attr: verbs.SRQAttr{MaxWR: depth, MaxSGE: 1, AnyOrder: tc.anyOrder}, ring: make([]rwqe, depth), limitCh: make(chan struct{}, 1)}
+			next := uint64(0)
+			post := func(k int) {
+				t.Helper()
+				for range k {
+					if err := s.PostRecv([]verbs.RecvWR{{WRID: next, SGL: []verbs.SGE{{Length: 64}}}}); err != nil {
+						t.Fatal(err)
+					}
+					next++
+				}
+			}
+			var got []uint64
+			take := func(k int) {
+				t.Helper()
+				for range k {
+					var r rwqe
+					if !s.take(&r) {
+						t.Fatalf("take found no receive after %v", got)
+					}
+					if len(r.sges) != 1 || r.sges[0].Length != 64 {
+						t.Fatalf("receive %d came with SGEs %v", r.wrid, r.sges)
+					}
+					got = append(got, r.wrid)
+				}
+			}
+			post(depth) // 0-3: full
+			if err := s.PostRecv([]verbs.RecvWR{{WRID: 99}}); !errors.Is(err, verbs.ErrQueueFull) {
+				t.Fatalf("post to a full SRQ: %v, want ErrQueueFull", err)
+			}
+			take(2)
+			post(2) // 4, 5: the ring wraps
+			must(t, s.ArmLimit(3))
+			take(2)
+			select {
+			case <-s.limitCh:
+			default:
+				t.Fatal("no limit event once fewer than 3 receives remained")
+			}
+			post(2) // 6, 7
+			take(4)
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("receives taken in order %v, want %v", got, tc.want)
+			}
+			var r rwqe
+			if s.take(&r) {
+				t.Fatalf("take found receive %d in an empty SRQ", r.wrid)
+			}
 		})
 	}
 }
