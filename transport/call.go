@@ -115,17 +115,15 @@ func (c *Conn) copyRegistered(ctx context.Context, p []byte, what string) (*pool
 }
 
 // CallBuf is Call with a request built in registered memory: buf (its Len bytes) is sent
-// without a copy, through a window when it is above the eager threshold. CallBuf takes
-// ownership of buf, which returns to the pool once the server has it.
+// without a copy: inside the SEND, gathered behind the header in the send slot, up to the
+// eager threshold, and through a window above it. CallBuf takes ownership of buf, which
+// returns to the pool once the server has it (the SEND completed, or the window was
+// revoked).
 func (c *Conn) CallBuf(ctx context.Context, buf *pool.Buf) (*Response, error) {
 	if buf.Len() > c.maxSend {
 		n := buf.Len()
 		buf.Release()
 		return nil, fmt.Errorf("mwrpc: request of %d bytes (max %d): %w", n, c.maxSend, ErrTooLarge)
-	}
-	if buf.Len() <= c.eager {
-		defer buf.Release()
-		return c.call(ctx, buf.Bytes(), nil, nil)
 	}
 	return c.call(ctx, nil, nil, buf)
 }
@@ -152,26 +150,28 @@ func (c *Conn) pollResponse(cl *call) {
 	}
 }
 
-// call sends a request, eager then tail inside the SEND, or large through a window, and
-// waits for its response.
-func (c *Conn) call(ctx context.Context, eager, tail []byte, large *pool.Buf) (*Response, error) {
+// call sends a request, eager then tail inside the SEND, or buf, which call owns: inside
+// the SEND up to the eager threshold (gathered), else through a window. It waits for the
+// response.
+func (c *Conn) call(ctx context.Context, eager, tail []byte, buf *pool.Buf) (*Response, error) {
+	large := buf != nil && buf.Len() > c.eager
 	if probe.Enabled {
-		probe.MarkN(probe.Call, b2u(large != nil))
+		probe.MarkN(probe.Call, b2u(large))
 	}
 	c.hot.calls.Add(1)
 	cl, err := c.register()
 	if err != nil {
-		if large != nil {
-			large.Release()
+		if buf != nil {
+			buf.Release()
 		}
 		return nil, err
 	}
 
 	h := wire.Header{Kind: wire.KindRequest, CallID: cl.id}
-	if large != nil {
-		err = c.sendLarge(ctx, &h, large, revoke{}, sendWait)
+	if large {
+		err = c.sendLarge(ctx, &h, buf, revoke{}, sendWait)
 	} else {
-		_, err = c.sendParts(ctx, &h, eager, tail, nil, revoke{}, sendWait)
+		_, err = c.sendParts(ctx, &h, eager, tail, buf, nil, revoke{}, sendWait)
 	}
 	if err != nil {
 		if c.forgetCall(cl) {
@@ -183,7 +183,7 @@ func (c *Conn) call(ctx context.Context, eager, tail []byte, large *pool.Buf) (*
 		}
 		return nil, err
 	}
-	if large == nil && len(eager)+len(tail) <= busyPollCallMax {
+	if buf == nil && len(eager)+len(tail) <= busyPollCallMax {
 		c.pollResponse(cl)
 	}
 	select {

@@ -125,7 +125,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	nsend, nread, sendWR, recvWR := queueSizes(cfg, peer)
 	var err error
 	c.qp, err = t.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, SRQ: p.srq, Cap: verbs.QPCap{
-		MaxSendWR: sendWR, MaxRecvWR: recvWR, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		MaxSendWR: sendWR, MaxRecvWR: recvWR, MaxSendSGE: 2, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, fmt.Errorf("mwrpc: create QP: %w", err)
 	}
@@ -418,9 +418,8 @@ func (c *Conn) releaseAll() {
 		}
 	}
 	for _, s := range c.out.slots {
-		if s != nil && s.buf != nil && !s.filling {
-			s.buf.Release()
-			s.buf = nil
+		if s != nil && !s.filling {
+			s.release()
 		}
 	}
 	for _, r := range c.rd.ops {

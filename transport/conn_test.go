@@ -590,6 +590,12 @@ func TestMaxCallsPerConn(t *testing.T) {
 func dialPair(t *testing.T, scfg, ccfg Config) (*Transport, *Conn) {
 	t.Helper()
 	cdev, sdev := fabrics[0].open(t)
+	return dialPairOn(t, cdev, sdev, scfg, ccfg)
+}
+
+// dialPairOn is dialPair on the devices given.
+func dialPairOn(t *testing.T, cdev, sdev verbs.Device, scfg, ccfg Config) (*Transport, *Conn) {
+	t.Helper()
 	server, err := New(sdev, echo, scfg)
 	if err != nil {
 		t.Fatal(err)

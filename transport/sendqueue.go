@@ -50,9 +50,13 @@ type sendQueue struct {
 const smallSendSlot = 4 << 10
 
 type sendSlot struct {
-	buf     *pool.Buf
+	buf *pool.Buf
+	// body, when set, is a registered buffer the SEND gathers behind what buf holds (a
+	// request built in Client.Buffer's memory, Conn.CallBuf): the slot owns it until the
+	// SEND completes (freeSendLocked) or the connection is torn down.
+	body    *pool.Buf
 	wrs     [3]verbs.SendWR // up to two work requests before the SEND: a bind, a WRITE
-	sge     [1]verbs.SGE
+	sge     [2]verbs.SGE
 	filling bool // c.mu: a sender is writing and posting it; teardown leaves it to the sender
 	done    bool // c.mu: its SEND completed while its sender was still filling: the sender frees it
 }
@@ -176,18 +180,22 @@ func (q *sendQueue) spendLocked(mode sendMode) {
 // peer window with SEND_WITH_INV; when it has none, a pending revocation rides along. It
 // reports whether the message was posted: if not, pre was not either.
 func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, pre []verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
-	return c.sendParts(ctx, h, payload, nil, pre, rv, mode)
+	return c.sendParts(ctx, h, payload, nil, nil, pre, rv, mode)
 }
 
 // sendParts is send with a payload in two parts, head then tail, copied one behind the
 // other into the send slot (together at most c.eager bytes): an rpc envelope and the
-// caller's body, with no copy to join them first.
-func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []byte, pre []verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
+// caller's body, with no copy to join them first. A body in registered memory, which
+// sendParts owns from here on, follows them without a copy: the SEND gathers it
+// (together at most c.eager bytes).
+func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []byte, body *pool.Buf, pre []verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
 	if !c.ready.Load() {
 		if mode == sendTry || mode == sendControl {
+			releaseBody(body)
 			return false, errNoCredit // queued; flushed once the connection is ready
 		}
 		if err := c.waitReady(ctx); err != nil {
+			releaseBody(body)
 			return false, err
 		}
 	}
@@ -195,6 +203,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	i, s, err := c.takeSendLocked(ctx, len(payload)+len(tail), mode)
 	if err != nil {
 		c.mu.Unlock()
+		releaseBody(body)
 		return false, c.sendFailed(err, mode)
 	}
 	// A revocation leaves only within half the lease of the window's announcement, judged
@@ -206,6 +215,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 			c.out.refundLocked(i, mode)
 			s.filling = false
 			c.mu.Unlock()
+			releaseBody(body)
 			return false, errLate
 		}
 		rv = revoke{}
@@ -214,7 +224,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	alone := len(c.calls.byID) <= 1 // see boundedPoster
 	c.mu.Unlock()
 
-	wrs := c.fillSlot(i, s, h, payload, tail, pre, inv)
+	wrs := c.fillSlot(i, s, h, payload, tail, body, pre, inv)
 	if probe.Enabled {
 		probe.MarkN(probe.Post, uint32(h.Kind)|uint32(b2u(inv != 0))<<8)
 	}
@@ -289,6 +299,23 @@ func (c *Conn) sizeSlotLocked(i, need int) (*sendSlot, error) {
 	return s, nil
 }
 
+// release gives back the slot's buffers, its own and a gathered body. c.mu is held.
+func (s *sendSlot) release() {
+	if s.buf != nil {
+		s.buf.Release()
+		s.buf = nil
+	}
+	releaseBody(s.body)
+	s.body = nil
+}
+
+// releaseBody releases a gathered body that no slot took, if there is one.
+func releaseBody(body *pool.Buf) {
+	if body != nil {
+		body.Release()
+	}
+}
+
 // sendFailed turns why a send could not take a slot into its error, failing the connection
 // where the peer would otherwise wait forever. Conn.mu is not held.
 func (c *Conn) sendFailed(err error, mode sendMode) error {
@@ -323,22 +350,32 @@ func (c *Conn) stampLocked(h *wire.Header, rv revoke) uint32 {
 // fillSlot writes h, payload and tail into send slot i and returns the work requests to
 // post: pre, then the SEND (a SEND_WITH_INV when inv is set). The slot is the caller's
 // (filling): no lock is needed.
-func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload, tail []byte, pre []verbs.SendWR, inv uint32) []verbs.SendWR {
+func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload, tail []byte, body *pool.Buf, pre []verbs.SendWR, inv uint32) []verbs.SendWR {
+	gathered := 0
+	if body != nil {
+		gathered = body.Len()
+	}
 	if h.Flags&(wire.FlagLarge|wire.FlagWritten|wire.FlagPushed) == 0 && h.Kind != wire.KindGrant {
-		h.Len = uint32(len(payload) + len(tail))
+		h.Len = uint32(len(payload) + len(tail) + gathered)
 	}
 	b := s.buf.Bytes()[:cap(s.buf.Bytes())]
 	wire.PutHeader(b, h)
 	n := copy(b[wire.HeaderLen:], payload)
 	n += copy(b[wire.HeaderLen+n:], tail)
 	c.hot.sends.Add(1)
-	if n > 0 {
-		c.hot.eagerBytes.Add(uint64(n))
+	if n+gathered > 0 {
+		c.hot.eagerBytes.Add(uint64(n + gathered))
 	}
 	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(wire.HeaderLen + n), LKey: s.buf.LKey()}
+	sgl := s.sge[:1]
+	if body != nil {
+		s.body = body
+		s.sge[1] = verbs.SGE{Addr: body.Addr(), Length: uint32(gathered), LKey: body.LKey()}
+		sgl = s.sge[:2]
+	}
 	last := len(s.wrs) - 1
 	wr := &s.wrs[last]
-	*wr = verbs.SendWR{WRID: wrid(wrSend, c.id, i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: s.sge[:]}
+	*wr = verbs.SendWR{WRID: wrid(wrSend, c.id, i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: sgl}
 	if inv != 0 {
 		wr.Opcode, wr.InvalidateRKey = verbs.WRSendWithInv, inv
 	}
@@ -357,9 +394,8 @@ func (c *Conn) postedSlot(i int, s *sendSlot) {
 		s.done = false
 		flush = c.freeSendLocked(i)
 	}
-	if c.torn && s.buf != nil { // torn down meanwhile: the slot is ours to release
-		s.buf.Release()
-		s.buf = nil
+	if c.torn { // torn down meanwhile: the slot is ours to release
+		s.release()
 	}
 	if flush && !c.out.dirty { // what waited for a free slot is the poller's to send
 		c.out.dirty = true
@@ -403,6 +439,10 @@ func (c *Conn) onSent(i int) {
 // freeSendLocked returns send slot i to the free ones and wakes who waits for one; it
 // reports whether queued control messages may go now. c.mu is held.
 func (c *Conn) freeSendLocked(i int) bool {
+	if s := c.out.slots[i]; s != nil && s.body != nil { // the SEND that gathered it is done
+		s.body.Release()
+		s.body = nil
+	}
 	c.out.free = append(c.out.free, i)
 	flush := len(c.out.ctrl) > 0 || c.out.stalled || c.owesCredits() // a free send slot may be what they waited for
 	c.out.stalled = false

@@ -208,7 +208,7 @@ func (w *ResponseWriter) write(status Code, payload, tail []byte) error {
 		return errors.Join(fmt.Errorf("mwrpc: response of %d bytes (max %d): %w", len(payload), c.maxSend, ErrTooLarge), err)
 	}
 	if len(payload)+len(tail) <= c.eager {
-		_, err := c.sendParts(ctx, &h, payload, tail, nil, sc.inv, mode)
+		_, err := c.sendParts(ctx, &h, payload, tail, nil, nil, sc.inv, mode)
 		return err
 	}
 	buf := w.buf
