@@ -3,8 +3,12 @@ package transport
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"testing"
 	"time"
+
+	"github.com/mwrpc/mwrpc/pool"
 )
 
 // TestCallBufGathered: a request built in registered memory (CallBuf) up to the eager
@@ -19,16 +23,7 @@ func TestCallBufGathered(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			for _, size := range []int{1, 100, smallSendSlot, c.eager} {
-				buf, err := c.t.pool.Get(ctx, size)
-				if err != nil {
-					t.Fatal(err)
-				}
-				buf.SetLen(size)
-				want := buf.Bytes()
-				for i := range want {
-					want[i] = byte(i*7 + size)
-				}
-				want = bytes.Clone(want)
+				buf, want := fillBuf(ctx, t, c, size)
 				resp, err := c.CallBuf(ctx, buf)
 				if err != nil {
 					t.Fatalf("CallBuf of %d bytes: %v", size, err)
@@ -38,31 +33,95 @@ func TestCallBufGathered(t *testing.T) {
 				}
 				resp.Release()
 			}
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-				c.mu.Lock()
-				held, grown := 0, 0
-				for _, s := range c.out.slots {
-					if s == nil {
-						continue
-					}
-					if s.body != nil {
-						held++
-					}
-					if s.buf != nil && s.buf.Cap() > smallSendSlot+64 {
-						grown++
-					}
+			checkGathered(t, c)
+		})
+	}
+}
+
+// fillBuf takes a pool buffer of size bytes from c's transport and fills it with a
+// pattern; it returns the buffer and a copy of its bytes.
+func fillBuf(ctx context.Context, t *testing.T, c *Conn, size int) (*pool.Buf, []byte) {
+	t.Helper()
+	buf, err := c.t.pool.Get(ctx, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf.SetLen(size)
+	b := buf.Bytes()
+	for i := range b {
+		b[i] = byte(i*7 + size)
+	}
+	return buf, bytes.Clone(b)
+}
+
+// checkGathered fails if a send slot of c grew past smallSendSlot (a message in
+// registered memory was copied into it) or still holds a gathered buffer after 5 s.
+func checkGathered(t *testing.T, c *Conn) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		held, grown := 0, 0
+		for _, s := range c.out.slots {
+			if s == nil {
+				continue
+			}
+			if s.body != nil {
+				held++
+			}
+			if s.buf != nil && s.buf.Cap() > smallSendSlot+64 {
+				grown++
+			}
+		}
+		c.mu.Unlock()
+		if grown > 0 {
+			t.Fatalf("%d send slots grew past %d bytes: a message in registered memory was copied into its slot", grown, smallSendSlot)
+		}
+		if held == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d send slots still hold their gathered message after 5 s", held)
+		}
+	}
+}
+
+// TestStreamSendBufGathered: a stream message built in registered memory (SendBuf) up
+// to the eager threshold leaves gathered, as CallBuf's request does.
+func TestStreamSendBufGathered(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			e := newEnv(t, fb, streamEcho, Config{StreamWindow: 256 << 10})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := e.conn.OpenStream(ctx, []byte("echo"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			sizes := []int{1, 100, smallSendSlot, e.conn.eager}
+			for _, size := range sizes {
+				buf, want := fillBuf(ctx, t, e.conn, size)
+				if err := st.SendBuf(ctx, buf); err != nil {
+					t.Fatalf("SendBuf of %d bytes: %v", size, err)
 				}
-				c.mu.Unlock()
-				if grown > 0 {
-					t.Fatalf("%d send slots grew past %d bytes: a request in registered memory was copied into its slot", grown, smallSendSlot)
+				m, err := st.Recv(ctx)
+				if err != nil {
+					t.Fatalf("echo of %d bytes: %v", size, err)
 				}
-				if held == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%d send slots still hold their gathered request after 5 s", held)
+				if !bytes.Equal(m, want) {
+					t.Fatalf("echo of %d bytes: %d bytes, not what was sent", size, len(m))
 				}
 			}
+			if err := st.CloseSend(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(ctx); err != io.EOF {
+				t.Fatalf("after the last message: %v, want io.EOF", err)
+			}
+			if status, p, ok := st.Final(); !ok || status != StatusOK || string(p) != fmt.Sprintf("echo:%d", len(sizes)) {
+				t.Fatalf("final: %d %q %v", status, p, ok)
+			}
+			checkGathered(t, e.conn)
 		})
 	}
 }

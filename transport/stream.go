@@ -204,22 +204,20 @@ func (s *Stream) Send(ctx context.Context, p []byte) error {
 }
 
 // SendBuf is Send of a message built in registered memory: buf (its Len bytes) is sent
-// without a copy. SendBuf takes ownership of buf.
+// without a copy, gathered into its SEND up to the eager threshold and through a window
+// above it. SendBuf takes ownership of buf.
 func (s *Stream) SendBuf(ctx context.Context, buf *pool.Buf) error {
 	if buf.Len() > s.c.maxSend {
 		n := buf.Len()
 		buf.Release()
 		return fmt.Errorf("mwrpc: stream message of %d bytes (max %d): %w", n, s.c.maxSend, ErrTooLarge)
 	}
-	if buf.Len() <= s.c.eager {
-		defer buf.Release()
-		return s.send(ctx, buf.Bytes(), nil)
-	}
 	return s.send(ctx, nil, buf)
 }
 
-func (s *Stream) send(ctx context.Context, eager []byte, large *pool.Buf) error {
-	return s.sendKind(ctx, eager, large, 0)
+// send sends eager (copied into the SEND) or buf, which it owns (see SendBuf).
+func (s *Stream) send(ctx context.Context, eager []byte, buf *pool.Buf) error {
+	return s.sendKind(ctx, eager, buf, 0)
 }
 
 // streamHeaderStatus marks a header message in a KindStreamMsg's status field.
@@ -241,15 +239,13 @@ func (s *Stream) SendHeader(ctx context.Context, p []byte) error {
 	return s.sendKind(ctx, nil, buf, streamHeaderStatus)
 }
 
-func (s *Stream) sendKind(ctx context.Context, eager []byte, large *pool.Buf, status uint16) error {
+func (s *Stream) sendKind(ctx context.Context, eager []byte, buf *pool.Buf, status uint16) error {
 	n := len(eager)
-	if large != nil {
-		n = large.Len()
+	if buf != nil {
+		n = buf.Len()
 	}
 	if err := s.reserve(ctx, n); err != nil {
-		if large != nil {
-			large.Release()
-		}
+		releaseBody(buf)
 		return err
 	}
 	h := s.header(wire.KindStreamMsg)
@@ -258,21 +254,22 @@ func (s *Stream) sendKind(ctx context.Context, eager []byte, large *pool.Buf, st
 	if !s.caller {
 		mode = sendResponse // a handler waits for a credit at most CreditTimeout
 	}
-	if large != nil {
-		return s.c.sendLarge(ctx, &h, large, revoke{}, mode) // its rkey field is the window's
+	if buf != nil && buf.Len() > s.c.eager {
+		return s.c.sendLarge(ctx, &h, buf, revoke{}, mode) // its rkey field is the window's
 	}
-	return s.sendWithAck(ctx, &h, eager, mode)
+	return s.sendWithAck(ctx, &h, eager, buf, mode)
 }
 
-// sendWithAck sends an eager stream message with what this side consumed and has not
-// acknowledged riding in its rkey field. An ack taken for a message that could not go
-// (a deadline while waiting for a credit) is sent alone: the peer may be waiting for it.
-func (s *Stream) sendWithAck(ctx context.Context, h *wire.Header, eager []byte, mode sendMode) error {
+// sendWithAck sends an eager stream message, eager copied or body gathered (which it
+// owns), with what this side consumed and has not acknowledged riding in its rkey field.
+// An ack taken for a message that could not go (a deadline while waiting for a credit) is
+// sent alone: the peer may be waiting for it.
+func (s *Stream) sendWithAck(ctx context.Context, h *wire.Header, eager []byte, body *pool.Buf, mode sendMode) error {
 	s.mu.Lock()
 	ack := s.takeAckLocked()
 	s.mu.Unlock()
 	h.RKey = uint32(ack)
-	_, err := s.c.send(ctx, h, eager, nil, revoke{}, mode)
+	_, err := s.c.sendParts(ctx, h, eager, nil, body, nil, revoke{}, mode)
 	if err != nil {
 		s.sendAck(ack, 0, 0)
 	}
@@ -342,7 +339,7 @@ func (s *Stream) CloseSend(ctx context.Context) error {
 	}
 	h := s.header(wire.KindStreamMsg)
 	h.Flags |= wire.FlagEnd
-	return s.sendWithAck(ctx, &h, nil, sendWait)
+	return s.sendWithAck(ctx, &h, nil, nil, sendWait)
 }
 
 // Recv returns the next message, valid until the next Recv or Close. At the peer's end
