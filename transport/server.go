@@ -9,7 +9,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
@@ -227,7 +226,7 @@ func (w *ResponseWriter) write(status Code, payload, tail []byte) error {
 			_, serr := c.send(ctx, &h, msg, nil, sc.inv, mode)
 			return errors.Join(fmt.Errorf("mwrpc: response buffer: %w", err), serr)
 		}
-		parcopy.CopyLarge(buf.Bytes(), payload)
+		c.copyIn(buf.Bytes(), payload)
 	}
 	if sc.dst.rkey != 0 && buf.Len() <= int(sc.dst.n) {
 		return c.sendWritten(ctx, &h, buf, sc.inv, sc.dst, mode)
