@@ -185,7 +185,7 @@ func (c *Conn) call(ctx context.Context, eager, tail []byte, buf *pool.Buf) (*Re
 	if large {
 		err = c.sendLarge(ctx, &h, buf, revoke{}, sendWait)
 	} else {
-		_, err = c.sendParts(ctx, &h, eager, tail, buf, nil, revoke{}, sendWait)
+		_, err = c.sendParts(ctx, &h, eager, tail, gatherBuf(buf), nil, revoke{}, sendWait)
 	}
 	if err != nil {
 		if c.forgetCall(cl) {

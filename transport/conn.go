@@ -417,9 +417,12 @@ func (c *Conn) releaseAll() {
 			s.buf = nil
 		}
 	}
+	var recvs []int // receive slots responses gathered from: let go once c.mu is not held
 	for _, s := range c.out.slots {
 		if s != nil && !s.filling {
-			s.release()
+			if r := s.release(); r > 0 {
+				recvs = append(recvs, r)
+			}
 		}
 	}
 	for _, r := range c.rd.ops {
@@ -429,6 +432,7 @@ func (c *Conn) releaseAll() {
 		}
 	}
 	c.mu.Unlock()
+	c.letGoSlots(recvs...)
 }
 
 // keepAlive clears the setup deadlines of the bootstrap stream nc and turns on TCP

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,7 +67,7 @@ func checkGathered(t *testing.T, c *Conn) {
 			if s == nil {
 				continue
 			}
-			if s.body != nil {
+			if s.g.sge.Length > 0 {
 				held++
 			}
 			if s.buf != nil && s.buf.Cap() > smallSendSlot+64 {
@@ -122,6 +124,62 @@ func TestStreamSendBufGathered(t *testing.T) {
 				t.Fatalf("final: %d %q %v", status, p, ok)
 			}
 			checkGathered(t, e.conn)
+		})
+	}
+}
+
+// TestResponseGatheredFromRequest: a response that is its request's own bytes (an echo
+// written from req) leaves from the request's receive slot without a copy, and the slot is
+// posted again only once both the handler has returned and the SEND has completed: a
+// handler that reads req after writing it finds it unchanged while other callers' requests
+// keep arriving, and no send slot grows to the responses' size.
+func TestResponseGatheredFromRequest(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			var changed atomic.Int32
+			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+				orig := bytes.Clone(req)
+				_ = w.Write(StatusOK, req)
+				time.Sleep(100 * time.Microsecond) // its SEND completes meanwhile, and more requests come
+				if !bytes.Equal(req, orig) {
+					changed.Add(1)
+				}
+			})
+			e := newEnv(t, fb, h, Config{})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			sizes := []int{100, gatherRequestMin, 8 << 10, e.conn.eager}
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for g := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 40 {
+						req := payload(sizes[i%len(sizes)], byte(g*40+i))
+						resp, err := e.conn.Call(ctx, req)
+						if err != nil {
+							errs <- err
+							return
+						}
+						ok := bytes.Equal(resp.Bytes(), req)
+						resp.Release()
+						if !ok {
+							errs <- fmt.Errorf("caller %d call %d: the echo of %d bytes differs", g, i, len(req))
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if n := changed.Load(); n > 0 {
+				t.Fatalf("%d handlers found their request changed after writing it: its receive slot was posted again too soon", n)
+			}
+			checkGathered(t, e.serverConn(t))
 		})
 	}
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/mwrpc/mwrpc/internal/probe"
@@ -38,6 +39,9 @@ type recvSlot struct {
 	sge     [1]verbs.SGE
 	held    bool // c.mu: a handler or a Response reads it
 	posting bool // c.mu: releaseSlot is reposting it: teardown leaves the buffer to it
+	// sharers counts a held request's holders beyond its handler: a response whose SEND
+	// gathers from it (gatherFromRequest). The last one to let go reposts it (letGoSlot).
+	sharers atomic.Int32
 }
 
 // shared reports whether the connection takes its receives from its poller's SRQ.

@@ -50,11 +50,8 @@ type sendQueue struct {
 const smallSendSlot = 4 << 10
 
 type sendSlot struct {
-	buf *pool.Buf
-	// body, when set, is a registered buffer the SEND gathers behind what buf holds (a
-	// request built in Client.Buffer's memory, Conn.CallBuf): the slot owns it until the
-	// SEND completes (freeSendLocked) or the connection is torn down.
-	body    *pool.Buf
+	buf     *pool.Buf
+	g       gathered        // what the SEND carries behind buf's bytes, if anything
 	wrs     [3]verbs.SendWR // up to two work requests before the SEND: a bind, a WRITE
 	sge     [2]verbs.SGE
 	filling bool // c.mu: a sender is writing and posting it; teardown leaves it to the sender
@@ -180,22 +177,22 @@ func (q *sendQueue) spendLocked(mode sendMode) {
 // peer window with SEND_WITH_INV; when it has none, a pending revocation rides along. It
 // reports whether the message was posted: if not, pre was not either.
 func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, pre []verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
-	return c.sendParts(ctx, h, payload, nil, nil, pre, rv, mode)
+	return c.sendParts(ctx, h, payload, nil, gathered{}, pre, rv, mode)
 }
 
 // sendParts is send with a payload in two parts, head then tail, copied one behind the
 // other into the send slot (together at most c.eager bytes): an rpc envelope and the
-// caller's body, with no copy to join them first. A body in registered memory, which
+// caller's body, with no copy to join them first. A part g in registered memory, which
 // sendParts owns from here on, follows them without a copy: the SEND gathers it
 // (together at most c.eager bytes).
-func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []byte, body *pool.Buf, pre []verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
+func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []byte, g gathered, pre []verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
 	if !c.ready.Load() {
 		if mode == sendTry || mode == sendControl {
-			releaseBody(body)
+			g.drop(c)
 			return false, errNoCredit // queued; flushed once the connection is ready
 		}
 		if err := c.waitReady(ctx); err != nil {
-			releaseBody(body)
+			g.drop(c)
 			return false, err
 		}
 	}
@@ -203,7 +200,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	i, s, err := c.takeSendLocked(ctx, len(payload)+len(tail), mode)
 	if err != nil {
 		c.mu.Unlock()
-		releaseBody(body)
+		g.drop(c)
 		return false, c.sendFailed(err, mode)
 	}
 	// A revocation leaves only within half the lease of the window's announcement, judged
@@ -215,7 +212,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 			c.out.refundLocked(i, mode)
 			s.filling = false
 			c.mu.Unlock()
-			releaseBody(body)
+			g.drop(c)
 			return false, errLate
 		}
 		rv = revoke{}
@@ -224,7 +221,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	alone := len(c.calls.byID) <= 1 // see boundedPoster
 	c.mu.Unlock()
 
-	wrs := c.fillSlot(i, s, h, payload, tail, body, pre, inv)
+	wrs := c.fillSlot(i, s, h, payload, tail, g, pre, inv)
 	if probe.Enabled {
 		probe.MarkN(probe.Post, uint32(h.Kind)|uint32(b2u(inv != 0))<<8)
 	}
@@ -299,21 +296,26 @@ func (c *Conn) sizeSlotLocked(i, need int) (*sendSlot, error) {
 	return s, nil
 }
 
-// release gives back the slot's buffers, its own and a gathered body. c.mu is held.
-func (s *sendSlot) release() {
+// release gives back the slot's buffers, its own and a gathered one, and returns the
+// receive slot + 1 it held (gathered.recv, zero for none), which the caller lets go
+// (letGoSlots) once c.mu is no longer held. c.mu is held.
+func (s *sendSlot) release() (recv int) {
 	if s.buf != nil {
 		s.buf.Release()
 		s.buf = nil
 	}
-	releaseBody(s.body)
-	s.body = nil
+	return s.letGoGathered()
 }
 
-// releaseBody releases a gathered body that no slot took, if there is one.
-func releaseBody(body *pool.Buf) {
-	if body != nil {
-		body.Release()
+// letGoGathered releases the slot's gathered buffer, if any, and returns the receive slot
+// + 1 it held, for the caller to let go outside c.mu. c.mu is held.
+func (s *sendSlot) letGoGathered() (recv int) {
+	if s.g.buf != nil {
+		s.g.buf.Release()
 	}
+	recv = s.g.recv
+	s.g = gathered{}
+	return recv
 }
 
 // sendFailed turns why a send could not take a slot into its error, failing the connection
@@ -350,27 +352,23 @@ func (c *Conn) stampLocked(h *wire.Header, rv revoke) uint32 {
 // fillSlot writes h, payload and tail into send slot i and returns the work requests to
 // post: pre, then the SEND (a SEND_WITH_INV when inv is set). The slot is the caller's
 // (filling): no lock is needed.
-func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload, tail []byte, body *pool.Buf, pre []verbs.SendWR, inv uint32) []verbs.SendWR {
-	gathered := 0
-	if body != nil {
-		gathered = body.Len()
-	}
+func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload, tail []byte, g gathered, pre []verbs.SendWR, inv uint32) []verbs.SendWR {
+	gn := int(g.sge.Length)
 	if h.Flags&(wire.FlagLarge|wire.FlagWritten|wire.FlagPushed) == 0 && h.Kind != wire.KindGrant {
-		h.Len = uint32(len(payload) + len(tail) + gathered)
+		h.Len = uint32(len(payload) + len(tail) + gn)
 	}
 	b := s.buf.Bytes()[:cap(s.buf.Bytes())]
 	wire.PutHeader(b, h)
 	n := copy(b[wire.HeaderLen:], payload)
 	n += copy(b[wire.HeaderLen+n:], tail)
 	c.hot.sends.Add(1)
-	if n+gathered > 0 {
-		c.hot.eagerBytes.Add(uint64(n + gathered))
+	if n+gn > 0 {
+		c.hot.eagerBytes.Add(uint64(n + gn))
 	}
 	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(wire.HeaderLen + n), LKey: s.buf.LKey()}
 	sgl := s.sge[:1]
-	if body != nil {
-		s.body = body
-		s.sge[1] = verbs.SGE{Addr: body.Addr(), Length: uint32(gathered), LKey: body.LKey()}
+	if gn > 0 {
+		s.g, s.sge[1] = g, g.sge
 		sgl = s.sge[:2]
 	}
 	last := len(s.wrs) - 1
@@ -389,21 +387,23 @@ func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload, tail []byte
 func (c *Conn) postedSlot(i int, s *sendSlot) {
 	c.mu.Lock()
 	s.filling = false
-	flush := false
+	flush, recv, torn := false, 0, 0
 	if s.done { // completed already (reaped by a goroutine the queue was lent to): free it now
 		s.done = false
-		flush = c.freeSendLocked(i)
+		flush, recv = c.freeSendLocked(i)
 	}
 	if c.torn { // torn down meanwhile: the slot is ours to release
-		s.release()
+		torn = s.release()
 	}
 	if flush && !c.out.dirty { // what waited for a free slot is the poller's to send
 		c.out.dirty = true
 		c.mu.Unlock()
+		c.letGoSlots(recv, torn)
 		c.p.markDirty(c)
 		return
 	}
 	c.mu.Unlock()
+	c.letGoSlots(recv, torn)
 }
 
 // popInvLocked takes a pending window revocation that is still safe to send: within half
@@ -429,25 +429,27 @@ func (c *Conn) onSent(i int) {
 		c.mu.Unlock()
 		return
 	}
-	flush := c.freeSendLocked(i)
+	flush, recv := c.freeSendLocked(i)
 	c.mu.Unlock()
+	c.letGoSlots(recv)
 	if flush {
 		c.flushCtrl()
 	}
 }
 
 // freeSendLocked returns send slot i to the free ones and wakes who waits for one; it
-// reports whether queued control messages may go now. c.mu is held.
-func (c *Conn) freeSendLocked(i int) bool {
-	if s := c.out.slots[i]; s != nil && s.body != nil { // the SEND that gathered it is done
-		s.body.Release()
-		s.body = nil
+// reports whether queued control messages may go now, and returns the receive slot + 1
+// the SEND gathered from (zero for none), for the caller to let go once c.mu is no longer
+// held (letGoSlots). c.mu is held.
+func (c *Conn) freeSendLocked(i int) (flush bool, recv int) {
+	if s := c.out.slots[i]; s != nil { // the SEND that gathered from it is done
+		recv = s.letGoGathered()
 	}
 	c.out.free = append(c.out.free, i)
-	flush := len(c.out.ctrl) > 0 || c.out.stalled || c.owesCredits() // a free send slot may be what they waited for
+	flush = len(c.out.ctrl) > 0 || c.out.stalled || c.owesCredits() // a free send slot may be what they waited for
 	c.out.stalled = false
 	if c.changed.waiters > 0 {
 		c.wakeLocked()
 	}
-	return flush
+	return flush, recv
 }

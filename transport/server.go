@@ -86,7 +86,7 @@ func (sc *serverCall) finish() {
 	if sc.buf != nil {
 		sc.buf.Release()
 	} else if sc.slot >= 0 {
-		c.releaseSlot(sc.slot, true)
+		c.letGoSlot(sc.slot) // and the response's SEND, if it gathered from it
 	}
 	if sc.w.buf != nil {
 		sc.w.buf.Release()
@@ -154,7 +154,11 @@ func (w *ResponseWriter) Write(status Code, payload []byte) error {
 
 // WriteParts is Write with the payload in two parts, head then tail (an rpc envelope and
 // the handler's result): up to EagerLimit bytes in all, both are copied straight into the
-// send slot, one behind the other, with no copy to join them first. Above it, with a tail,
+// send slot, one behind the other, with no copy to join them first, except a tail (or a
+// payload without one) of 2 KiB or more that lies in the request's memory (an echo, a
+// slice of the request): the SEND carries it from there, and the request's receive slot
+// is posted again once both the handler has returned and the SEND has completed, so the
+// handler must not change those bytes after writing them. Above EagerLimit, with a tail,
 // they are joined on the heap first and sent as Write sends a payload that is not in
 // Buffer's or the request's memory.
 func (w *ResponseWriter) WriteParts(status Code, head, tail []byte) error {
@@ -207,7 +211,15 @@ func (w *ResponseWriter) write(status Code, payload, tail []byte) error {
 		return errors.Join(fmt.Errorf("mwrpc: response of %d bytes (max %d): %w", len(payload), c.maxSend, ErrTooLarge), err)
 	}
 	if len(payload)+len(tail) <= c.eager {
-		_, err := c.sendParts(ctx, &h, payload, tail, nil, nil, sc.inv, mode)
+		// An echo, or a slice of the request, leaves from the request's receive slot.
+		if len(tail) == 0 {
+			payload, tail = nil, payload
+		}
+		g := sc.gatherFromRequest(tail)
+		if g.recv > 0 {
+			tail = nil
+		}
+		_, err := c.sendParts(ctx, &h, payload, tail, g, nil, sc.inv, mode)
 		return err
 	}
 	buf := w.buf

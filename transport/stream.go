@@ -245,7 +245,7 @@ func (s *Stream) sendKind(ctx context.Context, eager []byte, buf *pool.Buf, stat
 		n = buf.Len()
 	}
 	if err := s.reserve(ctx, n); err != nil {
-		releaseBody(buf)
+		gatherBuf(buf).drop(s.c)
 		return err
 	}
 	h := s.header(wire.KindStreamMsg)
@@ -269,7 +269,7 @@ func (s *Stream) sendWithAck(ctx context.Context, h *wire.Header, eager []byte, 
 	ack := s.takeAckLocked()
 	s.mu.Unlock()
 	h.RKey = uint32(ack)
-	_, err := s.c.sendParts(ctx, h, eager, nil, body, nil, revoke{}, mode)
+	_, err := s.c.sendParts(ctx, h, eager, nil, gatherBuf(body), nil, revoke{}, mode)
 	if err != nil {
 		s.sendAck(ack, 0, 0)
 	}

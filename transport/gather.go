@@ -1,0 +1,90 @@
+package transport
+
+import (
+	"unsafe"
+
+	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// gathered is a part of a message in registered memory that its SEND carries behind the
+// send slot's bytes (a second SGE) instead of a copy into the slot. The send slot owns it
+// until the SEND completes (freeSendLocked) or the connection is torn down (releaseAll):
+//   - buf, a buffer the sender gave up (Conn.CallBuf's request, Stream.SendBuf's message),
+//     is released then;
+//   - recv, a receive slot + 1 that the part lies in (a response that is its request's
+//     bytes, an echo or a slice of the request: gatherFromRequest), is let go then, as its
+//     handler lets go of it once it returns (letGoSlot): the last of the two reposts it.
+type gathered struct {
+	sge  verbs.SGE // where the part lies; Length 0: there is none
+	buf  *pool.Buf
+	recv int
+}
+
+// gatherBuf is a whole buffer (its Len bytes) to be gathered; none for nil.
+func gatherBuf(buf *pool.Buf) gathered {
+	if buf == nil {
+		return gathered{}
+	}
+	return gathered{sge: verbs.SGE{Addr: buf.Addr(), Length: uint32(buf.Len()), LKey: buf.LKey()}, buf: buf}
+}
+
+// gatherRequestMin is the smallest response part gathered from its request's receive slot:
+// below it the copy into the send slot (a few cache lines) costs less than the slot's
+// second hold, and the slot goes back to its queue as soon as the handler returns.
+const gatherRequestMin = 2 << 10
+
+// gatherFromRequest returns p, a response part, as a part to gather when it lies in the
+// request's receive slot and is worth it (gatherRequestMin); the slot then has a second
+// holder, the response's SEND. Otherwise it returns none, and p is copied.
+func (sc *serverCall) gatherFromRequest(p []byte) gathered {
+	if sc.slot < 0 || len(p) < gatherRequestMin || !within(sc.req, p) {
+		return gathered{}
+	}
+	s := sc.c.slot(sc.slot)
+	s.sharers.Add(1)
+	return gathered{
+		sge:  verbs.SGE{Addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(p)))), Length: uint32(len(p)), LKey: s.buf.LKey()},
+		recv: sc.slot + 1,
+	}
+}
+
+// within reports whether all of p lies in b's memory.
+func within(b, p []byte) bool {
+	if len(b) == 0 || len(p) == 0 {
+		return false
+	}
+	start, at := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	return at >= start && at-start <= uintptr(len(b)) && uintptr(len(p)) <= uintptr(len(b))-(at-start)
+}
+
+// drop gives back a part no send slot took (the send failed before it had one). c.mu is
+// not held.
+func (g gathered) drop(c *Conn) {
+	if g.buf != nil {
+		g.buf.Release()
+	}
+	if g.recv > 0 {
+		c.letGoSlot(g.recv - 1)
+	}
+}
+
+// letGoSlot ends one hold on receive slot i, whose message was a request: the last of its
+// holders (the handler, and a response's SEND that gathered from it) releases it.
+func (c *Conn) letGoSlot(i int) {
+	s := c.slot(i)
+	if s.sharers.Add(-1) >= 0 {
+		return // the other holder has it still
+	}
+	s.sharers.Store(0)
+	c.releaseSlot(i, true)
+}
+
+// letGoSlots is letGoSlot for each of recvs (receive slots + 1, zero for none).
+func (c *Conn) letGoSlots(recvs ...int) {
+	for _, r := range recvs {
+		if r > 0 {
+			c.letGoSlot(r - 1)
+		}
+	}
+}
