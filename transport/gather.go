@@ -29,10 +29,12 @@ func gatherBuf(buf *pool.Buf) gathered {
 	return gathered{sge: verbs.SGE{Addr: buf.Addr(), Length: uint32(buf.Len()), LKey: buf.LKey()}, buf: buf}
 }
 
-// gatherRequestMin is the smallest response part gathered from its request's receive slot:
-// below it the copy into the send slot (a few cache lines) costs less than the slot's
-// second hold, and the slot goes back to its queue as soon as the handler returns.
-const gatherRequestMin = 2 << 10
+// gatherRequestMin is the smallest response part gathered from its request's receive slot.
+// Below it the copy into the send slot costs under a microsecond, while the gathered
+// response holds the request's slot until the peer acknowledges the SEND: with many small
+// calls in flight, shared receive slots held that long would crowd the queue (at half of
+// them held, requests are copied out of their slots: sharedCrowded).
+const gatherRequestMin = 16 << 10
 
 // gatherFromRequest returns p, a response part, as a part to gather when it lies in the
 // request's receive slot and is worth it (gatherRequestMin); the slot then has a second

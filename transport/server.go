@@ -155,7 +155,7 @@ func (w *ResponseWriter) Write(status Code, payload []byte) error {
 // WriteParts is Write with the payload in two parts, head then tail (an rpc envelope and
 // the handler's result): up to EagerLimit bytes in all, both are copied straight into the
 // send slot, one behind the other, with no copy to join them first, except a tail (or a
-// payload without one) of 2 KiB or more that lies in the request's memory (an echo, a
+// payload without one) of 16 KiB or more that lies in the request's memory (an echo, a
 // slice of the request): the SEND carries it from there, and the request's receive slot
 // is posted again once both the handler has returned and the SEND has completed, so the
 // handler must not change those bytes after writing them. Above EagerLimit, with a tail,
