@@ -145,10 +145,16 @@ func TestResponseGatheredFromRequest(t *testing.T) {
 					changed.Add(1)
 				}
 			})
-			e := newEnv(t, fb, h, Config{})
+			// Slots of 64 KiB on every fabric (the in-process one's default eager threshold
+			// is below gatherRequestMin): the responses up to 1 KiB are copied, the others
+			// gathered.
+			e := newEnv(t, fb, h, Config{SlotSize: 66 << 10, EagerThreshold: 64 << 10})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			sizes := []int{100, gatherRequestMin, 8 << 10, e.conn.eager}
+			if e.conn.eager < 64<<10 {
+				t.Fatalf("eager threshold %d, want 64 KiB", e.conn.eager)
+			}
+			sizes := []int{100, 1 << 10, gatherRequestMin, e.conn.eager}
 			var wg sync.WaitGroup
 			errs := make(chan error, 8)
 			for g := range 8 {

@@ -145,8 +145,10 @@ func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
 // sent without a copy, or any other bytes, copied once). A large payload that lies in a
 // windowed request's memory (RequestWindowed: a handler that answers with its request, or
 // a part of it, or builds the answer in its place) leaves from there without a copy too;
-// the request's memory is then the response's, and must not be used after Write. Write
-// may be called once; a handler that returns without calling it answers StatusOK with no
+// the request's memory is then the response's, and must not be used after Write. One of
+// 16 KiB or more up to EagerLimit that lies in the request's memory (an echo) leaves from
+// the request's receive slot inside the SEND: the request stays readable until the
+// handler returns, but those bytes must not change after Write. Write may be called once; a handler that returns without calling it answers StatusOK with no
 // payload.
 func (w *ResponseWriter) Write(status Code, payload []byte) error {
 	return w.WriteParts(status, payload, nil)
@@ -155,10 +157,9 @@ func (w *ResponseWriter) Write(status Code, payload []byte) error {
 // WriteParts is Write with the payload in two parts, head then tail (an rpc envelope and
 // the handler's result): up to EagerLimit bytes in all, both are copied straight into the
 // send slot, one behind the other, with no copy to join them first, except a tail (or a
-// payload without one) of 16 KiB or more that lies in the request's memory (an echo, a
-// slice of the request): the SEND carries it from there, and the request's receive slot
-// is posted again once both the handler has returned and the SEND has completed, so the
-// handler must not change those bytes after writing them. Above EagerLimit, with a tail,
+// payload without one) that lies in the request's memory, as Write says: the SEND carries
+// it from there, and the request's receive slot is posted again once both the handler has
+// returned and the SEND has completed. Above EagerLimit, with a tail,
 // they are joined on the heap first and sent as Write sends a payload that is not in
 // Buffer's or the request's memory.
 func (w *ResponseWriter) WriteParts(status Code, head, tail []byte) error {

@@ -140,9 +140,8 @@ func (c *counter) wait(ctx context.Context) error {
 }
 
 // Handler serves requests. Serve runs on the transport's handler pool; req aliases
-// registered memory and is valid until Serve returns. A response written from req's own
-// bytes leaves from there without a copy (ResponseWriter.WriteParts): they must not change
-// after the write.
+// registered memory and is valid until Serve returns, unless a response written from it
+// took it (ResponseWriter.Write says when).
 type Handler interface {
 	Serve(ctx context.Context, req []byte, w *ResponseWriter)
 }
