@@ -392,3 +392,58 @@ func TestFrameReady(t *testing.T) {
 		}
 	}
 }
+
+// TestFrameReaderHeaderAlone: a reader whose payloads go straight into their destination
+// (direct) reads a frame's header and padding alone after a frame larger than readAhead,
+// so that none of the next large payload is read ahead into rb (to be copied out of it),
+// and reads ahead again after a small frame. A reader that is not direct reads ahead
+// always.
+func TestFrameReaderHeaderAlone(t *testing.T) {
+	large := func(i int) testFrame {
+		return testFrame{header{op: opSend, psn: uint32(i), len: 64 << 10}, bytes.Repeat([]byte{byte(i + 1)}, 64<<10)}
+	}
+	small := func(i int) testFrame {
+		return testFrame{header{op: opSend, psn: uint32(i), len: 64}, bytes.Repeat([]byte{byte(i + 1)}, 64)}
+	}
+	frames := []testFrame{large(0), large(1), small(2), small(3), large(4)}
+	w := &writeRecorder{}
+	l := &tcpLink{q: bareQP(), conn: w}
+	for _, f := range frames {
+		if err := l.send(&f.h, [][]byte{f.payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.flush(); err != nil {
+		t.Fatal(err)
+	}
+	stream := bytes.Join(w.writes, nil)
+	for _, tc := range []struct {
+		direct bool
+		ahead  []bool // per frame: payload bytes read ahead with its header
+	}{
+		{true, []bool{false, false, false, false, true}},
+		{false, []bool{false, true, false, false, true}},
+	} {
+		fr := frameReader{r: &chunkReader{b: stream, n: 1 << 20}, direct: tc.direct}
+		for i, want := range frames {
+			var h header
+			small, err := fr.next(&h)
+			if err != nil {
+				t.Fatalf("direct %v, frame %d: %v", tc.direct, i, err)
+			}
+			got := small
+			if small == nil {
+				if ahead := fr.have - fr.off - fr.used; (ahead > 0) != tc.ahead[i] {
+					t.Fatalf("direct %v, frame %d: %d payload bytes read ahead with the header, want some: %v", tc.direct, i, ahead, tc.ahead[i])
+				}
+				got = make([]byte, h.len)
+				if _, err := io.ReadFull(&fr, got); err != nil {
+					t.Fatalf("direct %v, frame %d: payload: %v", tc.direct, i, err)
+				}
+			}
+			if !bytes.Equal(got, want.payload) {
+				t.Fatalf("direct %v, frame %d: payload differs", tc.direct, i)
+			}
+		}
+	}
+}

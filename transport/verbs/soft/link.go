@@ -792,7 +792,7 @@ func (f *frameReader) fill(n int) error {
 			continue
 		}
 		probe.Mark(probe.Read)
-		m, err := f.r.Read(f.rb[f.have:])
+		m, err := f.r.Read(f.rb[f.have:f.readEnd()])
 		probe.MarkN(probe.ReadDone, uint32(m))
 		if f.poll != nil {
 			f.poll.lost(from)
@@ -806,6 +806,20 @@ func (f *frameReader) fill(n int) error {
 		}
 	}
 	return nil
+}
+
+// readEnd is where a read into rb ends: rb's end, except when the reader reads a frame's
+// first bytes after one whose payload it read straight into its destination (direct,
+// past readAhead). The next is likely as large (the same method's next message), and a
+// read of its header and padding alone leaves all of its payload to the read into the
+// slot, rather than readAhead of it to be copied there out of rb (3 µs of each side's CPU
+// per 64 KiB message at 16 callers in a profile). A small frame after it costs one read
+// more; lastLen turns the read-ahead back on after it.
+func (f *frameReader) readEnd() int {
+	if f.direct && f.have == f.off && f.lastLen > readAhead {
+		return min(len(f.rb), f.off+headerLen+smallMax)
+	}
+	return len(f.rb)
 }
 
 // pollNext polls the stream for the next frame where busy polling may (Device.SetBusyPoll):
