@@ -67,7 +67,7 @@ func checkGathered(t *testing.T, c *Conn) {
 			if s == nil {
 				continue
 			}
-			if s.g.sge.Length > 0 {
+			if s.g.buf != nil || s.g.recv > 0 {
 				held++
 			}
 			if s.buf != nil && s.buf.Cap() > smallSendSlot+64 {
@@ -187,5 +187,43 @@ func TestResponseGatheredFromRequest(t *testing.T) {
 			}
 			checkGathered(t, e.serverConn(t))
 		})
+	}
+}
+
+// TestCallBufEmpty: an empty request built in registered memory goes back to the pool too
+// once its SEND completed (it has no bytes to gather, but the send slot owns it).
+func TestCallBufEmpty(t *testing.T) {
+	e := newEnv(t, tcpFabric, echo, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inUse := func() int {
+		n := 0
+		for _, c := range e.client.pool.Stats().Classes {
+			n += c.InUse
+		}
+		return n
+	}
+	resp, err := e.conn.Call(ctx, []byte("warm-up")) // the send slot is made
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Release()
+	before := inUse()
+	buf, err := e.conn.t.pool.Get(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf.SetLen(0)
+	if resp, err = e.conn.CallBuf(ctx, buf); err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Bytes()) != 0 {
+		t.Fatalf("echo of an empty request: %d bytes", len(resp.Bytes()))
+	}
+	resp.Release()
+	for deadline := time.Now().Add(5 * time.Second); inUse() != before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pool buffers in use, %d before the call: the empty request's buffer was not released", inUse(), before)
+		}
 	}
 }

@@ -366,9 +366,10 @@ func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload, tail []byte
 		c.hot.eagerBytes.Add(uint64(n + gn))
 	}
 	s.sge[0] = verbs.SGE{Addr: s.buf.Addr(), Length: uint32(wire.HeaderLen + n), LKey: s.buf.LKey()}
+	s.g = g // owned until the SEND completes, an empty buffer too
 	sgl := s.sge[:1]
 	if gn > 0 {
-		s.g, s.sge[1] = g, g.sge
+		s.sge[1] = g.sge
 		sgl = s.sge[:2]
 	}
 	last := len(s.wrs) - 1
