@@ -148,8 +148,8 @@ func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
 // the request's memory is then the response's, and must not be used after Write. One of
 // 16 KiB or more up to EagerLimit that lies in the request's memory (an echo) leaves from
 // the request's receive slot inside the SEND: the request stays readable until the
-// handler returns, but those bytes must not change after Write. Write may be called once; a handler that returns without calling it answers StatusOK with no
-// payload.
+// handler returns, but those bytes must not change after Write. Write may be called once;
+// a handler that returns without calling it answers StatusOK with no payload.
 func (w *ResponseWriter) Write(status Code, payload []byte) error {
 	return w.WriteParts(status, payload, nil)
 }

@@ -245,7 +245,9 @@ func (s *Stream) sendKind(ctx context.Context, eager []byte, buf *pool.Buf, stat
 		n = buf.Len()
 	}
 	if err := s.reserve(ctx, n); err != nil {
-		gatherBuf(buf).drop(s.c)
+		if buf != nil {
+			buf.Release()
+		}
 		return err
 	}
 	h := s.header(wire.KindStreamMsg)
