@@ -200,9 +200,9 @@ type SRQAttr struct {
 // queue pairs of its PD consume, so that a server's receive buffers do not grow with its
 // connections. A SEND (or SEND_WITH_IMM, SEND_WITH_INV, WRITE_WITH_IMM) arriving on an
 // attached QP takes the oldest receive posted to the SRQ (or, created with AnyOrder, any
-// of them), whichever QP it comes for; the
-// completion goes to that QP's receive CQ and names it in QPNum. When the SRQ is empty the
-// QP answers with an RNR NAK, as it would with an empty receive queue of its own.
+// of them), whichever QP it comes for; the completion goes to that QP's receive CQ and
+// names it in QPNum. When the SRQ is empty the QP answers with an RNR NAK, as it would
+// with an empty receive queue of its own.
 //
 // Receives posted to an SRQ belong to it, not to a QP: destroying a QP, or its move to
 // ERR, leaves them for the others (only a receive the QP had already consumed completes

@@ -16,8 +16,8 @@ const (
 // srq is a shared receive queue: a ring of receives, consumed in post order by the
 // responders of every QP attached to it (rxe's get_srq_wqe), or, created with AnyOrder,
 // newest first: a stack, so that a receive posted again at once is the next one taken
-// while its buffer is still in the caches. Its own mutex keeps the QPs'
-// readers from contending on anything else; a responder takes it inside its QP's mu.
+// while its buffer is still in the caches. Its own mutex keeps the QPs' readers from
+// contending on anything else; a responder takes it inside its QP's mu.
 type srq struct {
 	dev    *Device
 	pd     *pd
