@@ -504,10 +504,11 @@ func (s *Server) invokeBytes(st *serverStream, m *method, bh func(any, context.C
 }
 
 // writeBytes sends a raw response: the envelope, then the bytes, copied once into the
-// send slot or, when large, into registered memory.
+// send slot (or, an echo of the request, gathered from its receive slot) or, when large,
+// into registered memory.
 func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body []byte) {
 	env := appendResponse(st.scratch[:0], st.unsentHeader(), st.trailer, "")
-	if len(env)+len(body) <= w.EagerLimit() { // inside the SEND: copied once, behind the envelope, into the send slot
+	if len(env)+len(body) <= w.EagerLimit() { // inside the SEND, behind the envelope (WriteParts)
 		st.scratch = env[:0]
 		st.code, st.respLen = OK, len(env)+len(body)
 		_ = w.WriteParts(OK, env, body)
