@@ -75,7 +75,8 @@ type Conn struct {
 	torn    bool                  // mu; resources released; holders release their own
 	grant   grantState            // mu; written requests (pushed.go)
 
-	ready   atomic.Bool // the QP reached RTS: sends may be posted
+	ready   atomic.Bool  // the QP reached RTS: sends may be posted
+	placed  atomic.Int32 // placesTransfers' answer once ready: 1 yes, -1 no, 0 not asked yet
 	readyCh chan struct{}
 	tornCh  chan struct{}
 	boot    net.Conn // the bootstrap stream, watched (nil where it is the QP's wire)

@@ -40,7 +40,10 @@ const gatherRequestMin = 16 << 10
 // request's receive slot and is worth it (gatherRequestMin); the slot then has a second
 // holder, the response's SEND. Otherwise it returns none, and p is copied.
 func (sc *serverCall) gatherFromRequest(p []byte) gathered {
-	if sc.slot < 0 || len(p) < gatherRequestMin || !within(sc.req, p) {
+	if sc.slot < 0 || len(p) < gatherRequestMin {
+		return gathered{}
+	}
+	if _, ok := offsetOf(sc.req, p); !ok {
 		return gathered{}
 	}
 	s := sc.c.slot(sc.slot)
@@ -49,15 +52,6 @@ func (sc *serverCall) gatherFromRequest(p []byte) gathered {
 		sge:  verbs.SGE{Addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(p)))), Length: uint32(len(p)), LKey: s.buf.LKey()},
 		recv: sc.slot + 1,
 	}
-}
-
-// within reports whether all of p lies in b's memory.
-func within(b, p []byte) bool {
-	if len(b) == 0 || len(p) == 0 {
-		return false
-	}
-	start, at := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(p)))
-	return at >= start && at-start <= uintptr(len(b)) && uintptr(len(p)) <= uintptr(len(b))-(at-start)
 }
 
 // drop gives back a part no send slot took (the send failed before it had one). c.mu is
@@ -75,10 +69,14 @@ func (g gathered) drop(c *Conn) {
 // holders (the handler, and a response's SEND that gathered from it) releases it.
 func (c *Conn) letGoSlot(i int) {
 	s := c.slot(i)
-	if s.sharers.Add(-1) >= 0 {
-		return // the other holder has it still
+	// No other holder (a second one is added only by the handler's own write, before it
+	// lets go): released at once, without an atomic write per request.
+	if s.sharers.Load() != 0 {
+		if s.sharers.Add(-1) >= 0 {
+			return // the other holder has it still
+		}
+		s.sharers.Store(0)
 	}
-	s.sharers.Store(0)
 	c.releaseSlot(i, true)
 }
 

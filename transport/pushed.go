@@ -124,9 +124,22 @@ const grantRound = 64 << 10
 // copy, not a round trip's worth of bytes through a stream, so a grant would only add its
 // zeroing and move the copy to the server (measured: the same p50, twice the server's
 // CPU per 1 MiB call). Large requests are READ there.
+// The provider is asked (under its QP's lock) until the connection is ready, then the
+// answer is kept: a large message's copy asks on every call (copyIn).
 func (c *Conn) placesTransfers() bool {
+	if v := c.placed.Load(); v != 0 {
+		return v > 0
+	}
 	p, ok := c.qp.(interface{ PlacesTransfers() bool })
-	return ok && p.PlacesTransfers()
+	placed := ok && p.PlacesTransfers()
+	if c.ready.Load() { // connected: the wire is known and stays
+		v := int32(-1)
+		if placed {
+			v = 1
+		}
+		c.placed.Store(v)
+	}
+	return placed
 }
 
 // takeGrantBuf takes what a grant of at least n bytes needs: the budget (the buffer's

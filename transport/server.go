@@ -249,10 +249,17 @@ func (w *ResponseWriter) write(status Code, payload, tail []byte) error {
 
 // offsetIn reports where p lies in buf's memory, if all of it does (buf may be nil).
 func offsetIn(buf *pool.Buf, p []byte) (int, bool) {
-	if buf == nil || len(p) == 0 {
+	if buf == nil {
 		return 0, false
 	}
-	mem := buf.Bytes()
+	return offsetOf(buf.Bytes(), p)
+}
+
+// offsetOf reports where p lies in mem, if all of it does.
+func offsetOf(mem, p []byte) (int, bool) {
+	if len(p) == 0 {
+		return 0, false
+	}
 	start, at := uintptr(unsafe.Pointer(unsafe.SliceData(mem))), uintptr(unsafe.Pointer(unsafe.SliceData(p)))
 	if at < start || at-start > uintptr(len(mem)) || uintptr(len(p)) > uintptr(len(mem))-(at-start) {
 		return 0, false
