@@ -20,6 +20,7 @@ type call struct {
 	err  error
 	resp Response
 	st   *Stream // a stream's call: its response and failure go to the stream
+	woke bool    // its response was delivered and counted in corks.woken, until its caller resumes
 }
 
 func (cl *call) finish(err error) {
@@ -192,6 +193,7 @@ func (c *Conn) call(ctx context.Context, eager, tail []byte, buf *pool.Buf) (*Re
 			c.recycle(cl)
 		} else { // the connection failed and finished the call
 			<-cl.done
+			c.resumed(cl)
 			cl.err = nil
 			c.recycle(cl)
 		}
@@ -203,6 +205,7 @@ func (c *Conn) call(ctx context.Context, eager, tail []byte, buf *pool.Buf) (*Re
 	select {
 	case <-cl.done:
 		probe.Mark(probe.Woken)
+		c.resumed(cl)
 		if cl.err != nil {
 			err := cl.err
 			cl.err = nil
@@ -214,6 +217,7 @@ func (c *Conn) call(ctx context.Context, eager, tail []byte, buf *pool.Buf) (*Re
 	}
 	if !c.forgetCall(cl) { // the response (or the failure) won the race
 		<-cl.done
+		c.resumed(cl)
 		if cl.err == nil {
 			cl.resp.Release()
 		} else {
@@ -288,5 +292,6 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 	}
 	cl.resp = Response{c: c, cl: cl, status: Code(h.Status), data: payload, slot: slot, buf: buf}
 	probe.Mark(probe.Deliver)
+	c.wake(cl)
 	cl.finish(nil)
 }

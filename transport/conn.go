@@ -57,6 +57,7 @@ type Conn struct {
 	held    heldPoster    // qp, when it can hold an inline handler's response for its reader
 	waiter  waitPoster    // qp, when a poster may write a large WRITE itself
 	bounder boundedPoster // qp, when a caller may write its large WRITE itself, bounded by its context
+	corker  deferPoster   // qp, when a request may wait for the requests of callers about to post (corks.go)
 	eager   int           // largest payload sent inside a SEND
 	maxSend int           // largest payload sent at all
 	maxRecv uint32        // largest payload accepted
@@ -93,6 +94,7 @@ type Conn struct {
 	accepted bool
 	requests atomic.Uint64 // requests dispatched: what IdleTimeout watches
 	idle     idleWatch     // the poller's
+	corks    corks         // requests held back for callers about to post (corks.go)
 	pings    pingWatch     // the keepalive policy's (Config.Keepalive)
 }
 
@@ -134,6 +136,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	c.held, _ = c.qp.(heldPoster)
 	c.waiter, _ = c.qp.(waitPoster)
 	c.bounder, _ = c.qp.(boundedPoster)
+	c.corker, _ = c.qp.(deferPoster)
 	if c.win.ws, err = pool.NewWindows(t.pd, c.qp, cfg.Windows); err != nil {
 		c.abort()
 		return nil, fmt.Errorf("mwrpc: %w", err)

@@ -220,6 +220,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	inv := c.stampLocked(h, rv)
 	alone := len(c.calls.byID) <= 1 // see boundedPoster
 	c.mu.Unlock()
+	corked := mode == sendWait && h.Kind == wire.KindRequest && len(pre) == 0 && c.corkable()
 
 	wrs := c.fillSlot(i, s, h, payload, tail, g, pre, inv)
 	if probe.Enabled {
@@ -232,6 +233,8 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 		err = c.waiter.PostSendWait(wrs) // a handler on a goroutine of its own: see waitPoster
 	case c.bounder != nil && alone && callsWRITE(pre, mode):
 		err = c.bounder.PostSendBounded(ctx, wrs) // a caller's written request: see boundedPoster
+	case corked:
+		err = c.postCorked(wrs) // a request others woken with it are about to join: see corks
 	default:
 		err = c.qp.PostSend(wrs)
 	}
@@ -240,6 +243,9 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	if err != nil {
 		c.fail(err)
 		return false, c.failure()
+	}
+	if corked {
+		c.afterCork()
 	}
 	return true, nil
 }

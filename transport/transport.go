@@ -712,6 +712,7 @@ type Stats struct {
 	Streams      uint64 // streams opened, by this side or the peer
 	Inline       uint64 // requests whose handler ran where they were reaped (InlineHandlers, InlineBudget)
 	Polled       uint64 // calls whose response came while their caller polled for it (Config.BusyPoll)
+	Corked       uint64 // requests held back for the requests of callers woken with them (corks.go)
 	WindowsBound uint64 // large messages exposed through a window
 	Reads        uint64 // large messages fetched with RDMA READ
 	RevokedPeer  uint64 // our windows revoked by the peer's SEND_WITH_INV
@@ -757,8 +758,8 @@ type counters struct {
 // one of its own (Conn.hot), so that callers on different connections (a Client's lanes, a
 // server's peers), each on its own core, do not all write one cache line per call.
 type hotCounters struct {
-	calls, served, inline, polled, sends, eagerBytes, streamAcks atomic.Uint64
-	_                                                            [cacheLine - 7*8]byte
+	calls, served, inline, polled, corked, sends, eagerBytes, streamAcks atomic.Uint64
+	_                                                                    [cacheLine - 8*8]byte
 }
 
 // hotStripes is how many stripes the hot counters have: connections take them in turn.
@@ -769,7 +770,7 @@ const hotStripes = 16
 const cacheLine = 128
 
 // hotSums are the hot counters' stripes summed.
-type hotSums struct{ calls, served, inline, polled, sends, eagerBytes, streamAcks uint64 }
+type hotSums struct{ calls, served, inline, polled, corked, sends, eagerBytes, streamAcks uint64 }
 
 // hotTotals sums the stripes of the hot counters.
 func (c *counters) hotTotals() (h hotSums) {
@@ -779,6 +780,7 @@ func (c *counters) hotTotals() (h hotSums) {
 		h.served += s.served.Load()
 		h.inline += s.inline.Load()
 		h.polled += s.polled.Load()
+		h.corked += s.corked.Load()
 		h.sends += s.sends.Load()
 		h.eagerBytes += s.eagerBytes.Load()
 		h.streamAcks += s.streamAcks.Load()
@@ -801,7 +803,7 @@ func (t *Transport) Stats() Stats {
 	grants := int(t.grants.Load())
 	exposed = max(exposed-grants, 0)
 	t.mu.Unlock()
-	return Stats{Calls: hot.calls, Served: hot.served, Streams: c.streams.Load(), Inline: hot.inline, Polled: hot.polled, WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
+	return Stats{Calls: hot.calls, Served: hot.served, Streams: c.streams.Load(), Inline: hot.inline, Polled: hot.polled, Corked: hot.corked, WindowsBound: c.bound.Load(), Reads: c.reads.Load(),
 		RevokedPeer: c.revoked.Load(), Reclaimed: c.reclaimed.Load(),
 		EagerBytes: hot.eagerBytes, ReadBytes: c.readBytes.Load(), Conns: conns, WindowsExposed: exposed, Grants: grants,
 		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),

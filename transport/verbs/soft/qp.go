@@ -640,16 +640,38 @@ func (q *QP) PostSendHeld(wrs []verbs.SendWR) error { return q.post(wrs, postHel
 // (it ends the write with a deadline: shutdownLocked).
 func (q *QP) PostSendWait(wrs []verbs.SendWR) error { return q.post(wrs, postWait) }
 
+// PostSendDeferred is PostSend for a message its poster knows others will follow at once
+// (callers woken by one read of their responses, each about to post its next request): it
+// is queued and not transmitted, and leaves with the next transmission on this QP, another
+// poster's or Flush's, so that those messages share one write(2) rather than take one each.
+// Its poster must see that one comes: Flush, once the messages it waited for are posted.
+func (q *QP) PostSendDeferred(wrs []verbs.SendWR) error { return q.post(wrs, postDeferred) }
+
+// Flush transmits what PostSendDeferred queued, as PostSend would have.
+func (q *QP) Flush() {
+	if q.td != nil {
+		q.td.enter()
+		defer q.td.exit()
+	}
+	q.mu.Lock()
+	l := q.link
+	q.mu.Unlock()
+	if l != nil {
+		q.transmitInline(l, postPlain)
+	}
+}
+
 // postHow says how a poster transmits what it posted.
 type postHow uint8
 
 const (
-	postPlain postHow = iota // PostSend: frames a write that never waits takes; larger ones are the engine's
-	postHeld                 // PostSendHeld: as postPlain, or held for the stream reader
-	postWait                 // PostSendWait: every frame, waiting for the socket, even while a stream reader reaps
+	postPlain    postHow = iota // PostSend: frames a write that never waits takes; larger ones are the engine's
+	postHeld                    // PostSendHeld: as postPlain, or held for the stream reader
+	postWait                    // PostSendWait: every frame, waiting for the socket, even while a stream reader reaps
+	postDeferred                // PostSendDeferred: not at all; the next transmission takes it
 )
 
-// post is PostSend, PostSendHeld or PostSendWait, as how says.
+// post is PostSend, PostSendHeld, PostSendWait or PostSendDeferred, as how says.
 func (q *QP) post(wrs []verbs.SendWR, how postHow) error {
 	if q.td != nil {
 		q.td.enter()
@@ -659,7 +681,7 @@ func (q *QP) post(wrs []verbs.SendWR, how postHow) error {
 	posted, err := q.postLocked(wrs)
 	l := q.link
 	q.mu.Unlock()
-	if posted > 0 && l != nil {
+	if posted > 0 && l != nil && how != postDeferred {
 		q.transmitInline(l, how)
 	}
 	return err

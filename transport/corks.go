@@ -1,0 +1,89 @@
+package transport
+
+import (
+	"runtime"
+	"sync/atomic"
+
+	"github.com/mwrpc/mwrpc/transport/verbs"
+)
+
+// deferPoster is a QP that can queue a message without transmitting it, for the next
+// transmission to take (soft's QP.PostSendDeferred and QP.Flush). Over a socket a
+// transmission is a write(2), which on loopback also runs the receiver's TCP input: some
+// microseconds of the poster's CPU, the largest part of a small call's cost.
+type deferPoster interface {
+	PostSendDeferred(wrs []verbs.SendWR) error
+	Flush()
+}
+
+// corks holds a connection's requests back while callers its poller just woke are about
+// to post theirs, so that they leave together. One read of the socket brings the responses
+// of several callers; the poller wakes each, and each, resumed, posts its next request: one
+// write each where they could share one. A request posted while woken callers have not
+// resumed yet is queued (PostSendDeferred) and corks the QP; the last of them to resume
+// uncorks it (Flush), and so does any request posted when none is pending. The wait is
+// bounded by the scheduler, not by the woken callers: a poster that corked yields its P
+// once (runtime.Gosched, so the woken callers queued there run first) and then flushes
+// itself if the QP is still corked, so a woken caller that is slow to resume, or never
+// posts again, holds nobody's request for longer than one pass of the run queue.
+//
+// Only unary requests are held back; one caller (woken 0 or 1) posts as before. The
+// counts are atomics outside Conn.mu: the order of corked's store and woken's load on one
+// side, and of woken's decrement and corked's swap on the other, is Dekker's, so either
+// the poster sees no caller pending or the last caller sees the cork.
+type corks struct {
+	woken  atomic.Int32 // callers whose responses were delivered and who have not resumed
+	corked atomic.Bool  // a request was queued and not transmitted
+}
+
+// wake counts cl, whose response is delivered, as a caller about to resume.
+func (c *Conn) wake(cl *call) {
+	if c.corker != nil {
+		cl.woke = true
+		c.corks.woken.Add(1)
+	}
+}
+
+// resumed is called by cl's caller once it has its response: the last caller to resume
+// transmits the requests held back for it.
+func (c *Conn) resumed(cl *call) {
+	if !cl.woke {
+		return
+	}
+	cl.woke = false
+	if c.corks.woken.Add(-1) == 0 {
+		c.uncork()
+	}
+}
+
+// uncork transmits what was held back, if anything was.
+func (c *Conn) uncork() {
+	if c.corks.corked.Load() && c.corks.corked.Swap(false) {
+		c.corker.Flush()
+	}
+}
+
+// corkable reports whether a request about to be posted may wait for others.
+func (c *Conn) corkable() bool {
+	return c.corker != nil && c.corks.woken.Load() > 0
+}
+
+// postCorked queues a request's work requests for the next transmission (corkable).
+func (c *Conn) postCorked(wrs []verbs.SendWR) error {
+	if err := c.corker.PostSendDeferred(wrs); err != nil {
+		return err
+	}
+	c.corks.corked.Store(true)
+	c.hot.corked.Add(1)
+	if c.corks.woken.Load() == 0 { // the last caller resumed before the cork was seen
+		c.uncork()
+	}
+	return nil
+}
+
+// afterCork bounds a corked request's wait: the woken callers queued on this P run, then
+// whatever is still held back leaves.
+func (c *Conn) afterCork() {
+	runtime.Gosched()
+	c.uncork()
+}
