@@ -12,7 +12,7 @@ import (
 // transmission is a write(2), which on loopback also runs the receiver's TCP input: some
 // microseconds of the poster's CPU, the largest part of a small call's cost.
 type deferPoster interface {
-	PostSendDeferred(wrs []verbs.SendWR) error
+	PostSendDeferred(wrs []verbs.SendWR) (deferred bool, err error)
 	Flush()
 }
 
@@ -68,17 +68,19 @@ func (c *Conn) corkable() bool {
 	return c.corker != nil && c.corks.woken.Load() > 0
 }
 
-// postCorked queues a request's work requests for the next transmission (corkable).
-func (c *Conn) postCorked(wrs []verbs.SendWR) error {
-	if err := c.corker.PostSendDeferred(wrs); err != nil {
-		return err
+// postCorked queues a request's work requests for the next transmission (corkable),
+// where the QP defers them, and reports whether it did.
+func (c *Conn) postCorked(wrs []verbs.SendWR) (bool, error) {
+	deferred, err := c.corker.PostSendDeferred(wrs)
+	if !deferred || err != nil {
+		return false, err
 	}
 	c.corks.corked.Store(true)
 	c.hot.corked.Add(1)
 	if c.corks.woken.Load() == 0 { // the last caller resumed before the cork was seen
 		c.uncork()
 	}
-	return nil
+	return true, nil
 }
 
 // afterCork bounds a corked request's wait: the woken callers queued on this P run, then

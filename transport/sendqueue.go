@@ -234,7 +234,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	case c.bounder != nil && alone && callsWRITE(pre, mode):
 		err = c.bounder.PostSendBounded(ctx, wrs) // a caller's written request: see boundedPoster
 	case corked:
-		err = c.postCorked(wrs) // a request others woken with it are about to join: see corks
+		corked, err = c.postCorked(wrs) // a request others woken with it are about to join: see corks
 	default:
 		err = c.qp.PostSend(wrs)
 	}

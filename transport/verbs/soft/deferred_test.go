@@ -34,7 +34,9 @@ func TestDeferredPostsLeaveTogether(t *testing.T) {
 
 	before := s.dev.Stats().Writes
 	for i := range 3 {
-		must(t, sq.PostSendDeferred(wrs[i:i+1]))
+		if deferred, err := sq.PostSendDeferred(wrs[i : i+1]); err != nil || !deferred {
+			t.Fatalf("PostSendDeferred on a TCP socket: deferred %v, err %v; want it deferred", deferred, err)
+		}
 	}
 	if w := s.dev.Stats().Writes - before; w != 0 {
 		t.Fatalf("%d writes after three deferred posts, want 0: a deferred post waits for the next transmission", w)
@@ -50,7 +52,9 @@ func TestDeferredPostsLeaveTogether(t *testing.T) {
 
 	// Deferred posts, then a plain one: the plain post transmits them all, in order.
 	before = s.dev.Stats().Writes
-	must(t, sq.PostSendDeferred(wrs[3:5]))
+	if _, err := sq.PostSendDeferred(wrs[3:5]); err != nil {
+		t.Fatal(err)
+	}
 	must(t, sq.PostSend(wrs[5:]))
 	receive(3, n)
 	if w := s.dev.Stats().Writes - before; w != 1 {

@@ -645,7 +645,17 @@ func (q *QP) PostSendWait(wrs []verbs.SendWR) error { return q.post(wrs, postWai
 // is queued and not transmitted, and leaves with the next transmission on this QP, another
 // poster's or Flush's, so that those messages share one write(2) rather than take one each.
 // Its poster must see that one comes: Flush, once the messages it waited for are posted.
-func (q *QP) PostSendDeferred(wrs []verbs.SendWR) error { return q.post(wrs, postDeferred) }
+// Only where a write is a system call (a plain TCP socket) is it deferred: elsewhere (the
+// shm fabric's ring, the in-process fabric, TLS) it is PostSend, and deferred is false.
+func (q *QP) PostSendDeferred(wrs []verbs.SendWR) (deferred bool, err error) {
+	q.mu.Lock()
+	tl, ok := q.link.(*tcpLink)
+	q.mu.Unlock()
+	if !ok || tl.raw == nil {
+		return false, q.post(wrs, postPlain)
+	}
+	return true, q.post(wrs, postDeferred)
+}
 
 // Flush transmits what PostSendDeferred queued, as PostSend would have.
 func (q *QP) Flush() {
