@@ -261,6 +261,11 @@ func (t *telemetry) end(ctx context.Context, cs *callSpan, code Code, msg string
 	if t == nil {
 		return
 	}
+	// The duration is recorded before the span ends: whoever sees the span ended (an
+	// exporter, a test waiting for it) sees the call's point in the histogram too.
+	if !cs.start.IsZero() {
+		t.hist.Record(ctx, time.Since(cs.start).Seconds(), t.recordOptions(cs.method, code)...)
+	}
 	if s := cs.span; s != nil {
 		if s.IsRecording() {
 			s.SetAttributes(attribute.String("rpc.response.status_code", statusName(code)))
@@ -272,9 +277,6 @@ func (t *telemetry) end(ctx context.Context, cs *callSpan, code Code, msg string
 			}
 		}
 		s.End()
-	}
-	if !cs.start.IsZero() {
-		t.hist.Record(ctx, time.Since(cs.start).Seconds(), t.recordOptions(cs.method, code)...)
 	}
 }
 

@@ -226,8 +226,9 @@ func (c *Conn) call(ctx context.Context, eager, tail []byte, buf *pool.Buf) (*Re
 		}
 		return nil, ctx.Err()
 	}
+	id := cl.id // cl may be another call's once recycled: its id is read first
 	c.recycle(cl)
-	c.queueCtrl(wire.Header{Kind: wire.KindCancel, CallID: cl.id}, revoke{})
+	c.queueCtrl(wire.Header{Kind: wire.KindCancel, CallID: id}, revoke{})
 	return nil, ctx.Err()
 }
 
