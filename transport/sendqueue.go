@@ -220,7 +220,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	inv := c.stampLocked(h, rv)
 	alone := len(c.calls.byID) <= 1 // see boundedPoster
 	c.mu.Unlock()
-	corked := mode == sendWait && h.Kind == wire.KindRequest && len(pre) == 0 && c.corkable(len(payload)+len(tail))
+	corked := mode == sendWait && h.Kind == wire.KindRequest && len(pre) == 0 && c.corkable(len(payload)+len(tail)+int(g.sge.Length))
 
 	wrs := c.fillSlot(i, s, h, payload, tail, g, pre, inv)
 	if probe.Enabled {
