@@ -15,7 +15,7 @@ const corkedCalls = 50
 
 // TestCorkedRequestNeedsNoResume: a request held back for callers woken with it leaves even
 // if none of them ever resumes (here one is counted that does not exist): its poster
-// yields once and then sends it. Every call completes; over TCP every one was held back,
+// yields a few times (corkYields) and then sends it. Every call completes; over TCP every one was held back,
 // elsewhere (where a write is no system call) none was.
 func TestCorkedRequestNeedsNoResume(t *testing.T) {
 	for _, fb := range fabrics {
