@@ -65,6 +65,9 @@ type response struct {
 }
 
 func appendMD(b []byte, md MD) ([]byte, int) {
+	if len(md) == 0 { // most calls: no sort, no key slice
+		return b, 0
+	}
 	n := 0
 	keys := make([]string, 0, len(md))
 	for k := range md {

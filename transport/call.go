@@ -202,17 +202,13 @@ func (c *Conn) call(ctx context.Context, eager, tail []byte, buf *pool.Buf) (*Re
 	if buf == nil && len(eager)+len(tail) <= busyPollCallMax {
 		c.pollResponse(cl)
 	}
+	if ctx.Done() == nil { // a context that never ends: a receive, cheaper than a select
+		<-cl.done
+		return c.answered(cl)
+	}
 	select {
 	case <-cl.done:
-		probe.Mark(probe.Woken)
-		c.resumed(cl)
-		if cl.err != nil {
-			err := cl.err
-			cl.err = nil
-			c.recycle(cl)
-			return nil, err
-		}
-		return &cl.resp, nil
+		return c.answered(cl)
 	case <-ctx.Done():
 	}
 	if !c.forgetCall(cl) { // the response (or the failure) won the race
@@ -230,6 +226,20 @@ func (c *Conn) call(ctx context.Context, eager, tail []byte, buf *pool.Buf) (*Re
 	c.recycle(cl)
 	c.queueCtrl(wire.Header{Kind: wire.KindCancel, CallID: id}, revoke{})
 	return nil, ctx.Err()
+}
+
+// answered returns what ended cl, whose done signal its caller has just taken: its
+// response, or the failure that finished it.
+func (c *Conn) answered(cl *call) (*Response, error) {
+	probe.Mark(probe.Woken)
+	c.resumed(cl)
+	if cl.err != nil {
+		err := cl.err
+		cl.err = nil
+		c.recycle(cl)
+		return nil, err
+	}
+	return &cl.resp, nil
 }
 
 // Ping sends a ping and waits for the pong: a round trip through both sides' pollers.
