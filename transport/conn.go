@@ -137,6 +137,7 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 	c.waiter, _ = c.qp.(waitPoster)
 	c.bounder, _ = c.qp.(boundedPoster)
 	c.corker, _ = c.qp.(deferPoster)
+	c.corks.never.Store(c.corker == nil)
 	if c.win.ws, err = pool.NewWindows(t.pd, c.qp, cfg.Windows); err != nil {
 		c.abort()
 		return nil, fmt.Errorf("mwrpc: %w", err)

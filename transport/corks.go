@@ -35,7 +35,7 @@ type deferPoster interface {
 type corks struct {
 	woken  atomic.Int32 // callers whose responses were delivered and who have not resumed
 	corked atomic.Bool  // a request was queued and not transmitted
-	never  atomic.Bool  // the QP's writes are no system calls: it defers nothing (shm, in-process, TLS)
+	never  atomic.Bool  // the QP defers nothing: no deferPoster, or its writes are no system calls (shm, in-process, TLS)
 }
 
 // corkMax is the largest request held back, envelope and gathered buffer included.
@@ -48,7 +48,7 @@ const corkMax = 8 << 10
 
 // wake counts cl, whose response is delivered, as a caller about to resume.
 func (c *Conn) wake(cl *call) {
-	if c.corker != nil && !c.corks.never.Load() {
+	if !c.corks.never.Load() {
 		cl.woke = true
 		c.corks.woken.Add(1)
 	}
@@ -75,7 +75,7 @@ func (c *Conn) uncork() {
 
 // corkable reports whether a request of n bytes about to be posted may wait for others.
 func (c *Conn) corkable(n int) bool {
-	return n <= corkMax && c.corker != nil && c.corks.woken.Load() > 0 && !c.corks.never.Load()
+	return n <= corkMax && c.corks.woken.Load() > 0 && !c.corks.never.Load()
 }
 
 // postCorked queues a request's work requests for the next transmission (corkable),

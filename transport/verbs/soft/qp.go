@@ -613,7 +613,10 @@ func (q *QP) kick() {
 
 // PostSend queues send work requests. When request i is refused, the ones before it are
 // queued and transmitted all the same (as libibverbs providers ring the doorbell for them).
-func (q *QP) PostSend(wrs []verbs.SendWR) error { return q.post(wrs, postPlain) }
+func (q *QP) PostSend(wrs []verbs.SendWR) error {
+	_, err := q.post(wrs, postPlain)
+	return err
+}
 
 // PostSendHeld is PostSend for messages that may wait for the QP's stream reader: while
 // the reader has whole frames read ahead behind the one it delivers, what this posts is
@@ -622,7 +625,10 @@ func (q *QP) PostSend(wrs []verbs.SendWR) error { return q.post(wrs, postPlain) 
 // whose handlers run where their requests were reaped sends its responses this way: one
 // write for the responses to the requests one read brought in, rather than one each.
 // Without a stream reader, or with nothing read ahead, it is PostSend.
-func (q *QP) PostSendHeld(wrs []verbs.SendWR) error { return q.post(wrs, postHeld) }
+func (q *QP) PostSendHeld(wrs []verbs.SendWR) error {
+	_, err := q.post(wrs, postHeld)
+	return err
+}
 
 // PostSendWait is PostSend for a goroutine that may wait for the socket and is certainly
 // no stream reader (a handler that runs on a goroutine of its own): it writes what it
@@ -638,7 +644,10 @@ func (q *QP) PostSendHeld(wrs []verbs.SendWR) error { return q.post(wrs, postHel
 // waits for a peer that stopped reading until the link fails. It returns once the frames
 // are written or the link failed; Destroy does not wait for a peer that stopped reading
 // (it ends the write with a deadline: shutdownLocked).
-func (q *QP) PostSendWait(wrs []verbs.SendWR) error { return q.post(wrs, postWait) }
+func (q *QP) PostSendWait(wrs []verbs.SendWR) error {
+	_, err := q.post(wrs, postWait)
+	return err
+}
 
 // PostSendDeferred is PostSend for a message its poster knows others will follow at once
 // (callers woken by one read of their responses, each about to post its next request): it
@@ -648,13 +657,7 @@ func (q *QP) PostSendWait(wrs []verbs.SendWR) error { return q.post(wrs, postWai
 // Only where a write is a system call (a plain TCP socket) is it deferred: elsewhere (the
 // shm fabric's ring, the in-process fabric, TLS) it is PostSend, and deferred is false.
 func (q *QP) PostSendDeferred(wrs []verbs.SendWR) (deferred bool, err error) {
-	q.mu.Lock()
-	tl, ok := q.link.(*tcpLink)
-	q.mu.Unlock()
-	if !ok || tl.raw == nil {
-		return false, q.post(wrs, postPlain)
-	}
-	return true, q.post(wrs, postDeferred)
+	return q.post(wrs, postDeferred)
 }
 
 // Flush transmits what PostSendDeferred queued, as PostSend would have.
@@ -681,8 +684,10 @@ const (
 	postDeferred                // PostSendDeferred: not at all; the next transmission takes it
 )
 
-// post is PostSend, PostSendHeld, PostSendWait or PostSendDeferred, as how says.
-func (q *QP) post(wrs []verbs.SendWR, how postHow) error {
+// post is PostSend, PostSendHeld, PostSendWait or PostSendDeferred, as how says; it
+// reports whether it left what it posted for the next transmission (postDeferred on a
+// plain TCP socket; elsewhere postDeferred transmits as postPlain).
+func (q *QP) post(wrs []verbs.SendWR, how postHow) (deferred bool, err error) {
 	if q.td != nil {
 		q.td.enter()
 		defer q.td.exit()
@@ -691,10 +696,16 @@ func (q *QP) post(wrs []verbs.SendWR, how postHow) error {
 	posted, err := q.postLocked(wrs)
 	l := q.link
 	q.mu.Unlock()
-	if posted > 0 && l != nil && how != postDeferred {
+	if how == postDeferred {
+		if tl, ok := l.(*tcpLink); ok && tl.raw != nil {
+			return true, err
+		}
+		how = postPlain
+	}
+	if posted > 0 && l != nil {
 		q.transmitInline(l, how)
 	}
-	return err
+	return false, err
 }
 
 // postLocked queues wrs as post does and rings the doorbell; it returns how many it queued.
