@@ -403,6 +403,47 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return total, nil
 }
 
+// WriteBuffers writes all of v's bytes, in order, waiting for room in the ring as Write
+// does, and consumes v as net.Buffers.WriteTo does (soft.BuffersWriter). Each pass copies
+// as much of the buffers as the ring takes and publishes it at once: a frame written as
+// its header, padding and payload reaches the peer's reader whole, with at most one
+// doorbell, where a Write of each would publish, and might ring, three times.
+func (c *Conn) WriteBuffers(v *net.Buffers) (int64, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	var total int64
+	for len(*v) > 0 {
+		if err := c.sticky(); err != nil {
+			return total, err
+		}
+		if c.peerGone.Load() {
+			return total, fmt.Errorf("shm: write to %v: the peer closed the connection: %w", c.remote, syscall.EPIPE)
+		}
+		n, err := c.tx.writeBuffers(v)
+		if err != nil {
+			return total, c.fail(err)
+		}
+		if n > 0 {
+			total += int64(n)
+			if takeWaiter(c.tx.dataWaiter) {
+				c.ringPeer(c.peerRxBell)
+			}
+			continue
+		}
+		if len((*v)[0]) == 0 { // an empty buffer: nothing to wait for
+			*v = (*v)[1:]
+			continue
+		}
+		if err := c.await(&c.wspin, c.writeReady, c.txBell, c.writeSleep, c.tx.spaceWaiter); err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
 // TryWrite writes as much of p as the ring takes now and returns how much, without
 // waiting: for room, or for a write in progress (then it writes nothing). A soft QP's
 // stream reader sends its handler's responses through it (soft.TryWriter).
@@ -428,6 +469,33 @@ func (c *Conn) TryWrite(p []byte) (int, error) {
 		c.ringPeer(c.peerRxBell)
 	}
 	return n, nil
+}
+
+// TryWriteBuffers is TryWrite of v's bytes, in order: it copies as much of them as the
+// ring takes now, publishes it at once and consumes it from v as net.Buffers.WriteTo does
+// (soft.TryBuffersWriter). It writes nothing while another write is in progress.
+func (c *Conn) TryWriteBuffers(v *net.Buffers) (int64, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	if !c.wmu.TryLock() {
+		return 0, nil
+	}
+	defer c.wmu.Unlock()
+	if err := c.sticky(); err != nil {
+		return 0, err
+	}
+	if c.peerGone.Load() {
+		return 0, fmt.Errorf("shm: write to %v: the peer closed the connection: %w", c.remote, syscall.EPIPE)
+	}
+	n, err := c.tx.writeBuffers(v)
+	if err != nil {
+		return 0, c.fail(err)
+	}
+	if n > 0 && takeWaiter(c.tx.dataWaiter) {
+		c.ringPeer(c.peerRxBell)
+	}
+	return int64(n), nil
 }
 
 func (c *Conn) writeReady() bool {

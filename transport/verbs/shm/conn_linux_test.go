@@ -686,6 +686,76 @@ func TestDoorbellOnlyForSleepers(t *testing.T) {
 	}
 }
 
+// TestWriteBuffersWhole: a frame written as its pieces with WriteBuffers reaches a
+// sleeping reader whole, with one doorbell, where a Write of each piece rings it for each;
+// one larger than the ring waits for room and arrives in order; TryWriteBuffers takes what
+// fits now and leaves the rest in v.
+func TestWriteBuffersWhole(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	const ringSize = 16 << 10
+	a, b := connPair(t, Config{Spin: -1, RingSize: ringSize}, Config{Spin: -1, RingSize: ringSize})
+	frame := func(i int) [][]byte {
+		return [][]byte{bytes.Repeat([]byte{byte(i)}, 36), make([]byte, 128), bytes.Repeat([]byte{byte(i + 1)}, 4000)}
+	}
+	const rounds = 50
+	for i := range rounds {
+		want := bytes.Join(frame(i), nil)
+		got := make(chan []byte, 1)
+		go func() {
+			buf := make([]byte, len(want)+100)
+			n, _ := b.Read(buf) // one read: what the first publication brought
+			got <- buf[:n]
+		}()
+		waitSleeping(t, b)
+		v := net.Buffers(frame(i))
+		if n, err := a.WriteBuffers(&v); err != nil || n != int64(len(want)) || len(v) != 0 {
+			t.Fatalf("WriteBuffers: %d, %v, %d left", n, err, len(v))
+		}
+		if g := <-got; !bytes.Equal(g, want) {
+			t.Fatalf("round %d: the first read brought %d bytes of the %d-byte frame", i, len(g), len(want))
+		}
+	}
+	if d := a.Stats().Doorbells; d != rounds {
+		t.Errorf("%d frames to a sleeping reader: %d doorbells, want one each", rounds, d)
+	}
+
+	big := bytes.Repeat([]byte("0123456789abcdef"), 3*ringSize/16)
+	done := make(chan error, 1)
+	go func() {
+		v := net.Buffers{big[:100], big[100 : 2*ringSize], big[2*ringSize:]}
+		_, err := a.WriteBuffers(&v)
+		done <- err
+	}()
+	got := make([]byte, len(big))
+	if _, err := io.ReadFull(b, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("a frame three rings long: %v, equal %v", err, bytes.Equal(got, big))
+	}
+
+	v := net.Buffers{make([]byte, ringSize-100), make([]byte, 300)}
+	if n, err := a.TryWriteBuffers(&v); n != ringSize || err != nil || len(v) != 1 || len(v[0]) != 200 {
+		t.Fatalf("TryWriteBuffers into an empty ring: %d, %v, %d left; want %d written, 200 bytes left", n, err, len(v), ringSize)
+	}
+	if n, err := a.TryWriteBuffers(&v); n != 0 || err != nil {
+		t.Fatalf("TryWriteBuffers into a full ring: %d, %v; want 0 at once", n, err)
+	}
+}
+
+// waitSleeping waits until c's reader sleeps on its doorbell (its waiter flag is set).
+func waitSleeping(t *testing.T, c *Conn) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.rx.dataWaiter.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the reader never slept")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
 // TestLyingWaiterFlags: a peer that sets the waiter flags it should only take costs
 // doorbell writes and spurious wake-ups, never a byte: round trips with no spin arrive
 // whole and in order while a third party keeps setting every flag of both rings. (A peer

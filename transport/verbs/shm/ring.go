@@ -3,6 +3,7 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"unsafe"
 )
@@ -178,6 +179,34 @@ func (r *ring) write(p []byte) (int, error) {
 	r.pos += n
 	r.tail.Store(r.pos)
 	return int(n), nil
+}
+
+// writeBuffers copies as much of v's bytes as fit, in order, publishes the new tail once
+// and returns how many bytes it copied (0 when the ring is full). It consumes what it
+// copied from v, as net.Buffers.WriteTo does: written buffers are dropped, a buffer
+// written in part is cut to its rest.
+func (r *ring) writeBuffers(v *net.Buffers) (int, error) {
+	space, err := r.writable()
+	if err != nil || space == 0 {
+		return 0, err
+	}
+	start := r.pos
+	for len(*v) > 0 && r.pos-start < space {
+		b := (*v)[0]
+		n := min(uint64(len(b)), space-(r.pos-start))
+		off := r.pos & r.mask
+		c := copy(r.data[off:], b[:n])
+		copy(r.data, b[c:n])
+		r.pos += n
+		if n < uint64(len(b)) {
+			(*v)[0] = b[n:]
+			break
+		}
+		(*v)[0] = nil // no reference kept to memory the caller may reuse
+		*v = (*v)[1:]
+	}
+	r.tail.Store(r.pos)
+	return int(r.pos - start), nil
 }
 
 // takeWaiter takes a waiter flag after this side moved its position: it reports whether the

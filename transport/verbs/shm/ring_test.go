@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"net"
 	"runtime"
 	"testing"
 	"time"
@@ -57,6 +58,46 @@ func TestRingWrap(t *testing.T) {
 	}
 	if n, err := c.read(big); n != 0 || err != nil {
 		t.Fatalf("read from an empty ring: %d, %v", n, err)
+	}
+}
+
+// TestRingWriteBuffers: buffers written as one come back in order across the wrap, with
+// one tail published per call; a full ring takes what fits and leaves the rest in v, cut
+// where it stopped; empty buffers are consumed.
+func TestRingWriteBuffers(t *testing.T) {
+	p, c, _ := heapRing(MinRingSize)
+	var want, got []byte
+	for i := range 20 {
+		parts := [][]byte{bytes.Repeat([]byte{byte(i)}, 36), {}, bytes.Repeat([]byte{0}, 128), bytes.Repeat([]byte{byte(i + 100)}, 2800)}
+		v := net.Buffers(append([][]byte{}, parts...))
+		before := p.tail.Load()
+		n, err := p.writeBuffers(&v)
+		if err != nil || n != 36+128+2800 || len(v) != 0 {
+			t.Fatalf("write %d: %d, %v, %d buffers left", i, n, err, len(v))
+		}
+		if p.tail.Load() != before+uint64(n) {
+			t.Fatalf("write %d: tail %d, want %d", i, p.tail.Load(), before+uint64(n))
+		}
+		want = append(want, bytes.Join(parts, nil)...)
+		buf := make([]byte, 4000)
+		k, err := c.read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:k]...)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("bytes differ across the wrap")
+	}
+	v := net.Buffers{make([]byte, MinRingSize-10), bytes.Repeat([]byte{7}, 30), {1, 2}}
+	if n, err := p.writeBuffers(&v); n != MinRingSize || err != nil {
+		t.Fatalf("writeBuffers into an empty ring: %d, %v; want %d", n, err, MinRingSize)
+	}
+	if len(v) != 2 || len(v[0]) != 20 || v[0][0] != 7 {
+		t.Fatalf("left %d buffers (first %d bytes); want the last 20 bytes of the second and the third", len(v), len(v[0]))
+	}
+	if n, err := p.writeBuffers(&v); n != 0 || err != nil || len(v) != 2 {
+		t.Fatalf("writeBuffers into a full ring: %d, %v, %d left", n, err, len(v))
 	}
 }
 

@@ -142,14 +142,13 @@ func (l *tcpLink) flushBounded(ctx context.Context) error {
 // ctx ended first, and l.bufs holds what was not written.
 func (l *tcpLink) writeBounded(ctx context.Context) error {
 	if ctx.Done() == nil { // a context that never ends: the engine's write
-		_, err := l.bufs.WriteTo(l.conn)
-		return err
+		return l.writeBufs()
 	}
 	for {
 		if !l.setDeadlineLinked(boundStep(ctx)) {
 			return errLinkGone
 		}
-		_, err := l.bufs.WriteTo(l.conn)
+		err := l.writeBufs()
 		switch {
 		case err == nil || !errors.Is(err, os.ErrDeadlineExceeded): // written, or failed
 		case ctx.Err() != nil:

@@ -432,3 +432,102 @@ func bigPair(t *testing.T) (c, s *host) {
 	connect(t, c, s)
 	return c, s
 }
+
+// gatherConn is a stream that writes a frame's pieces as one (BuffersWriter,
+// TryBuffersWriter), as the shm fabric's does: it records the bytes each call was given;
+// a TryWriteBuffers takes at most tryTake bytes (0: all).
+type gatherConn struct {
+	net.Conn
+	writes, tries []int
+	tryTake       int
+}
+
+func (g *gatherConn) WriteBuffers(v *net.Buffers) (int64, error) {
+	g.writes = append(g.writes, buffersLen(*v))
+	return v.WriteTo(g.Conn)
+}
+
+func (g *gatherConn) TryWriteBuffers(v *net.Buffers) (int64, error) {
+	n := buffersLen(*v)
+	g.tries = append(g.tries, n)
+	if g.tryTake > 0 {
+		n = min(n, g.tryTake)
+	}
+	b := make([]byte, 0, n)
+	for len(b) < n {
+		k := min(n-len(b), len((*v)[0]))
+		b = append(b, (*v)[0][:k]...)
+		if (*v)[0] = (*v)[0][k:]; len((*v)[0]) == 0 {
+			*v = (*v)[1:]
+		}
+	}
+	k, err := g.Conn.Write(b)
+	return int64(k), err
+}
+
+func buffersLen(v net.Buffers) int {
+	n := 0
+	for _, b := range v {
+		n += len(b)
+	}
+	return n
+}
+
+// TestMediumFrameWhole: on a stream that writes buffers as one, a medium frame (4 KiB)
+// leaves in one call with its header and padding, from the poster's memory (nothing copied
+// into pend); a stream reader's (trying) leaves from pend in one call, not sealed into
+// stage first, and what the stream did not take is copied to out, which the engine writes
+// first. The peer gets every frame intact and in order.
+func TestMediumFrameWhole(t *testing.T) {
+	tc, peer := tcpPair(t)
+	g := &gatherConn{Conn: tc}
+	q := bareQP()
+	l := &tcpLink{q: q, conn: g, bw: g, tbw: g, direct: true}
+	mem := make([]byte, 4<<10)
+	frames := frameRun(len(mem), 3)
+	send := func(f testFrame) {
+		t.Helper()
+		copy(mem, f.payload)
+		if err := l.send(&f.h, [][]byte{mem}); err != nil {
+			t.Fatal(err)
+		}
+		clear(mem) // reused at once: a frame left behind must be a copy
+	}
+	whole := headerLen + smallMax + len(mem)
+	got := make(chan error, 1)
+	go func() { got <- readAll(peer, frames) }()
+
+	send(frames[0])
+	if len(g.writes) != 1 || g.writes[0] != whole || l.pendN != 0 || q.st.copied.Load() != 0 {
+		t.Fatalf("a poster's medium frame: writes %v, %d frames in pend, %d B copied; want one write of %d B, nothing copied", g.writes, l.pendN, q.st.copied.Load(), whole)
+	}
+
+	l.direct, l.trying = false, true // a stream reader transmits
+	send(frames[1])
+	if done, err := l.tryFlush(); !done || err != nil || len(g.tries) != 1 || g.tries[0] != whole || len(l.stage) != 0 {
+		t.Fatalf("a reader's medium frame: done %v, %v, tries %v, %d B staged; want one try of %d B", done, err, g.tries, len(l.stage), whole)
+	}
+
+	g.tryTake = 1000 // the stream takes part of it
+	send(frames[2])
+	if done, err := l.tryFlush(); done || err != nil || len(l.out) != whole-1000 {
+		t.Fatalf("a medium frame the stream took 1000 B of: done %v, %v, out %d B; want %d B left", done, err, len(l.out), whole-1000)
+	}
+	l.trying = false
+	if err := l.flush(); err != nil { // the engine: out first
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// frameRun returns count SEND frames of n payload bytes, psn 0 up, each payload filled
+// with its psn plus one.
+func frameRun(n, count int) []testFrame {
+	var fs []testFrame
+	for i := range count {
+		fs = append(fs, testFrame{header{op: opSend, psn: uint32(i), len: uint32(n)}, bytes.Repeat([]byte{byte(i + 1)}, n)})
+	}
+	return fs
+}

@@ -438,6 +438,8 @@ func (q *QP) connect(remote verbs.Endpoint) error {
 			// read takes every frame queued there, up to readAhead, not about one small one.
 			tl.fr.rb = make([]byte, readAhead)
 		}
+		tl.bw, _ = q.stream.(BuffersWriter)
+		tl.tbw, _ = q.stream.(TryBuffersWriter)
 		tl.shared, _ = q.stream.(SharedMemoryWire)
 		q.stream = nil
 		q.stallLimit.CompareAndSwap(0, int64(defaultTimeout)*(7+1)) // until RTS sets its own
