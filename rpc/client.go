@@ -411,6 +411,14 @@ func (c *Client) watch(ep *endpoint, conn *transport.Conn, pings *pingSchedule) 
 	return true
 }
 
+// heard records that ep answered, for keepalive's ping (a clock read and a store to a line
+// every caller of ep writes, so only where keepalive is on).
+func (c *Client) heard(ep *endpoint) {
+	if c.opts.keepaliveTime > 0 {
+		ep.lastHeard.Store(time.Now().UnixNano())
+	}
+}
+
 // ping checks, on keepalive's tick, that conn still answers, unless a response came
 // within the interval; a connection that does not answer in time is closed and ep loses
 // it. Only a response proves the connection works: calls that all time out (a wedged
@@ -592,7 +600,7 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 	if err != nil {
 		return nil, nil, StatusOf(err)
 	}
-	ep.lastHeard.Store(time.Now().UnixNano())
+	c.heard(ep)
 	return c.readResponse(ctx, resp, ci)
 }
 

@@ -349,7 +349,7 @@ func (cs *ClientStream) recv() ([]byte, error) {
 	if err == nil {
 		cs.nrecv++
 		msgEvent(cs.tel.span, false, cs.nrecv, len(p))
-		cs.ep.lastHeard.Store(time.Now().UnixNano())
+		cs.c.heard(cs.ep)
 		return p, nil
 	}
 	if err != io.EOF {
