@@ -39,7 +39,7 @@ type inprocLink struct {
 
 func (l *inprocLink) send(h *header, payload [][]byte) error {
 	l.src = sliceSource{segs: payload}
-	return l.peer.deliver(h, &l.src)
+	return l.peer.deliver(h, &l.src, time.Now().UnixNano())
 }
 
 func (l *inprocLink) flush() error { return nil }
@@ -653,7 +653,7 @@ func (l *tcpLink) readLoop() {
 		// once deliver has let go of the QP (verbs.DirectCQ); not while the reader waits
 		// for payload bytes (connSource.fill).
 		l.q.eachCQ((*cq).beginDefer)
-		err = l.q.deliver(&h, src)
+		err = l.q.deliver(&h, src, l.fr.at)
 		probe.MarkN(probe.Delivered, uint32(h.op))
 		l.q.eachCQ((*cq).endDefer)
 		if err == errNotReady { // cannot happen: the reader starts at RTR
@@ -711,6 +711,10 @@ type frameReader struct {
 	poll  *busyPoll
 	// lastLen is the payload length of the last frame next returned that had one.
 	lastLen uint32
+	// at is when the latest read of the stream brought bytes (unix nanoseconds): when the
+	// frames it brought arrived, for the QP's ACK timers (QP.deliver), without a clock
+	// read per frame.
+	at int64
 	// direct: a payload past readAhead is read straight into its destination by a read
 	// that never waits (connSource.now), so rb need not grow to hold it (aheadMax).
 	direct bool
@@ -877,6 +881,7 @@ func (f *frameReader) fill(n int) error {
 		polled, from := f.pollNext()
 		if polled > 0 {
 			f.have += polled
+			f.at = time.Now().UnixNano()
 			continue
 		}
 		probe.Mark(probe.Read)
@@ -884,6 +889,9 @@ func (f *frameReader) fill(n int) error {
 		probe.MarkN(probe.ReadDone, uint32(m))
 		if f.poll != nil {
 			f.poll.lost(from)
+		}
+		if m > 0 {
+			f.at = time.Now().UnixNano()
 		}
 		f.have += m
 		if err != nil && f.have-f.off < n {

@@ -14,17 +14,18 @@ type payloadSource interface {
 	fill(q *QP, dst []byte) error
 }
 
-// deliver handles one incoming frame. The caller (the stream reader, or the in-process
-// peer's engine) delivers frames one at a time, in order; whatever payload deliver does not
-// consume is discarded by the caller. It returns errLinkDown if the QP is gone, errNotReady
-// if it is not yet in RTR, and the payload source's error if the stream broke.
-func (q *QP) deliver(h *header, src payloadSource) error {
+// deliver handles one incoming frame, which arrived at at (unix nanoseconds: when the
+// stream reader's read brought it, or when the in-process peer sent it). The caller
+// delivers frames one at a time, in order; whatever payload deliver does not consume is
+// discarded by the caller. It returns errLinkDown if the QP is gone, errNotReady if it is
+// not yet in RTR, and the payload source's error if the stream broke.
+func (q *QP) deliver(h *header, src payloadSource, at int64) error {
 	q.rxMu.Lock()
 	defer q.rxMu.Unlock()
 	if q.rxClosed {
 		return errLinkDown
 	}
-	q.lastRx.Store(time.Now().UnixNano())
+	q.lastRx.Store(at)
 	q.mu.Lock()
 	switch {
 	case q.destroyed:
