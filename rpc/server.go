@@ -199,7 +199,7 @@ func (s *Server) ListenAndServe(address string) error {
 	var ln net.Listener
 	var err error
 	if path, ok := shm.ParseTarget(address); ok {
-		ln, err = shm.Listen(path, shm.Config{QuietSpin: s.opts.transport.BusyPoll})
+		ln, err = shm.Listen(path, s.opts.transport.SHM())
 	} else {
 		ln, err = net.Listen("tcp", address)
 	}

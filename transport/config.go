@@ -12,6 +12,7 @@ import (
 	"github.com/mwrpc/mwrpc/transport/internal/wire"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/cm"
+	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 )
 
 // PollMode is how a poller waits when its completion queue is empty.
@@ -161,6 +162,13 @@ type Config struct {
 	// callers over soft TCP and 4-6% fewer over shm at 16 and 64, where the load's gaps
 	// still look quiet; hence off unless asked for. With fewer than 4 Ps nothing polls.
 	BusyPoll time.Duration
+	// SHMSpin is how long a shm ring's reader or writer polls before it sleeps on its
+	// doorbell, on connections over the shm fabric (shm.Config.Spin, which says how the
+	// spin adapts). Zero: shm.DefaultSpin, 50 µs, with which one caller's small calls
+	// meet a polling peer and take about 4 µs on 2 cores rather than 60; a connection
+	// with calls less than that apart then keeps a core busy on each side. Negative:
+	// never spin (every wait sleeps).
+	SHMSpin time.Duration
 	// Handlers bounds concurrently running handlers; zero means 256 × GOMAXPROCS. When
 	// all are busy a request is answered with StatusResourceExhausted.
 	Handlers int
@@ -295,6 +303,13 @@ const envelopeRoom = 2 << 10
 
 // sizeReceives fills in SharedReceives, SlotSize and EagerThreshold: on a device that
 // reports a ReadCrossover, shared receives with slots grown to carry it.
+// SHM returns the shm fabric's configuration of this transport's connections over it
+// (Dial's shm:// targets; rpc.Server.ListenAndServe's): their rings' spin (SHMSpin) and
+// busy polling (BusyPoll).
+func (c Config) SHM() shm.Config {
+	return shm.Config{Spin: c.SHMSpin, QuietSpin: c.BusyPoll}
+}
+
 func (c *Config) sizeReceives(dev verbs.DeviceAttr) {
 	crossover := dev.ReadCrossover > DefaultEagerThreshold && dev.MaxSRQ > 0
 	switch {

@@ -407,7 +407,7 @@ func (t *Transport) Pool() *pool.Pool { return t.pool }
 // Dial connects to a transport serving at address, "host:port" (TCP) or
 // "shm:///path/to.sock" (the shm fabric, same host), and returns the connection.
 func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
-	nc, err := dialStream(ctx, address, t.cfg.BusyPoll)
+	nc, err := dialStream(ctx, address, t.cfg.SHM())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err) // the net error names the address
 	}
@@ -423,11 +423,10 @@ func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 	return c, nil
 }
 
-// dialStream opens the stream a connection is set up over; a shm ring's reader polls it
-// for busyPoll while the process is quiet (Config.BusyPoll).
-func dialStream(ctx context.Context, address string, busyPoll time.Duration) (net.Conn, error) {
+// dialStream opens the stream a connection is set up over: a shm target's with sc.
+func dialStream(ctx context.Context, address string, sc shm.Config) (net.Conn, error) {
 	if path, ok := shm.ParseTarget(address); ok {
-		return shm.Dial(ctx, path, shm.Config{QuietSpin: busyPoll})
+		return shm.Dial(ctx, path, sc)
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", address)

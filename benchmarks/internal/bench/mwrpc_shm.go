@@ -69,9 +69,9 @@ func serveMwrpcSHMPoll(ln net.Listener) (Server, error) {
 }
 
 // serveMwrpcSHMWith serves mwrpc over shm with the transport configuration cfg, whose
-// BusyPoll the shm listener's readers take too (as rpc.Server.ListenAndServe does).
+// shm settings (Config.SHM) the listener's rings take too, as rpc.Server.ListenAndServe's.
 func serveMwrpcSHMWith(ln net.Listener, cfg transport.Config) (Server, error) {
-	sln, err := listenSHM(ln, shm.Config{QuietSpin: cfg.BusyPoll})
+	sln, err := listenSHM(ln, cfg.SHM())
 	if err != nil {
 		return nil, err
 	}

@@ -73,7 +73,7 @@ type Conn struct {
 var _ net.Conn = (*Conn)(nil)
 
 func newConn(sock *net.UnixConn, cfg Config, local, remote *Addr) *Conn {
-	c := &Conn{cfg: cfg, sock: sock, local: local, remote: remote, shares: cfg.sharesWith(remote.UID, uint32(os.Geteuid())), rspin: newWaitSpin(cfg.spin(), max(cfg.QuietSpin, 0)), wspin: newWaitSpin(cfg.spin(), 0), peerTxBell: -1, peerRxBell: -1}
+	c := &Conn{cfg: cfg, sock: sock, local: local, remote: remote, shares: cfg.sharesWith(remote.UID, uint32(os.Geteuid())), rspin: readSpin(cfg), wspin: writeSpin(cfg), peerTxBell: -1, peerRxBell: -1}
 	// Made once: a wait hands its check to the poller, which would allocate a closure
 	// per sleep. The rings are read when a check runs, under rmu or wmu.
 	c.readSleep = flagThenCheck(func() *atomic.Uint32 { return c.rx.dataWaiter }, c.readReady)

@@ -570,7 +570,7 @@ func TestFlagBeforeCheck(t *testing.T) {
 	leakcheck.Check(t)
 	checkFDs(t)
 	a, b := connPair(t, Config{Spin: -1}, Config{Spin: -1})
-	sp := newWaitSpin(0, 0)
+	sp := readSpin(Config{Spin: -1})
 	for i := range 20 {
 		gap := make(chan struct{})
 		wrote := make(chan error, 1)

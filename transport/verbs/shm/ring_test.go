@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/mwrpc/mwrpc/internal/idle"
 )
 
 // heapRing returns the producer's and the consumer's views of one ring of size bytes in
@@ -179,6 +181,31 @@ func FuzzHello(f *testing.F) {
 	})
 }
 
+// TestReadSpinFits: a reader whose spin has halved (a peer late once) and whose next wait
+// ended within Config.Spin, after a sleep, spins long enough for the next such wait; a
+// wait longer than Spin (an idle connection) halves it; a writer's spin halves either way.
+func TestReadSpinFits(t *testing.T) {
+	cfg := Config{Spin: 50 * time.Microsecond}
+	r, w := readSpin(cfg), writeSpin(cfg)
+	for _, sp := range []*idle.Spinner{&r.normal, &w.normal} {
+		sp.Lost(time.Second)           // the peer was late once: 25 µs
+		sp.Lost(30 * time.Microsecond) // it answered 30 µs later, after a sleep
+	}
+	if got := r.normal.Budget(); got != 50*time.Microsecond {
+		t.Errorf("a reader's spin after a 30 µs wait: %v, want 50 µs (twice the wait, at most Spin)", got)
+	}
+	if got := w.normal.Budget(); got != 12500*time.Nanosecond {
+		t.Errorf("a writer's spin after two lost waits: %v, want 12.5 µs", got)
+	}
+	r.normal.Lost(time.Second)
+	if got := r.normal.Budget(); got != 25*time.Microsecond {
+		t.Errorf("a reader's spin after an idle wait: %v, want 25 µs", got)
+	}
+	if d := readSpin(Config{}); d.normal.Max() != DefaultSpin {
+		t.Errorf("a reader's default spin: %v, want DefaultSpin", d.normal.Max())
+	}
+}
+
 // TestWaitSpinPick: a reader uses its long, quiet spinner only while the process is quiet
 // (idle.Quiet), and never when it has none (Config.QuietSpin zero).
 func TestWaitSpinPick(t *testing.T) {
@@ -195,7 +222,7 @@ func TestWaitSpinPick(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(tc.procs))
 			time.Sleep(3 * time.Millisecond) // past the last reading of GOMAXPROCS (idle)
-			w := newWaitSpin(DefaultSpin, tc.quiet)
+			w := readSpin(Config{QuietSpin: tc.quiet})
 			if got := w.pick() == &w.quiet; got != tc.wantQuiet {
 				t.Fatalf("pick() chose the quiet spinner: %v, want %v", got, tc.wantQuiet)
 			}

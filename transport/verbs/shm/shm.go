@@ -36,9 +36,11 @@
 //
 // A reader that finds its ring empty spins for at most Config.Spin, then sets its waiter
 // flag and sleeps in the Go netpoller on its eventfd; the writer rings it only when the
-// flag was set. The spin adapts: it halves after a spin that ended in sleep and doubles
-// after one that found data, so a side whose peer answers slower than the spin (large
-// messages, a busy machine) stops burning the CPU its peer may need. With Config.QuietSpin
+// flag was set. The spin adapts: after a wait that ended within Config.Spin it spins up to
+// twice that wait next time, so that a peer answering a call at a time is met polling
+// rather than asleep; after a longer wait it halves, so a side whose peer answers slower
+// than the spin (an idle connection, large messages, a busy machine) stops burning the
+// CPU its peer may need; it doubles after a spin that found data. With Config.QuietSpin
 // set, a reader spins for up to that instead while its process is quiet (idle.Quiet:
 // cores to spare, few goroutines running), fitted to its waits: on an idle many-core
 // machine a small call's answer then lands while the reader polls. An idle connection
@@ -84,8 +86,10 @@ type Config struct {
 	// [MinRingSize, MaxRingSize]. Zero: DefaultRingSize.
 	RingSize int
 	// Spin is the longest a reader or writer polls its ring before it sleeps on its
-	// doorbell (each direction adapts its spin below it, see the package doc). Zero:
-	// DefaultSpin; negative: never spin.
+	// doorbell (each direction adapts its spin below it, see the package doc): a peer that
+	// answers within it is met polling. A connection carrying calls at most Spin apart
+	// keeps a core busy on each side between them; a lower Spin trades latency at one
+	// caller for that CPU. Zero: DefaultSpin; negative: never spin.
 	Spin time.Duration
 	// QuietSpin is how long a reader polls its ring before sleeping while its process is
 	// quiet (idle.Quiet: at least 4 Ps, few goroutines running or in system calls), in
@@ -118,9 +122,13 @@ type Config struct {
 const DefaultRingSize = 2 << 20
 
 // DefaultSpin is how long a side polls before sleeping unless Config.Spin says otherwise:
-// about a round trip through a peer that is running, shorter than a futex or eventfd
-// wake-up costs both sides.
-const DefaultSpin = 20 * time.Microsecond
+// longer than a round trip through a peer that sleeps between calls (a wake-up on each
+// side, 30-60 µs on the 2-core development VM), so that a reader's fitting spin can
+// catch the next one and both sides leave sleeping for good; far shorter than an idle
+// connection's gaps. Measured with two processes on 2 cores, 64 B at one caller: 62 µs
+// p50 with 20 µs (which halved to the floor and slept), 4 µs with 50 µs; at 16 and 64
+// callers 0.77-1.02x the calls (docs/performance.md).
+const DefaultSpin = 50 * time.Microsecond
 
 func (c Config) ringSize() int {
 	if c.RingSize == 0 {

@@ -1,26 +1,33 @@
 package shm
 
-import (
-	"time"
-
-	"github.com/mwrpc/mwrpc/internal/idle"
-)
+import "github.com/mwrpc/mwrpc/internal/idle"
 
 // waitSpin is one direction's spinning: its spinner, and a reader's second, longer one
 // (Config.QuietSpin at most) that it uses while the process is quiet (idle.Quiet: cores to
-// spare, few goroutines running). There a round trip through a running peer takes 5-15 µs
-// and a wake-up from sleep about as long again, so a reader whose budget has halved below
-// its waits sleeps on nearly every call; one that spins on an idle core sees the answer as
-// it lands. The quiet spinner fits itself to the waits (idle.NewFitSpinner), so a peer
-// that answers slower than it (a large copy) soon costs no more than before. Owned by the
-// holder of the direction's lock (rmu or wmu).
+// spare, few goroutines running). Owned by the holder of the direction's lock (rmu or
+// wmu).
+//
+// A reader's spinner fits itself to its waits (idle.NewFitSpinner): a wait that ended
+// within Config.Spin sets the next spin to twice it. A halving spinner has two steady
+// states at one caller, and falls into the wrong one for good: once a peer is late (a
+// wake-up, a preemption), its answers come after a sleep and a wake-up on each side,
+// later than the halved spin, which halves again, down to the floor, and both sides then
+// sleep between all their calls. The fitting one spins long enough for the next such
+// answer, meets it polling, and the peer, answered at once, answers at once too: 64 B at
+// one caller over shm on 2 cores went from 62 to 4 µs (docs/performance.md). A wait
+// longer than Config.Spin (an idle connection, a large copy) still halves it. A writer's
+// spinner, which waits for room in a full ring behind a reader copying large messages,
+// halves.
 type waitSpin struct {
 	normal, quiet idle.Spinner
 }
 
-func newWaitSpin(normal, quiet time.Duration) waitSpin {
-	return waitSpin{normal: idle.NewSpinner(normal), quiet: idle.NewFitSpinner(quiet)}
+// readSpin is a reader's waitSpin for cfg; writeSpin a writer's.
+func readSpin(cfg Config) waitSpin {
+	return waitSpin{normal: idle.NewFitSpinner(cfg.spin()), quiet: idle.NewFitSpinner(max(cfg.QuietSpin, 0))}
 }
+
+func writeSpin(cfg Config) waitSpin { return waitSpin{normal: idle.NewSpinner(cfg.spin())} }
 
 // pick returns the spinner for the wait about to begin.
 func (w *waitSpin) pick() *idle.Spinner {
