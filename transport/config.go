@@ -301,8 +301,6 @@ const (
 // the crossover.
 const envelopeRoom = 2 << 10
 
-// sizeReceives fills in SharedReceives, SlotSize and EagerThreshold: on a device that
-// reports a ReadCrossover, shared receives with slots grown to carry it.
 // SHM returns the shm fabric's configuration of this transport's connections over it
 // (Dial's shm:// targets; rpc.Server.ListenAndServe's): their rings' spin (SHMSpin) and
 // busy polling (BusyPoll).
@@ -310,6 +308,8 @@ func (c Config) SHM() shm.Config {
 	return shm.Config{Spin: c.SHMSpin, QuietSpin: c.BusyPoll}
 }
 
+// sizeReceives fills in SharedReceives, SlotSize and EagerThreshold: on a device that
+// reports a ReadCrossover, shared receives with slots grown to carry it.
 func (c *Config) sizeReceives(dev verbs.DeviceAttr) {
 	crossover := dev.ReadCrossover > DefaultEagerThreshold && dev.MaxSRQ > 0
 	switch {

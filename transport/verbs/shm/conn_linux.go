@@ -372,35 +372,9 @@ func (c *Conn) readReady() bool {
 
 // Write writes all of p, waiting for room in the ring as needed.
 func (c *Conn) Write(p []byte) (int, error) {
-	if err := c.handshake(); err != nil {
-		return 0, err
-	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	total := 0
-	for total < len(p) {
-		if err := c.sticky(); err != nil {
-			return total, err
-		}
-		if c.peerGone.Load() {
-			return total, fmt.Errorf("shm: write to %v: the peer closed the connection: %w", c.remote, syscall.EPIPE)
-		}
-		n, err := c.tx.write(p[total:])
-		if err != nil {
-			return total, c.fail(err)
-		}
-		if n > 0 {
-			total += n
-			if takeWaiter(c.tx.dataWaiter) {
-				c.ringPeer(c.peerRxBell)
-			}
-			continue
-		}
-		if err := c.await(&c.wspin, c.writeReady, c.txBell, c.writeSleep, c.tx.spaceWaiter); err != nil {
-			return total, err
-		}
-	}
-	return total, nil
+	v := net.Buffers{p}
+	n, err := c.WriteBuffers(&v)
+	return int(n), err
 }
 
 // WriteBuffers writes all of v's bytes, in order, waiting for room in the ring as Write
@@ -415,73 +389,24 @@ func (c *Conn) WriteBuffers(v *net.Buffers) (int64, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	var total int64
-	for len(*v) > 0 {
-		if err := c.sticky(); err != nil {
+	for {
+		n, err := c.writeOnce(v)
+		total += int64(n)
+		if err != nil || len(*v) == 0 {
 			return total, err
 		}
-		if c.peerGone.Load() {
-			return total, fmt.Errorf("shm: write to %v: the peer closed the connection: %w", c.remote, syscall.EPIPE)
-		}
-		n, err := c.tx.writeBuffers(v)
-		if err != nil {
-			return total, c.fail(err)
-		}
 		if n > 0 {
-			total += int64(n)
-			if takeWaiter(c.tx.dataWaiter) {
-				c.ringPeer(c.peerRxBell)
-			}
-			continue
-		}
-		if len((*v)[0]) == 0 { // an empty buffer: nothing to wait for
-			*v = (*v)[1:]
 			continue
 		}
 		if err := c.await(&c.wspin, c.writeReady, c.txBell, c.writeSleep, c.tx.spaceWaiter); err != nil {
 			return total, err
 		}
 	}
-	return total, nil
 }
 
-// TryWrite writes as much of p as the ring takes now and returns how much, without
-// waiting: for room, or for a write in progress (then it writes nothing). A soft QP's
-// stream reader sends its handler's responses through it (soft.TryWriter).
-func (c *Conn) TryWrite(p []byte) (int, error) {
-	if err := c.handshake(); err != nil {
-		return 0, err
-	}
-	if !c.wmu.TryLock() {
-		return 0, nil
-	}
-	defer c.wmu.Unlock()
-	if err := c.sticky(); err != nil {
-		return 0, err
-	}
-	if c.peerGone.Load() {
-		return 0, fmt.Errorf("shm: write to %v: the peer closed the connection: %w", c.remote, syscall.EPIPE)
-	}
-	n, err := c.tx.write(p)
-	if err != nil {
-		return 0, c.fail(err)
-	}
-	if n > 0 && takeWaiter(c.tx.dataWaiter) {
-		c.ringPeer(c.peerRxBell)
-	}
-	return n, nil
-}
-
-// TryWriteBuffers is TryWrite of v's bytes, in order: it copies as much of them as the
-// ring takes now, publishes it at once and consumes it from v as net.Buffers.WriteTo does
-// (soft.TryBuffersWriter). It writes nothing while another write is in progress.
-func (c *Conn) TryWriteBuffers(v *net.Buffers) (int64, error) {
-	if err := c.handshake(); err != nil {
-		return 0, err
-	}
-	if !c.wmu.TryLock() {
-		return 0, nil
-	}
-	defer c.wmu.Unlock()
+// writeOnce writes as much of v as the ring takes now, consuming it, and rings the peer's
+// doorbell if its reader sleeps. wmu is held.
+func (c *Conn) writeOnce(v *net.Buffers) (int, error) {
 	if err := c.sticky(); err != nil {
 		return 0, err
 	}
@@ -495,7 +420,31 @@ func (c *Conn) TryWriteBuffers(v *net.Buffers) (int64, error) {
 	if n > 0 && takeWaiter(c.tx.dataWaiter) {
 		c.ringPeer(c.peerRxBell)
 	}
-	return int64(n), nil
+	return n, nil
+}
+
+// TryWrite writes as much of p as the ring takes now and returns how much, without
+// waiting: for room, or for a write in progress (then it writes nothing). A soft QP's
+// stream reader sends its handler's responses through it (soft.TryWriter).
+func (c *Conn) TryWrite(p []byte) (int, error) {
+	v := net.Buffers{p}
+	n, err := c.TryWriteBuffers(&v)
+	return int(n), err
+}
+
+// TryWriteBuffers is TryWrite of v's bytes, in order: it copies as much of them as the
+// ring takes now, publishes it at once and consumes it from v as net.Buffers.WriteTo does
+// (soft.TryBuffersWriter). It writes nothing while another write is in progress.
+func (c *Conn) TryWriteBuffers(v *net.Buffers) (int64, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	if !c.wmu.TryLock() {
+		return 0, nil
+	}
+	defer c.wmu.Unlock()
+	n, err := c.writeOnce(v)
+	return int64(n), err
 }
 
 func (c *Conn) writeReady() bool {

@@ -168,27 +168,24 @@ func (r *ring) writable() (uint64, error) {
 // write copies as much of p as fits, publishes the new tail and returns how many bytes it
 // copied (0 when the ring is full).
 func (r *ring) write(p []byte) (int, error) {
-	space, err := r.writable()
-	if err != nil || space == 0 {
-		return 0, err
-	}
-	n := min(uint64(len(p)), space)
-	off := r.pos & r.mask
-	c := copy(r.data[off:], p[:n])
-	copy(r.data, p[c:n])
-	r.pos += n
-	r.tail.Store(r.pos)
-	return int(n), nil
+	v := net.Buffers{p}
+	return r.writeBuffers(&v)
 }
 
 // writeBuffers copies as much of v's bytes as fit, in order, publishes the new tail once
 // and returns how many bytes it copied (0 when the ring is full). It consumes what it
 // copied from v, as net.Buffers.WriteTo does: written buffers are dropped, a buffer
-// written in part is cut to its rest.
+// written in part is cut to its rest, empty ones are dropped.
 func (r *ring) writeBuffers(v *net.Buffers) (int, error) {
 	space, err := r.writable()
-	if err != nil || space == 0 {
+	if err != nil {
 		return 0, err
+	}
+	for len(*v) > 0 && len((*v)[0]) == 0 {
+		*v = (*v)[1:]
+	}
+	if space == 0 || len(*v) == 0 {
+		return 0, nil
 	}
 	start := r.pos
 	for len(*v) > 0 && r.pos-start < space {

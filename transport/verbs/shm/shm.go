@@ -125,9 +125,10 @@ const DefaultRingSize = 2 << 20
 // longer than a round trip through a peer that sleeps between calls (a wake-up on each
 // side, 30-60 µs on the 2-core development VM), so that a reader's fitting spin can
 // catch the next one and both sides leave sleeping for good; far shorter than an idle
-// connection's gaps. Measured with two processes on 2 cores, 64 B at one caller: 62 µs
-// p50 with 20 µs (which halved to the floor and slept), 4 µs with 50 µs; at 16 and 64
-// callers 0.77-1.02x the calls (docs/performance.md).
+// connection's gaps. Measured with two processes on 2 cores, 64 B at one caller: 57.5 µs
+// p50 with 20 µs (which halved to the floor and slept), 3.4 µs with 50 µs; at 16 and 64
+// callers 0.82-1.64x the calls, the losses where the two processes share both cores
+// (docs/performance.md).
 const DefaultSpin = 50 * time.Microsecond
 
 func (c Config) ringSize() int {

@@ -14,7 +14,7 @@ import "github.com/mwrpc/mwrpc/internal/idle"
 // later than the halved spin, which halves again, down to the floor, and both sides then
 // sleep between all their calls. The fitting one spins long enough for the next such
 // answer, meets it polling, and the peer, answered at once, answers at once too: 64 B at
-// one caller over shm on 2 cores went from 62 to 4 µs (docs/performance.md). A wait
+// one caller over shm on 2 cores went from 57.5 to 3.4 µs p50 (docs/performance.md). A wait
 // longer than Config.Spin (an idle connection, a large copy) still halves it. A writer's
 // spinner, which waits for room in a full ring behind a reader copying large messages,
 // halves.
