@@ -30,6 +30,7 @@ func (cl *call) finish(err error) {
 	}
 	cl.err = err
 	cl.done <- struct{}{}
+	probe.Mark(probe.Signalled)
 }
 
 // Response is the answer to a call. Bytes aliases registered memory (a receive slot, or

@@ -106,6 +106,7 @@ func newPoller(t *Transport, i int) (*poller, error) {
 func (p *poller) reapInline() {
 	for p.reapInlineOnce() && p.missed.Swap(false) {
 	}
+	probe.Mark(probe.ReapDone)
 }
 
 // reapInlineOnce is one reapInline; it reports whether it held the token and let it go

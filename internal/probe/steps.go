@@ -67,6 +67,10 @@ const (
 	CallEnd   // the caller has the response
 	Echo      // the server's handler body
 
+	// Later points (the transport).
+	Signalled // the caller's done signal is sent (Deliver to Signalled: the wake-up's cost to the reader)
+	ReapDone  // a stream reader's reaping for the parked poller ends
+
 	NumSteps
 )
 
@@ -90,6 +94,8 @@ var names = [...]string{
 	Clone: "clone response", CloneDone: "response cloned",
 
 	CallBegin: "call begins", CallEnd: "call ends", Echo: "echo handler",
+
+	Signalled: "caller signalled", ReapDone: "reaping ends",
 }
 
 func (s Step) String() string {

@@ -18,7 +18,9 @@
 // the soft TCP fabric, default configuration), mwrpc-tuned (the harness's mwrpc-tuned: 66
 // KiB slots, so 64 KiB travels inside the SEND; shared receives; inline handlers),
 // mwrpc-lent (the harness's mwrpc-lent: each request built in rpc.Client.Buffer, each
-// response lent with rpc.WithLentResponses), raw (a length-prefixed echo over TCP). For each system and size the server is this binary
+// response lent with rpc.WithLentResponses), mwrpc-shm and mwrpc-shm-lent (mwrpc and
+// mwrpc-lent over the shm fabric, at a Unix socket in the temporary directory), raw (a
+// length-prefixed echo over TCP). For each system and size the server is this binary
 // again (`-serve SYSTEM`), which prints its address, serves until its stdin ends, then
 // writes its marks to a file the client named. Outputs, in -out (results/timeline):
 // timeline.md (the tables, also printed), timeline.json and timeline.png (a stacked bar
@@ -45,6 +47,7 @@ import (
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/rpc"
 	"github.com/mwrpc/mwrpc/transport"
+	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
 )
 
@@ -65,7 +68,7 @@ func main() {
 func run() error {
 	calls := flag.Int("calls", 20000, "measured calls per system and size")
 	warm := flag.Int("warmup", 2000, "unmeasured calls before them")
-	systems := flag.String("systems", "mwrpc,raw,mwrpc-tuned", "systems: mwrpc, mwrpc-tuned, mwrpc-lent, raw")
+	systems := flag.String("systems", "mwrpc,raw,mwrpc-tuned", "systems: mwrpc, mwrpc-tuned, mwrpc-lent, mwrpc-shm, mwrpc-shm-lent, raw")
 	sizes := flag.String("sizes", "64,65536", "payload sizes in bytes")
 	out := flag.String("out", "results/timeline", "output directory")
 	flag.Parse()
@@ -196,14 +199,25 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	addr := ln.Addr() // what the client is told, whichever listener serves it
 	var stop func() error
 	switch sys {
 	case "raw":
 		stop = serveRaw(ln)
-	case "mwrpc", "mwrpc-tuned", "mwrpc-lent":
+	case "mwrpc", "mwrpc-tuned", "mwrpc-lent", "mwrpc-shm", "mwrpc-shm-lent":
 		dev, err := soft.OpenTCP("timeline-server")
 		if err != nil {
 			return err
+		}
+		if overSHM(sys) {
+			path := shmSocket(ln.Addr().String())
+			_ = os.Remove(path)
+			sln, err := shm.Listen(path, transport.Config{}.SHM())
+			if err != nil {
+				return err
+			}
+			defer ln.Close()
+			ln = sln
 		}
 		opts := []rpc.ServerOption{rpc.WithDevice(dev)}
 		if sys == "mwrpc-tuned" {
@@ -219,7 +233,7 @@ func serve(args []string) error {
 	default:
 		return fmt.Errorf("unknown system %q", sys)
 	}
-	fmt.Println(ln.Addr())
+	fmt.Println(addr)
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the client is done
 	recs, _ := probe.Records()
 	err = writeMarks(*dump, recs)
@@ -255,16 +269,29 @@ func dialMwrpc(sys, addr string, size int) (client, error) {
 	switch sys {
 	case "mwrpc-tuned":
 		opts = append(opts, rpc.WithTransport(tuned))
-	case "mwrpc-lent":
+	case "mwrpc-lent", "mwrpc-shm-lent":
 		opts = append(opts, rpc.WithLentResponses())
+	}
+	target := addr
+	if overSHM(sys) {
+		target = shm.Scheme + shmSocket(addr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := rpc.Dial(ctx, addr, opts...)
+	c, err := rpc.Dial(ctx, target, opts...)
 	if err != nil {
 		return nil, errors.Join(err, dev.Close())
 	}
-	return &mwrpcClient{c: c, stub: echo.NewBenchClient(c), dev: dev, req: make([]byte, size), lent: sys == "mwrpc-lent"}, nil
+	return &mwrpcClient{c: c, stub: echo.NewBenchClient(c), dev: dev, req: make([]byte, size), lent: strings.HasSuffix(sys, "-lent")}, nil
+}
+
+// overSHM reports whether sys runs over the shm fabric.
+func overSHM(sys string) bool { return strings.HasPrefix(sys, "mwrpc-shm") }
+
+// shmSocket is the Unix socket of the shm server whose TCP listener (kept, so that the
+// client learns where to go the same way for every system) is at addr.
+func shmSocket(addr string) string {
+	return filepath.Join(os.TempDir(), "mwrpctimeline-"+strings.NewReplacer(":", "-", ".", "-").Replace(addr)+".sock")
 }
 
 func (m *mwrpcClient) call() error {

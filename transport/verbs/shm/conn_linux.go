@@ -39,6 +39,7 @@ type Conn struct {
 
 	rmu        sync.Mutex // a read in progress
 	rspin      waitSpin
+	peerCopy   atomic.Int64       // bytes the peer copies before it answers (PeerCopies), for the next read's wait
 	readSleep  func(uintptr) bool // flagThenCheck of rx's data waiter and readReady
 	rx         *ring              // the ring this side created and reads
 	rxMem      []byte
@@ -359,7 +360,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 			}
 			continue
 		}
-		if err := c.await(&c.rspin, c.readReady, c.rxBell, c.readSleep, c.rx.dataWaiter); err != nil {
+		if err := c.await(&c.rspin, c.takePeerCopy, c.readReady, c.rxBell, c.readSleep, c.rx.dataWaiter); err != nil {
 			return 0, err
 		}
 	}
@@ -398,7 +399,7 @@ func (c *Conn) WriteBuffers(v *net.Buffers) (int64, error) {
 		if n > 0 {
 			continue
 		}
-		if err := c.await(&c.wspin, c.writeReady, c.txBell, c.writeSleep, c.tx.spaceWaiter); err != nil {
+		if err := c.await(&c.wspin, nil, c.writeReady, c.txBell, c.writeSleep, c.tx.spaceWaiter); err != nil {
 			return total, err
 		}
 	}
@@ -478,28 +479,54 @@ func flagThenCheck(waiter func() *atomic.Uint32, ready func() bool) func(uintptr
 }
 
 // await waits until ready: it polls for up to the budget of its direction's spinner for
-// this wait (waitSpin.pick), then sleeps on the doorbell b until check (made by
+// this wait (waitSpin.pick), and for as long again as the peer's copy takes when the peer
+// makes one before it answers (copies, nil for none: a reader's takePeerCopy, asked before
+// the spin and again when it ends, since a copy is often announced while it runs), then
+// sleeps on the doorbell b until check (made by
 // flagThenCheck from the direction's waiter flag and ready) reports ready, and clears the
 // flag (awake, this side needs no doorbell); the spinner learns how the wait went. It
 // returns the doorbell's error: a deadline, or the connection closed.
-func (c *Conn) await(ws *waitSpin, ready func() bool, b *bell, check func(uintptr) bool, waiter *atomic.Uint32) error {
+func (c *Conn) await(ws *waitSpin, copies func() (time.Duration, int), ready func() bool, b *bell, check func(uintptr) bool, waiter *atomic.Uint32) error {
 	var start time.Time
+	var copying time.Duration // the spin added for the peer's copy
 	sp := ws.pick()
 	if sp.Budget() > 0 {
-		// A clock read costs more than a poll: one per 64. The goroutine that will write
-		// may be this process's: Poll yields between. The quiet spin stops when the
-		// process is no longer quiet.
-		var ok bool
-		if start, ok = idle.Poll(sp.Budget(), 64, sp == &ws.quiet, ready); ok {
-			sp.Won()
-			return nil
+		budget, announced := sp.Budget(), 0
+		if copies != nil {
+			var n int
+			copying, n = copies()
+			if announced = n; announced != 1 {
+				copying = 0
+			}
+			budget += copying
+		}
+		for {
+			// A clock read costs more than a poll: one per 64. The goroutine that will
+			// write may be this process's: Poll yields between. The quiet spin stops when
+			// the process is no longer quiet.
+			began, ok := idle.Poll(budget, 64, sp == &ws.quiet, ready)
+			if start.IsZero() {
+				start = began
+			}
+			if ok {
+				sp.Won()
+				return nil
+			}
+			if copies == nil || copying > 0 {
+				break
+			}
+			d, n := copies() // a copy announced while it spun
+			if announced += n; announced != 1 {
+				break
+			}
+			budget, copying = d, d
 		}
 	}
 	c.sleeps.Add(1)
 	err := b.wait(check)
 	waiter.Store(0)
 	if !start.IsZero() {
-		sp.Lost(time.Since(start))
+		sp.Lost(max(0, time.Since(start)-copying)) // the peer's copy is not its lateness
 	}
 	if err != nil && (c.closed.Load() || errors.Is(err, os.ErrClosed)) {
 		return net.ErrClosed // the bell closed under a waiter: Close

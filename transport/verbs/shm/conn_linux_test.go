@@ -595,7 +595,7 @@ func TestFlagBeforeCheck(t *testing.T) {
 		}
 		b.rmu.Lock()
 		check := flagThenCheck(func() *atomic.Uint32 { return b.rx.dataWaiter }, slowReady)
-		err := b.await(&sp, slowReady, b.rxBell, check, b.rx.dataWaiter)
+		err := b.await(&sp, nil, slowReady, b.rxBell, check, b.rx.dataWaiter)
 		b.rmu.Unlock()
 		if err != nil {
 			t.Fatalf("round %d: the sleeper was not woken by a write after its check: %v", i, err)
@@ -819,5 +819,67 @@ func TestFullDoorbellCloses(t *testing.T) {
 		if err := <-errc; !errors.Is(err, net.ErrClosed) {
 			t.Errorf("a sleeper woke with %v, want net.ErrClosed", err)
 		}
+	}
+}
+
+// TestReadSpinCoversPeerCopy: a reader whose peer copies a large message before it answers
+// (PeerCopies, once since the last wait) polls for as long as the copy takes, and meets an
+// answer that comes after its spin but within the copy's time; with no copy announced, or
+// two (a loaded connection, where polling longer would take the peer's CPU), it sleeps as
+// before.
+func TestReadSpinCoversPeerCopy(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	cfg := Config{Spin: 20 * time.Microsecond}
+	a, b := connPair(t, cfg, cfg)
+	read := func(t *testing.T, i int) {
+		t.Helper()
+		_ = b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var m [1]byte
+		if _, err := io.ReadFull(b, m[:]); err != nil || m[0] != byte(i) {
+			t.Fatalf("read %d, %v", m[0], err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		copies int
+		sleeps bool
+	}{
+		{"no copy", 0, true},
+		{"one copy", 1, false},
+		{"two copies", 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The answer comes 300 µs after the read begins: past the 20 µs spin, well
+			// within a 16 MiB copy's (maxCopySpin, 2 ms). A run that polled through it
+			// once shows the copy's spin; a few tries keep a descheduled writer on a
+			// loaded machine from failing it.
+			for try := range 5 {
+				i := try + 1
+				for range tc.copies {
+					b.PeerCopies(16 << 20)
+				}
+				before := b.sleeps.Load()
+				go func() {
+					if tc.sleeps { // until the reader sleeps (the read's deadline ends a wait too long)
+						for end := time.Now().Add(2 * time.Second); a.tx.dataWaiter.Load() == 0 && time.Now().Before(end); {
+							time.Sleep(50 * time.Microsecond)
+						}
+					} else {
+						time.Sleep(300 * time.Microsecond)
+					}
+					_, _ = a.Write([]byte{byte(i)})
+				}()
+				read(t, i)
+				slept := b.sleeps.Load() != before
+				if slept == tc.sleeps {
+					return
+				}
+				if tc.sleeps {
+					t.Fatalf("the reader polled until the answer with %d copies announced", tc.copies)
+				}
+			}
+			t.Fatalf("the reader slept through a wait its peer's copy covered, in 5 tries")
+		})
 	}
 }

@@ -3,6 +3,7 @@ package shm
 import (
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -103,6 +104,22 @@ func (c *Conn) CopyFromPeer(dst []byte, src soft.Placement) error {
 	}
 	return err
 }
+
+// PeerCopies implements soft.SharedMemoryWire: the next read's wait polls for as long as
+// copying n more bytes takes (copyTime).
+func (c *Conn) PeerCopies(n int) {
+	c.peerCopy.Add(1<<copyCountShift | int64(min(n, 1<<copyCountShift-1)))
+}
+
+// takePeerCopy returns how long the peer's copies announced since the last call take, and
+// how many there were, and forgets them.
+func (c *Conn) takePeerCopy() (time.Duration, int) {
+	v := c.peerCopy.Swap(0)
+	return copyTime(v & (1<<copyCountShift - 1)), int(v >> copyCountShift)
+}
+
+// copyCountShift splits peerCopy: the copies announced above it, their bytes below.
+const copyCountShift = 40
 
 // peerRange returns n bytes of the peer's shared memory at p, refusing (ErrProtocol) a
 // region the peer did not announce or a range outside it. peerMu is held for reading.

@@ -1,6 +1,10 @@
 package shm
 
-import "github.com/mwrpc/mwrpc/internal/idle"
+import (
+	"time"
+
+	"github.com/mwrpc/mwrpc/internal/idle"
+)
 
 // waitSpin is one direction's spinning: its spinner, and a reader's second, longer one
 // (Config.QuietSpin at most) that it uses while the process is quiet (idle.Quiet: cores to
@@ -20,6 +24,25 @@ import "github.com/mwrpc/mwrpc/internal/idle"
 // halves.
 type waitSpin struct {
 	normal, quiet idle.Spinner
+}
+
+// copyRate is the copy speed a reader assumes of a peer copying for it, in bytes per
+// nanosecond: 10 GB/s, below one core's 25-45 GB/s between shared regions on the 2-core
+// VM of docs/performance.md, so that a peer slowed by a busy cache is still met polling.
+// maxCopySpin bounds the polling a copy adds to one wait (a 16 MiB message's copy at
+// that rate takes about 1.7 ms).
+const (
+	copyRate    = 10
+	maxCopySpin = 2 * time.Millisecond
+)
+
+// copyTime is how long a peer takes to copy n bytes at copyRate, at most maxCopySpin.
+// A reader whose peer copies a large message for it before answering (a placed READ it
+// executes, a placed WRITE it pulls: soft.SharedMemoryWire.PeerCopies) polls for that
+// long more: with the spin alone (Config.Spin, 50 µs) one caller's 1 MiB call found both
+// readers asleep, each answer a doorbell and a wake-up (10-15 µs each way on 2 cores).
+func copyTime(n int64) time.Duration {
+	return min(maxCopySpin, time.Duration(n/copyRate))
 }
 
 // readSpin is a reader's waitSpin for cfg; writeSpin a writer's.
