@@ -122,6 +122,23 @@ func (c *Conn) grantFor(n int) {
 // its pool class's (a 1 MiB payload with its envelope is in the 2 MiB class).
 const grantRound = 64 << 10
 
+// peerCopies tells a device whose transfers are placed (placesTransfers) that the peer
+// copies n bytes, a WRITE of this side's that it pulls, before it answers: the shm
+// fabric's reader then polls through the copy instead of sleeping (shm.Conn.PeerCopies),
+// and meets the answer. It is told for a connection's lone call (its request written into
+// a grant, or its response written), whose caller waits on nothing else: with calls or
+// streams beside it the reader has other frames coming, and on a machine short of cores
+// (two processes on 2) polling longer takes the CPU those calls need (1 MiB at 16
+// callers: 0.85x the calls when every written transfer told it).
+func (c *Conn) peerCopies(n int) {
+	if !c.placesTransfers() {
+		return
+	}
+	if p, ok := c.qp.(interface{ PeerCopies(n int) }); ok {
+		p.PeerCopies(n)
+	}
+}
+
 // placesTransfers reports whether the connection's READs and WRITEs are placed (the shm
 // fabric's shared memory: soft.QP.PlacesTransfers): a copy into registered memory there
 // may be split over idle cores (copyIn). The provider is asked (under its QP's lock) until the connection is ready, then the
@@ -243,7 +260,11 @@ func (c *Conn) sendPushed(ctx context.Context, h *wire.Header, buf *pool.Buf, g 
 		c.win.pushSGE = make([]verbs.SGE, c.win.ws.Len())
 	}
 	sge := c.win.pushSGE[i : i+1 : i+1]
+	alone := len(c.calls.byID) <= 1
 	c.mu.Unlock()
+	if alone {
+		c.peerCopies(buf.Len())
+	}
 	sge[0] = buf.SGE()
 	pre := [2]verbs.SendWR{bind, {WRID: wrid(wrPush, c.id, i), Opcode: verbs.WRRDMAWrite,
 		SGL: sge, RemoteAddr: g.addr, RKey: g.rkey}}

@@ -64,7 +64,11 @@ func (c *Conn) sendWritten(ctx context.Context, h *wire.Header, buf *pool.Buf, r
 		c.rd.ops[i] = r
 	}
 	r.buf, r.live = buf, true // teardown releases it from here on
+	alone := len(c.serving.calls) <= 1 && len(c.serving.streams) == 0
 	c.mu.Unlock()
+	if alone {
+		c.peerCopies(buf.Len())
+	}
 	r.sge[0] = buf.SGE()
 	wr := verbs.SendWR{WRID: wrid(wrWrite, c.id, i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGL: r.sge[:], RemoteAddr: dst.addr, RKey: dst.rkey}

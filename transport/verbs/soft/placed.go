@@ -29,10 +29,9 @@ type SharedMemoryWire interface {
 	// CopyFromPeer copies len(dst) bytes of the peer's shared memory at src into dst,
 	// failing as CopyToPeer does for a range the peer did not share.
 	CopyFromPeer(dst []byte, src Placement) error
-	// PeerCopies tells the wire that the peer will copy n bytes (a placed READ it
-	// executes, a placed WRITE it pulls) before it next answers, so that a reader waiting
-	// for that answer may poll for as long as the copy takes rather than sleep through it.
-	// It never waits.
+	// PeerCopies tells the wire that the peer will copy n bytes (a placed WRITE it pulls)
+	// before it next answers, so that a reader waiting for that answer may poll for as
+	// long as the copy takes rather than sleep through it (QP.PeerCopies). It never waits.
 	PeerCopies(n int)
 }
 
@@ -108,7 +107,6 @@ func (q *QP) placeRead(l link, w *swqe, h *header) [][]byte {
 	w.placed = true
 	h.flags |= flagPlaced
 	h.len = placementLen
-	sw.PeerCopies(len(dst))
 	q.txPlace = appendPlacement(q.txPlace[:0], p)
 	return append(q.txSegs[:0], q.txPlace)
 }
@@ -206,7 +204,6 @@ func (q *QP) placeWrite(l link, h *header, segs [][]byte) [][]byte {
 	}
 	h.flags |= flagPlaced
 	h.rlen, h.len = h.len, placementLen
-	sw.PeerCopies(len(segs[0]))
 	q.txPlace = appendPlacement(q.txPlace[:0], p)
 	return append(segs[:0], q.txPlace)
 }

@@ -14,3 +14,16 @@ func (q *QP) PlacesTransfers() bool {
 	}
 	return sharedWire(q.link) != nil
 }
+
+// PeerCopies tells the QP's wire, when it is shared memory, that the peer copies n bytes
+// (a placed WRITE it pulls) before it next answers (SharedMemoryWire.PeerCopies): its
+// user knows when an answer waits on such a copy (a lone call's), the QP does not. Other
+// wires ignore it.
+func (q *QP) PeerCopies(n int) {
+	q.mu.Lock()
+	sw := sharedWire(q.link)
+	q.mu.Unlock()
+	if sw != nil {
+		sw.PeerCopies(n)
+	}
+}
