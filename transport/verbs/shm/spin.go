@@ -37,8 +37,8 @@ const (
 )
 
 // copyTime is how long a peer takes to copy n bytes at copyRate, at most maxCopySpin.
-// A reader whose peer copies a large message for it before answering (a placed READ it
-// executes, a placed WRITE it pulls: soft.SharedMemoryWire.PeerCopies) polls for that
+// A reader whose peer copies a large message before answering (a placed WRITE it pulls,
+// told through soft.SharedMemoryWire.PeerCopies, once since the last wait) polls for that
 // long more: with the spin alone (Config.Spin, 50 µs) one caller's 1 MiB call found both
 // readers asleep, each answer a doorbell and a wake-up (10-15 µs each way on 2 cores).
 func copyTime(n int64) time.Duration {
