@@ -136,6 +136,7 @@ func (c *Conn) peerCopies(n int) {
 	}
 	if p, ok := c.qp.(interface{ PeerCopies(n int) }); ok {
 		p.PeerCopies(n)
+		c.t.counters.copyPolls.Add(1)
 	}
 }
 

@@ -731,10 +731,14 @@ type Stats struct {
 	Granted      uint64 // grants given to callers: memory a next large request may be written into (Config.GrantBytes)
 	Pushed       uint64 // large requests written into the peer's grant (RDMA WRITE) instead of exposed for a READ
 	PushedIn     uint64 // large requests the peer wrote into a grant of ours
-	Unshared     uint64 // messages copied out of their receive slot rather than hold it: a response while callers hold responses in half the connection's credits, a stream's opening request (SharedReceives), or any while the shared slots are crowded
-	Sends        uint64 // messages sent: SENDs posted (with or without invalidation), every kind
-	StreamAcks   uint64 // stream acks sent as messages of their own (an ack riding a stream message is not one)
-	Conns        int    // connections set up and not yet closed
+	// CopyPolls are the large transfers of a connection's lone call (its request written
+	// into a grant, its response written) whose copy by the peer this side's reader was
+	// told to poll through instead of sleeping (the shm fabric: Conn.peerCopies).
+	CopyPolls  uint64
+	Unshared   uint64 // messages copied out of their receive slot rather than hold it: a response while callers hold responses in half the connection's credits, a stream's opening request (SharedReceives), or any while the shared slots are crowded
+	Sends      uint64 // messages sent: SENDs posted (with or without invalidation), every kind
+	StreamAcks uint64 // stream acks sent as messages of their own (an ack riding a stream message is not one)
+	Conns      int    // connections set up and not yet closed
 	// WindowsExposed are the windows of live connections bound now (or being revoked):
 	// memory a peer may still READ. It returns to 0 when no call is in flight.
 	WindowsExposed int
@@ -747,10 +751,10 @@ type Stats struct {
 }
 
 type counters struct {
-	streams, bound, reads, revoked, reclaimed, readBytes, access, idleClosed, unshared, written, granted, pushed, pushedIn atomic.Uint64
-	events                                                                                                                 [numEvents]atomic.Uint64
-	hot                                                                                                                    [hotStripes]hotCounters
-	nextHot                                                                                                                atomic.Uint32
+	streams, bound, reads, revoked, reclaimed, readBytes, access, idleClosed, unshared, written, granted, pushed, pushedIn, copyPolls atomic.Uint64
+	events                                                                                                                            [numEvents]atomic.Uint64
+	hot                                                                                                                               [hotStripes]hotCounters
+	nextHot                                                                                                                           atomic.Uint32
 }
 
 // hotCounters are the counters every message adds to, in stripes: a connection counts in
@@ -808,7 +812,7 @@ func (t *Transport) Stats() Stats {
 		Stalled: c.events[evStalled].Load(), Crowded: c.events[evCrowded].Load(), Overloaded: c.events[evOverloaded].Load(),
 		Refused: c.events[evRefused].Load(), SetupFailed: c.events[evSetup].Load(), Protocol: c.events[evProtocol].Load(),
 		Access: c.access.Load(), IdleClosed: c.idleClosed.Load(), Unshared: c.unshared.Load(), Written: c.written.Load(),
-		Granted: c.granted.Load(), Pushed: c.pushed.Load(), PushedIn: c.pushedIn.Load(),
+		Granted: c.granted.Load(), Pushed: c.pushed.Load(), PushedIn: c.pushedIn.Load(), CopyPolls: c.copyPolls.Load(),
 		TooManyPings: c.events[evPings].Load(), Sends: hot.sends, StreamAcks: hot.streamAcks,
 		Handlers: t.running.count(), HandlersCap: t.cfg.Handlers, Pool: t.pool.Stats()}
 }

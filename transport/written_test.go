@@ -3,6 +3,8 @@ package transport
 import (
 	"bytes"
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -298,5 +300,67 @@ func TestWrittenByPoster(t *testing.T) {
 	}
 	if w := s1.WaitedPosts - s0.WaitedPosts; w < calls/2 {
 		t.Errorf("handlers wrote %d of %d responses' WRITEs themselves, want at least %d (engine wake-ups: %d)", w, calls, calls/2, s1.EngineWakes-s0.EngineWakes)
+	}
+}
+
+// TestCopyPollsForLoneCalls: over shared memory, a connection's lone large call tells the
+// fabric that the peer copies its transfer (the request written into a grant, the
+// response written), so that the reader waiting for the answer polls through the copy;
+// calls in flight together do not, since their readers have other frames coming and the
+// polling would take the cores those calls need. Over TCP nothing is told.
+func TestCopyPollsForLoneCalls(t *testing.T) {
+	for _, name := range []string{"tcp", "shm"} {
+		t.Run(name, func(t *testing.T) {
+			fb := fabricNamed(t, name)
+			const n, together = 256 << 10, 8
+			var gated atomic.Bool // requests wait at the gate
+			gate := make(chan struct{})
+			var arrived sync.WaitGroup
+			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+				if gated.Load() {
+					arrived.Done()
+					<-gate
+				}
+				echo(ctx, req, w)
+			})
+			e := newEnv(t, fb, h, Config{})
+			call := func() {
+				resp, err := e.conn.Call(context.Background(), payload(n, 3))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Release()
+			}
+			for range 4 { // alone: the first response, then requests and responses both
+				call()
+				if name == "shm" {
+					waitGrant(t, e.conn)
+				}
+			}
+			client, server := e.client.Stats().CopyPolls, e.server.Stats().CopyPolls
+			if name == "tcp" {
+				if client+server != 0 {
+					t.Fatalf("over TCP %d and %d transfers were told the peer copies them", client, server)
+				}
+				return
+			}
+			if client < 3 || server < 4 {
+				t.Fatalf("4 lone calls told %d of their requests and %d of their responses, want 3 and 4", client, server)
+			}
+			gated.Store(true)
+			arrived.Add(together)
+			var wg sync.WaitGroup
+			for range together {
+				wg.Go(call)
+			}
+			arrived.Wait() // all in flight on the connection
+			close(gate)
+			wg.Wait()
+			// The last response may find the others' calls ended, and be alone by then.
+			if got := e.server.Stats().CopyPolls - server; got > 1 {
+				t.Errorf("%d calls in flight together: %d responses told the fabric, want at most 1", together, got)
+			}
+		})
 	}
 }
