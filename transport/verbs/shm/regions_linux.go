@@ -108,7 +108,7 @@ func (c *Conn) CopyFromPeer(dst []byte, src soft.Placement) error {
 // PeerCopies implements soft.SharedMemoryWire: the next read's wait polls for as long as
 // copying n more bytes takes (copyTime).
 func (c *Conn) PeerCopies(n int) {
-	c.peerCopy.Add(1<<copyCountShift | int64(min(n, 1<<copyCountShift-1)))
+	c.peerCopy.Add(1<<copyCountShift | int64(min(max(n, 0), maxCopyBytes)))
 }
 
 // takePeerCopy returns how long the peer's copies announced since the last call take, and
@@ -118,8 +118,13 @@ func (c *Conn) takePeerCopy() (time.Duration, int) {
 	return copyTime(v & (1<<copyCountShift - 1)), int(v >> copyCountShift)
 }
 
-// copyCountShift splits peerCopy: the copies announced above it, their bytes below.
-const copyCountShift = 40
+// copyCountShift splits peerCopy: the copies announced above it, their bytes below, each
+// copy's counted up to maxCopyBytes (far more than maxCopySpin covers), so that 256 of them
+// fit below it before the next wait takes them.
+const (
+	copyCountShift = 40
+	maxCopyBytes   = 1 << 32
+)
 
 // peerRange returns n bytes of the peer's shared memory at p, refusing (ErrProtocol) a
 // region the peer did not announce or a range outside it. peerMu is held for reading.
