@@ -360,7 +360,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 			}
 			continue
 		}
-		if err := c.await(&c.rspin, c.takePeerCopy, c.readReady, c.rxBell, c.readSleep, c.rx.dataWaiter); err != nil {
+		if err := c.await(&c.rspin, true, c.readReady, c.rxBell, c.readSleep, c.rx.dataWaiter); err != nil {
 			return 0, err
 		}
 	}
@@ -399,7 +399,7 @@ func (c *Conn) WriteBuffers(v *net.Buffers) (int64, error) {
 		if n > 0 {
 			continue
 		}
-		if err := c.await(&c.wspin, nil, c.writeReady, c.txBell, c.writeSleep, c.tx.spaceWaiter); err != nil {
+		if err := c.await(&c.wspin, false, c.writeReady, c.txBell, c.writeSleep, c.tx.spaceWaiter); err != nil {
 			return total, err
 		}
 	}
@@ -479,22 +479,22 @@ func flagThenCheck(waiter func() *atomic.Uint32, ready func() bool) func(uintptr
 }
 
 // await waits until ready: it polls for up to the budget of its direction's spinner for
-// this wait (waitSpin.pick), and for as long again as the peer's copy takes when the peer
-// makes one before it answers (copies, nil for none: a reader's takePeerCopy, asked before
-// the spin and again when it ends, since a copy is often announced while it runs), then
-// sleeps on the doorbell b until check (made by
+// this wait (waitSpin.pick) and, reading, for as long again as the peer's copy takes when
+// the peer makes one before it answers (takePeerCopy, asked before the spin and again
+// when it ends, since a copy is often announced while it runs), then sleeps on the
+// doorbell b until check (made by
 // flagThenCheck from the direction's waiter flag and ready) reports ready, and clears the
 // flag (awake, this side needs no doorbell); the spinner learns how the wait went. It
 // returns the doorbell's error: a deadline, or the connection closed.
-func (c *Conn) await(ws *waitSpin, copies func() (time.Duration, int), ready func() bool, b *bell, check func(uintptr) bool, waiter *atomic.Uint32) error {
+func (c *Conn) await(ws *waitSpin, reading bool, ready func() bool, b *bell, check func(uintptr) bool, waiter *atomic.Uint32) error {
 	var start time.Time
 	var copying time.Duration // the spin added for the peer's copy
 	sp := ws.pick()
 	if sp.Budget() > 0 {
 		budget, announced := sp.Budget(), 0
-		if copies != nil {
+		if reading {
 			var n int
-			copying, n = copies()
+			copying, n = c.takePeerCopy()
 			if announced = n; announced != 1 {
 				copying = 0
 			}
@@ -512,10 +512,10 @@ func (c *Conn) await(ws *waitSpin, copies func() (time.Duration, int), ready fun
 				sp.Won()
 				return nil
 			}
-			if copies == nil || copying > 0 {
+			if !reading || copying > 0 {
 				break
 			}
-			d, n := copies() // a copy announced while it spun
+			d, n := c.takePeerCopy() // a copy announced while it spun
 			if announced += n; announced != 1 {
 				break
 			}

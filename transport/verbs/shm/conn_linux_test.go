@@ -595,7 +595,7 @@ func TestFlagBeforeCheck(t *testing.T) {
 		}
 		b.rmu.Lock()
 		check := flagThenCheck(func() *atomic.Uint32 { return b.rx.dataWaiter }, slowReady)
-		err := b.await(&sp, nil, slowReady, b.rxBell, check, b.rx.dataWaiter)
+		err := b.await(&sp, false, slowReady, b.rxBell, check, b.rx.dataWaiter)
 		b.rmu.Unlock()
 		if err != nil {
 			t.Fatalf("round %d: the sleeper was not woken by a write after its check: %v", i, err)
