@@ -266,3 +266,152 @@ func waitWC(t *testing.T, cq verbs.CQ, n int) verbs.WorkCompletion {
 	}
 	return wcs[0]
 }
+
+// sendSetup is a registered source of n bytes on qa's side and a registered destination of
+// n bytes on qb's, both in shared memory.
+type sendSetup struct {
+	src, dst     []byte
+	srcMR, dstMR verbs.MR
+}
+
+func newSendSetup(t *testing.T, p *qpPair, n int) *sendSetup {
+	t.Helper()
+	srcMem, err := verbs.Map(n, verbs.MapOptions{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dstMem, err := verbs.Map(n, verbs.MapOptions{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sendSetup{src: srcMem.Bytes(), dst: dstMem.Bytes()}
+	if s.srcMR, err = p.pds[0].RegMR(s.src, 0); err != nil {
+		t.Fatal(err)
+	}
+	if s.dstMR, err = p.pds[1].RegMR(s.dst, verbs.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, err := range []error{s.srcMR.Dereg(), s.dstMR.Dereg(), srcMem.Unmap(), dstMem.Unmap()} {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	return s
+}
+
+// sges splits the first n bytes of mr's memory into parts segments, the last taking the rest.
+func sges(mr verbs.MR, n, parts int) []verbs.SGE {
+	var l []verbs.SGE
+	for i, off := 0, 0; i < parts; i++ {
+		k := n / parts
+		if i == parts-1 {
+			k = n - off
+		}
+		l = append(l, verbs.SGE{Addr: mr.Addr() + uint64(off), Length: uint32(k), LKey: mr.LKey()})
+		off += k
+	}
+	return l
+}
+
+// send posts a receive of s.dst in recvParts segments on qb and a SEND_WITH_IMM of n bytes
+// of s.src gathered from sendParts on qa, and checks the receive's completion and bytes.
+func (s *sendSetup) send(t *testing.T, p *qpPair, n, sendParts, recvParts int, fill byte) {
+	t.Helper()
+	for i := range s.src[:n] {
+		s.src[i] = fill + byte(i*3)
+	}
+	clear(s.dst)
+	if err := p.qb.PostRecv([]verbs.RecvWR{{WRID: uint64(fill), SGL: sges(s.dstMR, len(s.dst), recvParts)}}); err != nil {
+		t.Fatal(err)
+	}
+	wr := verbs.SendWR{WRID: uint64(fill), Opcode: verbs.WRSendWithImm, Flags: verbs.SendSignaled,
+		SGL: sges(s.srcMR, n, sendParts), ImmData: uint32(fill)}
+	if err := p.qa.PostSend([]verbs.SendWR{wr}); err != nil {
+		t.Fatal(err)
+	}
+	wc := waitWC(t, p.cqs[1], n)
+	if wc.Opcode != verbs.WCRecv || wc.ByteLen != uint32(n) || wc.Flags&verbs.WCWithImm == 0 || wc.ImmData != uint32(fill) {
+		t.Fatalf("receive completion %+v, want RECV of %d bytes with immediate %d", wc, n, fill)
+	}
+	waitWC(t, p.cqs[0], 0)
+	if !bytes.Equal(s.dst[:n], s.src[:n]) {
+		t.Fatal("the received bytes differ from the sent ones")
+	}
+}
+
+// TestPlacedSend: a SEND of soft.PlacedSendMin to soft.PlacedSendMax bytes, gathered from at
+// most soft.MaxSendPlacements segments of shared memory the peer has mapped, is placed (the
+// receiver copies it from the sender's memory into its receive: one copy), into a receive
+// of one segment or several; a smaller or larger SEND, and one gathered from more
+// segments, go through the ring; all land the same bytes, with the immediate data.
+func TestPlacedSend(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		n, sendParts, recvParts int
+		placed                  bool
+	}{
+		{"4 KiB, one segment", 4 << 10, 1, 1, true},
+		{"an envelope and a body, scattered into three", soft.PlacedSendMax, 2, 3, true},
+		{"four segments", 16 << 10, soft.MaxSendPlacements, 1, true},
+		{"five segments", 16 << 10, soft.MaxSendPlacements + 1, 1, false},
+		{"below PlacedSendMin", soft.PlacedSendMin - 1, 1, 1, false},
+		{"above PlacedSendMax", soft.PlacedSendMax + 1, 1, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakcheck.Check(t)
+			checkFDs(t)
+			p := newQPPairCap(t, Config{}, verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 8, MaxRecvSGE: 8})
+			s := newSendSetup(t, p, 64<<10)
+			s.send(t, p, soft.PlacedSendMin, 1, 1, 1) // announces the source's region
+			waitMapped(t, p.a, true)
+			before := p.devs[1].Stats().PlacedBytes
+			s.send(t, p, tc.n, tc.sendParts, tc.recvParts, 2)
+			s.send(t, p, tc.n, tc.sendParts, tc.recvParts, 3)
+			placed := p.devs[1].Stats().PlacedBytes - before
+			want := uint64(0)
+			if tc.placed {
+				want = 2 * uint64(tc.n)
+			}
+			if placed != want {
+				t.Fatalf("the receiver placed %d bytes, want %d", placed, want)
+			}
+		})
+	}
+}
+
+// TestPlacedSendOutOfRange: a placed SEND whose placement the receiver finds outside what
+// its peer shared fails the receiver's QP as the peer breaking the protocol, its receive
+// flushed and nothing copied; the sender's SEND never completes successfully.
+func TestPlacedSendOutOfRange(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	p := newQPPair(t)
+	s := newSendSetup(t, p, 64<<10)
+	s.send(t, p, soft.PlacedSendMin, 1, 1, 1)
+	waitMapped(t, p.a, true)
+	// The receiver's view of the sender's region shrinks to 1 KiB: the sender's next
+	// placement, of 4 KiB, now names memory it did not share.
+	p.b.peerMu.Lock()
+	p.b.peerRegions[0].mem = p.b.peerRegions[0].mem[:1<<10]
+	p.b.peerMu.Unlock()
+	clear(s.dst)
+	if err := p.qb.PostRecv([]verbs.RecvWR{{WRID: 9, SGL: sges(s.dstMR, len(s.dst), 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	wr := verbs.SendWR{WRID: 9, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: sges(s.srcMR, 4<<10, 1)}
+	if err := p.qa.PostSend([]verbs.SendWR{wr}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitErr(t, p.qb); !errors.Is(err, verbs.ErrPeerProtocol) {
+		t.Fatalf("the receiver's fault: %v, want ErrPeerProtocol", err)
+	}
+	wcs := make([]verbs.WorkCompletion, 1)
+	if n, _ := p.cqs[1].Poll(wcs); n != 1 || wcs[0].Status != verbs.WCWRFlushErr {
+		t.Fatalf("the receive's completion: %d, %+v; want one, flushed", n, wcs[0])
+	}
+	if bytes.Count(s.dst, []byte{0}) != len(s.dst) {
+		t.Fatal("a refused placed SEND wrote into the receive")
+	}
+}

@@ -27,13 +27,18 @@ func newQPPair(t *testing.T) *qpPair { return newQPPairWith(t, Config{}) }
 
 // newQPPairWith is newQPPair with cfg on both ends.
 func newQPPairWith(t *testing.T, cfg Config) *qpPair {
+	return newQPPairCap(t, cfg, verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+}
+
+// newQPPairCap is newQPPairWith with both QPs' capacities c.
+func newQPPairCap(t *testing.T, cfg Config, c verbs.QPCap) *qpPair {
 	t.Helper()
 	p := &qpPair{}
 	p.a, p.b = connPair(t, cfg, cfg)
 	var qps [2]verbs.QP
 	for i := range qps {
 		dev, _ := soft.OpenTCP("qp")
-		qp, cq := qptest.NewWithCQ(t, dev)
+		qp, cq := qptest.NewWithCap(t, dev, c)
 		qps[i], p.devs[i], p.pds[i], p.cqs[i] = qp, dev, qp.PD(), cq
 	}
 	p.qa, p.qb = qps[0], qps[1]

@@ -12,11 +12,12 @@ import (
 )
 
 // Shared registered memory: a placed READ (soft.SharedMemoryWire) copies once, from the
-// responder's memory straight into the requester's. The requester's registered memory must
-// be a shared mapping (verbs.MapOptions.Shared: a sealed memfd); the first READ into a
-// mapping on this connection (or WRITE from it) announces it to the peer (its descriptor
-// over the socket, control.go), never earlier, and goes the ring's way, as every READ into
-// it does until the peer answers that it mapped it. Memory is shared only with a peer of
+// responder's memory straight into the requester's (a placed WRITE or SEND, from the
+// sender's into the target's). The requester's registered memory must be a shared mapping
+// (verbs.MapOptions.Shared: a sealed memfd); the first READ into a mapping on this
+// connection (or WRITE or SEND from it) announces it to the peer (its descriptor over the
+// socket, control.go), never earlier, and goes the ring's way, as every READ into it does
+// until the peer answers that it mapped it. Memory is shared only with a peer of
 // this process's own user unless Config says otherwise (Config.sharesWith).
 //
 // Lifetimes: the peer's regions stay mapped here until Close, which waits for a copy in
@@ -98,7 +99,7 @@ func (c *Conn) CopyToPeer(dst soft.Placement, src []byte) error {
 func (c *Conn) CopyFromPeer(dst []byte, src soft.Placement) error {
 	c.peerMu.RLock()
 	defer c.peerMu.RUnlock()
-	mem, err := c.peerRange(src, len(dst), "WRITE")
+	mem, err := c.peerRange(src, len(dst), "WRITE or SEND")
 	if err == nil {
 		parcopy.Copy(dst, mem)
 	}

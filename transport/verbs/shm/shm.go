@@ -18,7 +18,8 @@
 // says whom else), which maps it, so that a
 // READ into it is placed: the owner of the source copies the bytes straight into the
 // requester's destination, after its checks, and sends a completion without payload
-// (regions_linux.go, soft.SharedMemoryWire). A READ into other memory, or into a mapping
+// (regions_linux.go, soft.SharedMemoryWire); a WRITE, and a SEND of up to 16 KiB, from it
+// are pulled the same way by the target. A READ into other memory, or into a mapping
 // the peer has not mapped yet, is copied into the ring by its owner's engine and out of it
 // by the requester's reader.
 //

@@ -187,8 +187,8 @@ type Stats struct {
 	// receive posted, and its sender must retry it after the RNR timer.
 	RNRNaks uint64
 	// PlacedBytes are payload bytes this device's QPs copied straight between their own
-	// memory and a same-host peer's shared memory: placed READs they served and placed
-	// WRITEs they received (one copy each, counted nowhere else).
+	// memory and a same-host peer's shared memory: placed READs they served, placed WRITEs
+	// and SENDs they received (one copy each, counted nowhere else).
 	PlacedBytes uint64
 	// Writes counts the writes on the QPs' streams (write(2) and writev(2) calls on TCP,
 	// TryWrite on the shm fabric's): the frames gathered into one write count once.

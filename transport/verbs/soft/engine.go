@@ -371,8 +371,11 @@ func (q *QP) prepare(w *swqe) (header, [][]byte, bool) {
 		h.len += s.Length
 	}
 	w.byteLen = h.len
-	if w.wr.Opcode == verbs.WRRDMAWrite {
+	switch w.wr.Opcode {
+	case verbs.WRRDMAWrite:
 		segs = q.placeWrite(q.link, &h, segs)
+	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv:
+		segs = q.placeSend(q.link, &h, segs)
 	}
 	return h, segs, true
 }

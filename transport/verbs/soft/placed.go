@@ -49,7 +49,31 @@ type Placement struct {
 //
 // The placed READ response (opReadResp with flagPlaced) has no payload: rlen is the bytes
 // the responder placed, all of the READ, and raddr is 0.
+//
+// A placed SEND (opSend, opSendImm or opSendInv with flagPlaced) carries one placement per
+// segment it gathers, at most MaxSendPlacements, each with the segment's length in the
+// word READ and WRITE keep 0; rlen is the message's length, their sum.
 const placementLen = 16
+
+// PlacedSendMin is the least payload a SEND is placed with over a SharedMemoryWire. Below
+// it the frame's bytes ride the stream with the others ready with it (a BATCH), and a copy
+// of them costs less than the placement, its lookup and the peer's checks.
+const PlacedSendMin = 1 << 10
+
+// PlacedSendMax is the largest payload a SEND is placed with. A larger one goes through the
+// stream, where the sender's copy into the ring and the receiver's out of it overlap (the
+// reader takes the payload while it is written), and where the buffers it leaves from stay
+// in the sender's cache: placed, the peer reads them, and the sender's next message into the
+// same buffer waits for their lines to come back (a 64 KiB request's copy into its send
+// slot took 6.9 µs instead of 1.5). One caller's 64 KiB calls over shm on 2 cores, two
+// processes, placed: 25 -> 54 µs p50 with the default client, whose copies then outlast
+// the readers' spin; 16 callers' did 1.3x the calls (five and three alternating pairs).
+const PlacedSendMax = 16 << 10
+
+// MaxSendPlacements is the most segments a SEND placed over a SharedMemoryWire gathers: an
+// envelope and its body, with room to spare; a SEND gathered from more goes through the
+// stream.
+const MaxSendPlacements = 4
 
 func appendPlacement(b []byte, p Placement) []byte {
 	b = binary.LittleEndian.AppendUint32(b, p.Region)
@@ -66,6 +90,26 @@ func parsePlacement(b []byte) (Placement, error) {
 		return Placement{}, fmt.Errorf("%w: placement's reserved word is 0x%x", errFrame, r)
 	}
 	return Placement{Region: binary.LittleEndian.Uint32(b), Offset: binary.LittleEndian.Uint64(b[8:])}, nil
+}
+
+// appendSendPlacement appends a placed SEND's placement of a segment of n bytes.
+func appendSendPlacement(b []byte, p Placement, n int) []byte {
+	b = binary.LittleEndian.AppendUint32(b, p.Region)
+	b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	return binary.LittleEndian.AppendUint64(b, p.Offset)
+}
+
+// parseSendPlacement parses one of a placed SEND's placements, bytes from the peer: where
+// its segment lies, and its length (never 0).
+func parseSendPlacement(b []byte) (Placement, int, error) {
+	if len(b) != placementLen {
+		return Placement{}, 0, fmt.Errorf("%w: SEND placement of %d bytes, want %d", errFrame, len(b), placementLen)
+	}
+	n := binary.LittleEndian.Uint32(b[4:])
+	if n == 0 {
+		return Placement{}, 0, fmt.Errorf("%w: SEND placement of an empty segment", errFrame)
+	}
+	return Placement{Region: binary.LittleEndian.Uint32(b), Offset: binary.LittleEndian.Uint64(b[8:])}, int(n), nil
 }
 
 // sharedWire returns l's shared-memory stream, or nil when l has none.
@@ -222,5 +266,74 @@ func (q *QP) pullWrite(src payloadSource, b []byte) error {
 		return fmt.Errorf("soft: qp %d: placed WRITE of %d bytes: %w", q.qpn, len(b), err)
 	}
 	q.st.placed.Add(uint64(len(b)))
+	return nil
+}
+
+// placeSend makes a SEND of PlacedSendMin to PlacedSendMax bytes, gathered from at most
+// MaxSendPlacements segments that all lie in memory the peer has mapped, a placed one: its
+// payload becomes their placements, its length goes in rlen, and the peer copies the
+// message from here straight into its receive. Other SENDs keep segs. q.mu is held;
+// segs' regions are acquired (txMRs) until the frame has left, and the source stays
+// untouched until the SEND completes (the peer's ACK, sent once it has copied), by the
+// verbs rules. One copy, where the stream costs one into it and one out of it, or two out
+// of it when the frame lands in the reader's read-ahead buffer first.
+func (q *QP) placeSend(l link, h *header, segs [][]byte) [][]byte {
+	sw := sharedWire(l)
+	if sw == nil || h.len < PlacedSendMin || h.len > PlacedSendMax || len(segs) > MaxSendPlacements {
+		return segs
+	}
+	place := q.txPlace[:0]
+	for _, b := range segs {
+		p, ok := sw.ShareLocal(b)
+		if !ok {
+			return segs
+		}
+		place = appendSendPlacement(place, p, len(b))
+	}
+	q.txPlace = place
+	h.flags |= flagPlaced
+	h.rlen, h.len = h.len, uint32(len(place))
+	return append(segs[:0], place)
+}
+
+// pullSend executes a placed SEND into segs, the receive's memory (room enough for n
+// bytes, checked): it reads the placements from src and copies each segment from the
+// sender's memory. An error is the peer's: placements that do not add up to n, or name
+// memory it did not share.
+func (q *QP) pullSend(src payloadSource, segs [][]byte, placements, n uint32) error {
+	sw := sharedWire(q.link)
+	if sw == nil {
+		return fmt.Errorf("%w: a placed SEND on a wire without shared memory", errFrame)
+	}
+	d := q.rxPlaceSend[:placements] // not a local array: through the interface it would escape
+	if err := src.fill(q, d); err != nil {
+		return err
+	}
+	left := int(n)
+	for ; len(d) > 0; d = d[placementLen:] {
+		p, k, err := parseSendPlacement(d[:placementLen])
+		if err != nil {
+			return err
+		}
+		if k > left {
+			return fmt.Errorf("%w: placed SEND segments of more than its %d bytes", errFrame, n)
+		}
+		left -= k
+		for k > 0 { // the segment into the receive's scatter list, piece by piece
+			m := min(k, len(segs[0]))
+			if err := sw.CopyFromPeer(segs[0][:m], p); err != nil {
+				return fmt.Errorf("soft: qp %d: placed SEND of %d bytes: %w", q.qpn, n, err)
+			}
+			p.Offset += uint64(m)
+			k -= m
+			if segs[0] = segs[0][m:]; len(segs[0]) == 0 {
+				segs = segs[1:]
+			}
+		}
+	}
+	if left != 0 {
+		return fmt.Errorf("%w: placed SEND segments of %d bytes short of its %d", errFrame, left, n)
+	}
+	q.st.placed.Add(uint64(n))
 	return nil
 }

@@ -128,13 +128,14 @@ type QP struct {
 	lastRx atomic.Int64 // unix nanos of the last frame received, for the ACK timeout
 
 	// Scratch, owned by the holder of txMu (tx*) and by the holder of rxMu (rx*).
-	txHdr   header
-	txSegs  [][]byte
-	txMRs   []*mr
-	txPlace []byte // a placed READ's payload
-	rxSegs  [][]byte
-	rxMRs   []*mr
-	rxPlace [placementLen]byte // a placed READ's or WRITE's placement, read by the responder
+	txHdr       header
+	txSegs      [][]byte
+	txMRs       []*mr
+	txPlace     []byte // a placed READ's payload
+	rxSegs      [][]byte
+	rxMRs       []*mr
+	rxPlace     [placementLen]byte                     // a placed READ's or WRITE's placement, read by the responder
+	rxPlaceSend [MaxSendPlacements * placementLen]byte // a placed SEND's placements, read by the receiver
 }
 
 type swqe struct {

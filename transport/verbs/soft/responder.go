@@ -290,8 +290,12 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 		q.kick()
 		return nil
 	}
-	wc := verbs.WorkCompletion{WRID: r.wrid, Opcode: verbs.WCRecv, ByteLen: h.len, QPNum: q.qpn}
-	segs, wmr, ok := q.placeRecv(h, &wc, r)
+	n, placed := h.len, h.flags&flagPlaced != 0
+	if placed { // a SEND the sender placed: rlen bytes, copied from its memory (placed.go)
+		n = h.rlen
+	}
+	wc := verbs.WorkCompletion{WRID: r.wrid, Opcode: verbs.WCRecv, ByteLen: n, QPNum: q.qpn}
+	segs, wmr, ok := q.placeRecv(h, n, &wc, r)
 	if !ok {
 		return nil // refused: the receive completed with the error, the QP is in ERR
 	}
@@ -299,7 +303,12 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 	// while the payload is placed completes it first, flushed (toError).
 	q.rxTaken, q.rxWC = true, wc
 	q.mu.Unlock()
-	err := scatter(q, src, segs, h.len)
+	var err error
+	if placed {
+		err = q.pullSend(src, segs, h.len, n)
+	} else {
+		err = scatter(q, src, segs, h.len)
+	}
 	q.releaseRx()
 	if wmr != nil {
 		wmr.release()
@@ -337,12 +346,12 @@ func (q *QP) takeReceive() *rwqe {
 	return nil
 }
 
-// placeRecv says where a message that consumes receive r lands: for WRITE_WITH_IMM the
-// memory its rkey names (wmr, held until released), else r's scatter list. It fills in
-// wc's opcode for WRITE_WITH_IMM. ok is false when the message is refused: the receive
-// then completed with the error, the QP went to ERR and q.mu was released. q.mu is held on
-// entry.
-func (q *QP) placeRecv(h *header, wc *verbs.WorkCompletion, r *rwqe) (segs [][]byte, wmr *mr, ok bool) {
+// placeRecv says where a message of n bytes that consumes receive r lands: for
+// WRITE_WITH_IMM the memory its rkey names (wmr, held until released), else r's scatter
+// list. It fills in wc's opcode for WRITE_WITH_IMM. ok is false when the message is
+// refused: the receive then completed with the error, the QP went to ERR and q.mu was
+// released. q.mu is held on entry.
+func (q *QP) placeRecv(h *header, n uint32, wc *verbs.WorkCompletion, r *rwqe) (segs [][]byte, wmr *mr, ok bool) {
 	if h.op == opWriteImm {
 		wc.Opcode, wc.Flags, wc.ImmData = verbs.WCRecvRDMAWithImm, verbs.WCWithImm, h.imm
 		if h.len == 0 {
@@ -370,9 +379,9 @@ func (q *QP) placeRecv(h *header, wc *verbs.WorkCompletion, r *rwqe) (segs [][]b
 	for _, s := range segs {
 		room += uint64(len(s))
 	}
-	if uint64(h.len) > room {
+	if uint64(n) > room {
 		q.releaseRx()
-		q.setFault(q.protocolFault(h, fmt.Sprintf("it does not fit the %d-byte receive", room)))
+		q.setFault(q.protocolFault(h, fmt.Sprintf("its %d bytes do not fit the %d-byte receive", n, room)))
 		_ = q.refuse(h, wc, verbs.WCLocLenErr, synInvalid)
 		return nil, nil, false
 	}

@@ -172,8 +172,9 @@ func parseHeader(b []byte, h *header) ([]byte, error) {
 
 const psnMask = 1<<24 - 1
 
-// placedShapeOK checks a placed frame's shape: a READ request with its placement as the
-// payload, or a READ response without payload or offset.
+// placedShapeOK checks a placed frame's shape: a READ request or WRITE with its placement as
+// the payload, a READ response without payload or offset, a SEND with one to
+// MaxSendPlacements placements.
 func placedShapeOK(h *header) bool {
 	switch h.op {
 	case opReadReq:
@@ -182,6 +183,9 @@ func placedShapeOK(h *header) bool {
 		return h.len == 0 && h.raddr == 0
 	case opWrite:
 		return h.len == placementLen && h.rlen <= MaxMessage
+	case opSend, opSendImm, opSendInv:
+		return h.len > 0 && h.len%placementLen == 0 && h.len <= MaxSendPlacements*placementLen &&
+			h.rlen > 0 && h.rlen <= MaxMessage
 	}
 	return false
 }

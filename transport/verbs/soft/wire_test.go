@@ -43,6 +43,11 @@ func TestParseHeaderRejects(t *testing.T) {
 		{"placed response with payload", mut(func(b []byte) { b[0] = byte(opReadResp); b[2] = flagPlaced })},
 		{"placed response with offset", mut(func(b []byte) { b[0] = byte(opReadResp); b[2] = flagPlaced; b[8] = 0; b[20] = 1 })},
 		{"placed response too long", mut(func(b []byte) { b[0] = byte(opReadResp); b[2] = flagPlaced; b[8] = 0; b[31] = 0x80 })},
+		{"placed send of nothing", mut(func(b []byte) { b[2] = flagPlaced; b[8] = placementLen })},
+		{"placed send, five placements", mut(func(b []byte) { b[2] = flagPlaced; b[8] = 5 * placementLen; b[28] = 1 })},
+		{"placed send, no placement", mut(func(b []byte) { b[2] = flagPlaced; b[8] = 0; b[28] = 1 })},
+		{"placed send too long", mut(func(b []byte) { b[2] = flagPlaced; b[8] = placementLen; b[31] = 0x80 })},
+		{"placed write with immediate", mut(func(b []byte) { b[0] = byte(opWriteImm); b[2] = flagPlaced; b[8] = placementLen; b[28] = 1 })},
 		{"ack without flag", mut(func(b []byte) { b[32] = 1 })},
 		{"ack too wide", mut(func(b []byte) { b[2] = 1; b[35] = 1 })},
 		{"psn too wide", mut(func(b []byte) { b[7] = 1 })},
@@ -78,6 +83,7 @@ func seedHeaders() []header {
 		{op: opReadReq, flags: flagPlaced, psn: 11, len: placementLen, rkey: 0x2201, raddr: 0x7f0000002000, rlen: 1 << 20},
 		{op: opReadResp, flags: flagPlaced | flagAck, psn: 11, rlen: 1 << 20, ack: 4},
 		{op: opWrite, flags: flagPlaced, psn: 12, len: placementLen, rkey: 0x100, raddr: 0x7f0000001000, rlen: 1 << 20},
+		{op: opSendInv, flags: flagPlaced, psn: 13, len: 2 * placementLen, imm: 0x4401, rlen: 4096 + 64},
 	}
 }
 
@@ -118,6 +124,30 @@ func FuzzPlacement(f *testing.F) {
 		}
 		if again := appendPlacement(nil, p); !bytes.Equal(again, b) {
 			t.Fatalf("placement %x parsed to %+v, which encodes as %x", b, p, again)
+		}
+	})
+}
+
+// FuzzSendPlacement: one of a placed SEND's placements, bytes from the peer, parses to a
+// placement of a segment that is not empty and encodes back to the same bytes, or fails
+// as a malformed frame.
+func FuzzSendPlacement(f *testing.F) {
+	f.Add(appendSendPlacement(nil, Placement{Region: 3, Offset: 1 << 20}, 4096))
+	f.Add(appendPlacement(nil, Placement{Region: 1, Offset: 64})) // a READ's: no length
+	f.Add(make([]byte, placementLen-1))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, n, err := parseSendPlacement(b)
+		if err != nil {
+			if !errors.Is(err, errFrame) {
+				t.Fatalf("%v is not errFrame", err)
+			}
+			return
+		}
+		if n <= 0 {
+			t.Fatalf("placement %x parsed to a segment of %d bytes", b, n)
+		}
+		if again := appendSendPlacement(nil, p, n); !bytes.Equal(again, b) {
+			t.Fatalf("placement %x parsed to %+v, %d bytes, which encodes as %x", b, p, n, again)
 		}
 	})
 }

@@ -21,6 +21,12 @@ func New(t testing.TB, dev verbs.Device) verbs.QP {
 // NewWithCQ is New, also returning the QP's CQ, for tests that poll it.
 func NewWithCQ(t testing.TB, dev verbs.Device) (verbs.QP, verbs.CQ) {
 	t.Helper()
+	return NewWithCap(t, dev, verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+}
+
+// NewWithCap is NewWithCQ with the QP's capacities c (work requests and SGEs).
+func NewWithCap(t testing.TB, dev verbs.Device, c verbs.QPCap) (verbs.QP, verbs.CQ) {
+	t.Helper()
 	pd, err := dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +35,7 @@ func NewWithCQ(t testing.TB, dev verbs.Device) (verbs.QP, verbs.CQ) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: c})
 	if err != nil {
 		t.Fatal(err)
 	}
