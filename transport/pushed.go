@@ -141,6 +141,29 @@ func (c *Conn) peerCopies(n int) {
 	}
 }
 
+// placeLargeMin is the payload above which a SEND's placement over shared memory depends
+// on what else is in flight (placeLarge): soft.PlacedSendMax.
+const placeLargeMin = 16 << 10
+
+// placeLarge tells a device whose transfers are placed whether the large SEND about to be
+// posted, h's, is one of several messages in flight on the connection (placed: one copy
+// per message, less CPU for each) or its lone call's request or response (through the
+// stream, where the two sides' copies overlap: soft.QP.PlaceLargeSends). A caller is alone
+// (callerAlone: no other call in flight); a server's response, when it serves one call and
+// no stream. Conn.mu is held.
+func (c *Conn) placeLarge(h *wire.Header, callerAlone bool) {
+	if !c.placesTransfers() {
+		return
+	}
+	alone := callerAlone
+	if h.Kind != wire.KindRequest {
+		alone = len(c.serving.calls) <= 1 && len(c.serving.streams) == 0 && len(c.calls.byID) == 0
+	}
+	if p, ok := c.qp.(interface{ PlaceLargeSends(bool) }); ok {
+		p.PlaceLargeSends(!alone)
+	}
+}
+
 // placesTransfers reports whether the connection's READs and WRITEs are placed (the shm
 // fabric's shared memory: soft.QP.PlacesTransfers): a copy into registered memory there
 // may be split over idle cores (copyIn), and a lone call's reader polls through the peer's

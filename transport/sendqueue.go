@@ -219,6 +219,9 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	}
 	inv := c.stampLocked(h, rv)
 	alone := len(c.calls.byID) <= 1 // see boundedPoster
+	if n := len(payload) + len(tail) + int(g.sge.Length); n > placeLargeMin {
+		c.placeLarge(h, alone)
+	}
 	c.mu.Unlock()
 	corked := mode == sendWait && h.Kind == wire.KindRequest && len(pre) == 0 && c.corkable(len(payload)+len(tail)+int(g.sge.Length))
 

@@ -364,3 +364,73 @@ func TestCopyPollsForLoneCalls(t *testing.T) {
 		})
 	}
 }
+
+// TestLargeSendsPlacedWhenNotAlone: over shared memory, a large eager message (above
+// soft.PlacedSendMax) is placed, pulled by its receiver from the sender's memory, while
+// the connection has other calls in flight, and goes through the ring when it is its lone
+// call's request or response, where the two sides' copies overlap.
+func TestLargeSendsPlacedWhenNotAlone(t *testing.T) {
+	const n, together = 32 << 10, 8
+	var gate atomic.Pointer[chan struct{}] // requests wait at it while it is set
+	var arrived sync.WaitGroup
+	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		if g := gate.Load(); g != nil {
+			arrived.Done()
+			<-*g
+		}
+		echo(ctx, req, w)
+	})
+	e := newEnv(t, fabricNamed(t, "shm"), h, Config{})
+	if n <= soft.PlacedSendMax || n+1024 > e.conn.EagerLimit() {
+		t.Fatalf("a %d-byte call is not a large eager one (PlacedSendMax %d, eager limit %d)", n, soft.PlacedSendMax, e.conn.EagerLimit())
+	}
+	call := func() {
+		resp, err := e.conn.Call(context.Background(), payload(n, 5))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		resp.Release()
+	}
+	placed := func() (client, server uint64) {
+		return e.cdev.(*soft.Device).Stats().PlacedBytes, e.sdev.(*soft.Device).Stats().PlacedBytes
+	}
+	inFlight := func() { // together calls held at the server, all in flight on the connection
+		g := make(chan struct{})
+		arrived.Add(together)
+		gate.Store(&g)
+		var wg sync.WaitGroup
+		for range together {
+			wg.Go(call)
+		}
+		arrived.Wait()
+		gate.Store(nil)
+		close(g)
+		wg.Wait()
+	}
+	// The slabs the messages leave from are announced by the first placements tried from
+	// them, and mapped by the peer meanwhile: rounds in flight until one is placed.
+	for i := 0; ; i++ {
+		c, s := placed()
+		inFlight()
+		if c2, s2 := placed(); c2-c >= 4*n && s2-s >= 4*n {
+			break
+		} else if i == 50 {
+			t.Fatalf("50 rounds of %d calls in flight together, the last placed %d bytes of responses and %d of requests", together, c2-c, s2-s)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c0, s0 := placed()
+	for range 4 {
+		call()
+	}
+	c1, s1 := placed()
+	if c1 != c0 || s1 != s0 {
+		t.Fatalf("4 lone calls placed %d bytes of responses and %d of requests, want none", c1-c0, s1-s0)
+	}
+	inFlight()
+	c2, s2 := placed()
+	if c2-c1 < 4*n || s2-s1 < 4*n {
+		t.Fatalf("%d calls in flight together placed %d bytes of responses and %d of requests, want at least %d each", together, c2-c1, s2-s1, 4*n)
+	}
+}

@@ -344,20 +344,23 @@ func (s *sendSetup) send(t *testing.T, p *qpPair, n, sendParts, recvParts int, f
 // TestPlacedSend: a SEND of soft.PlacedSendMin to soft.PlacedSendMax bytes, gathered from at
 // most soft.MaxSendPlacements segments of shared memory the peer has mapped, is placed (the
 // receiver copies it from the sender's memory into its receive: one copy), into a receive
-// of one segment or several; a smaller or larger SEND, and one gathered from more
-// segments, go through the ring; all land the same bytes, with the immediate data.
+// of one segment or several, and a larger one too once the QP's user says more are in
+// flight (PlaceLargeSends); a smaller or larger SEND, and one gathered from more segments,
+// go through the ring; all land the same bytes, with the immediate data.
 func TestPlacedSend(t *testing.T) {
 	for _, tc := range []struct {
 		name                    string
 		n, sendParts, recvParts int
+		large                   bool // PlaceLargeSends(true): more in flight
 		placed                  bool
 	}{
-		{"4 KiB, one segment", 4 << 10, 1, 1, true},
-		{"an envelope and a body, scattered into three", soft.PlacedSendMax, 2, 3, true},
-		{"four segments", 16 << 10, soft.MaxSendPlacements, 1, true},
-		{"five segments", 16 << 10, soft.MaxSendPlacements + 1, 1, false},
-		{"below PlacedSendMin", soft.PlacedSendMin - 1, 1, 1, false},
-		{"above PlacedSendMax", soft.PlacedSendMax + 1, 1, 1, false},
+		{"4 KiB, one segment", 4 << 10, 1, 1, false, true},
+		{"an envelope and a body, scattered into three", soft.PlacedSendMax, 2, 3, false, true},
+		{"four segments", 16 << 10, soft.MaxSendPlacements, 1, false, true},
+		{"five segments", 16 << 10, soft.MaxSendPlacements + 1, 1, false, false},
+		{"below PlacedSendMin", soft.PlacedSendMin - 1, 1, 1, false, false},
+		{"above PlacedSendMax", soft.PlacedSendMax + 1, 1, 1, false, false},
+		{"above PlacedSendMax, more in flight", 64 << 10, 2, 1, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
@@ -366,6 +369,7 @@ func TestPlacedSend(t *testing.T) {
 			s := newSendSetup(t, p, 64<<10)
 			s.send(t, p, soft.PlacedSendMin, 1, 1, 1) // announces the source's region
 			waitMapped(t, p.a, true)
+			p.qa.(*soft.QP).PlaceLargeSends(tc.large)
 			before := p.devs[1].Stats().PlacedBytes
 			s.send(t, p, tc.n, tc.sendParts, tc.recvParts, 2)
 			s.send(t, p, tc.n, tc.sendParts, tc.recvParts, 3)

@@ -375,7 +375,7 @@ func (q *QP) prepare(w *swqe) (header, [][]byte, bool) {
 	case verbs.WRRDMAWrite:
 		segs = q.placeWrite(q.link, &h, segs)
 	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRSendWithInv:
-		segs = q.placeSend(q.link, &h, segs)
+		segs = q.placeSend(q.link, w, &h, segs)
 	}
 	return h, segs, true
 }

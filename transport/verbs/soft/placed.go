@@ -60,7 +60,8 @@ const placementLen = 16
 // of them costs less than the placement, its lookup and the peer's checks.
 const PlacedSendMin = 1 << 10
 
-// PlacedSendMax is the largest payload a SEND is placed with. A larger one goes through the
+// PlacedSendMax is the largest payload a SEND is placed with, unless its QP's user says that
+// more are in flight (QP.PlaceLargeSends). A larger one goes through the
 // stream, where the sender's copy into the ring and the receiver's out of it overlap (the
 // reader takes the payload while it is written), and where the buffers it leaves from stay
 // in the sender's cache: placed, the peer reads them, and the sender's next message into the
@@ -269,7 +270,8 @@ func (q *QP) pullWrite(src payloadSource, b []byte) error {
 	return nil
 }
 
-// placeSend makes a SEND of PlacedSendMin to PlacedSendMax bytes, gathered from at most
+// placeSend makes w, a SEND of PlacedSendMin to PlacedSendMax bytes (or more, posted after
+// PlaceLargeSends(true)), gathered from at most
 // MaxSendPlacements segments that all lie in memory the peer has mapped, a placed one: its
 // payload becomes their placements, its length goes in rlen, and the peer copies the
 // message from here straight into its receive. Other SENDs keep segs. q.mu is held;
@@ -277,9 +279,9 @@ func (q *QP) pullWrite(src payloadSource, b []byte) error {
 // untouched until the SEND completes (the peer's ACK, sent once it has copied), by the
 // verbs rules. One copy, where the stream costs one into it and one out of it, or two out
 // of it when the frame lands in the reader's read-ahead buffer first.
-func (q *QP) placeSend(l link, h *header, segs [][]byte) [][]byte {
+func (q *QP) placeSend(l link, w *swqe, h *header, segs [][]byte) [][]byte {
 	sw := sharedWire(l)
-	if sw == nil || h.len < PlacedSendMin || h.len > PlacedSendMax || len(segs) > MaxSendPlacements {
+	if sw == nil || h.len < PlacedSendMin || h.len > PlacedSendMax && !w.placeLarge || len(segs) > MaxSendPlacements {
 		return segs
 	}
 	place := q.txPlace[:0]

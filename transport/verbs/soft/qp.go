@@ -54,7 +54,9 @@ type QP struct {
 	rxClosed bool        // rxMu: the link was shut down; deliveries are refused
 	txMu     sync.Mutex  // held by whoever transmits: the engine, or a poster doing it inline
 	txAgain  atomic.Bool // a poster found txMu held: its holder transmits once more (takeTx)
-	mu       sync.Mutex  // everything below
+	// placeLarge: SENDs above PlacedSendMax are placed too (PlaceLargeSends).
+	placeLarge atomic.Bool
+	mu         sync.Mutex // everything below
 
 	state     verbs.QPState
 	destroyed bool
@@ -151,6 +153,8 @@ type swqe struct {
 	rnrLeft int
 	rdGot   uint32 // READ: response bytes placed so far (segments come in order)
 	placed  bool   // READ: its last transmission asked the responder to place it (placed.go)
+	// placeLarge: a SEND above PlacedSendMax may be placed (PlaceLargeSends, when posted).
+	placeLarge bool
 }
 
 type rwqe struct {
@@ -935,6 +939,7 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 	w.wr.SGL = nil
 	w.sges = append(w.sges, wr.SGL...)
 	w.rnrLeft = q.rnrRetry
+	w.placeLarge = q.placeLarge.Load() // as its poster said (PlaceLargeSends)
 	if wr.Flags&verbs.SendInline != 0 {
 		for _, s := range wr.SGL {
 			b, m, ok := q.resolveLocal(s, false)
