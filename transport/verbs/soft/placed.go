@@ -60,15 +60,15 @@ const placementLen = 16
 // of them costs less than the placement, its lookup and the peer's checks.
 const PlacedSendMin = 1 << 10
 
-// PlacedSendMax is the largest payload a SEND is placed with, unless its QP's user says that
-// more are in flight (QP.PlaceLargeSends). A larger one goes through the
-// stream, where the sender's copy into the ring and the receiver's out of it overlap (the
-// reader takes the payload while it is written), and where the buffers it leaves from stay
-// in the sender's cache: placed, the peer reads them, and the sender's next message into the
-// same buffer waits for their lines to come back (a 64 KiB request's copy into its send
-// slot took 6.9 µs instead of 1.5). One caller's 64 KiB calls over shm on 2 cores, two
-// processes, placed: 25 -> 54 µs p50 with the default client, whose copies then outlast
-// the readers' spin; 16 callers' did 1.3x the calls (five and three alternating pairs).
+// PlacedSendMax is the largest payload a SEND is placed with, unless it was posted after
+// its QP's user said more are in flight (QP.PlaceLargeSends). A larger one goes through
+// the stream, where the sender's copy into the ring and the receiver's out of it overlap
+// (the reader takes the payload while it is written), and where the buffers it leaves
+// from stay in the sender's cache: placed, the peer reads them, and the sender's next
+// message into the same buffer waits for their lines to come back (a 64 KiB request's
+// copy into its send slot took 6.9 µs instead of 1.5). One caller's 64 KiB calls over shm
+// on 2 cores, two processes, all placed: 25 -> 54 µs p50 with the default client, whose
+// copies then outlast the readers' spin (five alternating pairs).
 const PlacedSendMax = 16 << 10
 
 // MaxSendPlacements is the most segments a SEND placed over a SharedMemoryWire gathers: an
@@ -271,10 +271,10 @@ func (q *QP) pullWrite(src payloadSource, b []byte) error {
 }
 
 // placeSend makes w, a SEND of PlacedSendMin to PlacedSendMax bytes (or more, posted after
-// PlaceLargeSends(true)), gathered from at most
-// MaxSendPlacements segments that all lie in memory the peer has mapped, a placed one: its
-// payload becomes their placements, its length goes in rlen, and the peer copies the
-// message from here straight into its receive. Other SENDs keep segs. q.mu is held;
+// PlaceLargeSends(true)), gathered from at most MaxSendPlacements segments that all lie in
+// memory the peer has mapped, a placed one: its payload becomes their placements, its
+// length goes in rlen, and the peer copies the message from here straight into its
+// receive. Other SENDs keep segs. q.mu is held;
 // segs' regions are acquired (txMRs) until the frame has left, and the source stays
 // untouched until the SEND completes (the peer's ACK, sent once it has copied), by the
 // verbs rules. One copy, where the stream costs one into it and one out of it, or two out
