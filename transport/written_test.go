@@ -129,9 +129,14 @@ func TestWrittenRequests(t *testing.T) {
 					// small one and the one too large for the 1 MiB grant (which it gives
 					// back, so that a 2 MiB one follows it) aside, every large call here
 					// finds one that fits.
-					wantPushed := tc.pushed && i > 0 && size > e.conn.EagerLimit() && i != 4
-					if wantPushed {
-						waitGrant(t, e.conn) // it leaves after the response, and may arrive after it
+					large := size > e.conn.EagerLimit()
+					wantPushed := tc.pushed && i > 0 && large && i != 4
+					if tc.pushed && i > 0 && large {
+						// It leaves after the response, and may arrive after it. The 2 MiB
+						// call waits for the 1 MiB grant too, to give it back: a grant that
+						// came only after that call would still be out, and the server would
+						// grant nothing in its place.
+						waitGrant(t, e.conn)
 					}
 					req := payload(size, byte(i))
 					before, beforeIn, reads := e.client.Stats().Pushed, e.server.Stats().PushedIn, e.server.Stats().Reads
