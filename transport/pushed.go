@@ -146,22 +146,29 @@ func (c *Conn) peerCopies(n int) {
 const placeLargeMin = 16 << 10
 
 // placeLarge tells a device whose transfers are placed whether the large SEND about to be
-// posted, h's, is one of several messages in flight on the connection (placed: one copy
-// per message, less CPU for each) or its lone call's request or response (through the
-// stream, where the two sides' copies overlap: soft.QP.PlaceLargeSends). A caller is alone
-// (callerAlone: no other call in flight); a server's response, when it serves one call and
-// no stream. Conn.mu is held.
-func (c *Conn) placeLarge(h *wire.Header, callerAlone bool) {
+// posted is one of several messages in flight on the connection (placed: one copy per
+// message, less CPU for each) or a lone call's (loneLocked: through the stream, where the
+// two sides' copies overlap; soft.QP.PlaceLargeSends).
+func (c *Conn) placeLarge(lone bool) {
 	if !c.placesTransfers() {
 		return
 	}
-	alone := callerAlone
-	if h.Kind != wire.KindRequest {
-		alone = len(c.serving.calls) <= 1 && len(c.serving.streams) == 0 && len(c.calls.byID) == 0
-	}
 	if p, ok := c.qp.(interface{ PlaceLargeSends(bool) }); ok {
-		p.PlaceLargeSends(!alone)
+		p.PlaceLargeSends(!lone)
 	}
+}
+
+// loneLocked reports whether a message about to leave is a lone call's, the connection's
+// only traffic: a request (request true) while it is the only call in flight; anything
+// else (a response, a stream message) while this side serves at most one call, no stream,
+// and has no call of its own in flight (a client's streams are among its calls). The
+// shm fabric's choices for such a message differ (peerCopies, placeLarge). Conn.mu is
+// held.
+func (c *Conn) loneLocked(request bool) bool {
+	if request {
+		return len(c.calls.byID) <= 1
+	}
+	return len(c.serving.calls) <= 1 && len(c.serving.streams) == 0 && len(c.calls.byID) == 0
 }
 
 // placesTransfers reports whether the connection's READs and WRITEs are placed (the shm
@@ -286,7 +293,7 @@ func (c *Conn) sendPushed(ctx context.Context, h *wire.Header, buf *pool.Buf, g 
 		c.win.pushSGE = make([]verbs.SGE, c.win.ws.Len())
 	}
 	sge := c.win.pushSGE[i : i+1 : i+1]
-	alone := len(c.calls.byID) <= 1
+	alone := c.loneLocked(true)
 	c.mu.Unlock()
 	if alone {
 		c.peerCopies(buf.Len())

@@ -218,12 +218,13 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 		rv = revoke{}
 	}
 	inv := c.stampLocked(h, rv)
-	alone := len(c.calls.byID) <= 1 // see boundedPoster
-	if n := len(payload) + len(tail) + int(g.sge.Length); n > placeLargeMin {
-		c.placeLarge(h, alone)
+	alone := c.loneLocked(true) // see boundedPoster
+	n := len(payload) + len(tail) + int(g.sge.Length)
+	if n > placeLargeMin {
+		c.placeLarge(c.loneLocked(h.Kind == wire.KindRequest))
 	}
 	c.mu.Unlock()
-	corked := mode == sendWait && h.Kind == wire.KindRequest && len(pre) == 0 && c.corkable(len(payload)+len(tail)+int(g.sge.Length))
+	corked := mode == sendWait && h.Kind == wire.KindRequest && len(pre) == 0 && c.corkable(n)
 
 	wrs := c.fillSlot(i, s, h, payload, tail, g, pre, inv)
 	if probe.Enabled {

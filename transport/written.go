@@ -64,7 +64,7 @@ func (c *Conn) sendWritten(ctx context.Context, h *wire.Header, buf *pool.Buf, r
 		c.rd.ops[i] = r
 	}
 	r.buf, r.live = buf, true // teardown releases it from here on
-	alone := len(c.serving.calls) <= 1 && len(c.serving.streams) == 0
+	alone := c.loneLocked(false)
 	c.mu.Unlock()
 	if alone {
 		c.peerCopies(buf.Len())

@@ -318,25 +318,9 @@ func TestCopyPollsForLoneCalls(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			fb := fabricNamed(t, name)
 			const n, together = 256 << 10, 8
-			var gated atomic.Bool // requests wait at the gate
-			gate := make(chan struct{})
-			var arrived sync.WaitGroup
-			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
-				if gated.Load() {
-					arrived.Done()
-					<-gate
-				}
-				echo(ctx, req, w)
-			})
-			e := newEnv(t, fb, h, Config{})
-			call := func() {
-				resp, err := e.conn.Call(context.Background(), payload(n, 3))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				resp.Release()
-			}
+			var g callGate
+			e := newEnv(t, fb, g.handler(), Config{})
+			call := func() { echoCall(t, e.conn, payload(n, 3)) }
 			for range 4 { // alone: the first response, then requests and responses both
 				call()
 				if name == "shm" {
@@ -353,15 +337,7 @@ func TestCopyPollsForLoneCalls(t *testing.T) {
 			if client < 3 || server < 4 {
 				t.Fatalf("4 lone calls told %d of their requests and %d of their responses, want 3 and 4", client, server)
 			}
-			gated.Store(true)
-			arrived.Add(together)
-			var wg sync.WaitGroup
-			for range together {
-				wg.Go(call)
-			}
-			arrived.Wait() // all in flight on the connection
-			close(gate)
-			wg.Wait()
+			g.together(together, call)
 			// The last response may find the others' calls ended, and be alone by then.
 			if got := e.server.Stats().CopyPolls - server; got > 1 {
 				t.Errorf("%d calls in flight together: %d responses told the fabric, want at most 1", together, got)
@@ -376,43 +352,16 @@ func TestCopyPollsForLoneCalls(t *testing.T) {
 // call's request or response, where the two sides' copies overlap.
 func TestLargeSendsPlacedWhenNotAlone(t *testing.T) {
 	const n, together = 32 << 10, 8
-	var gate atomic.Pointer[chan struct{}] // requests wait at it while it is set
-	var arrived sync.WaitGroup
-	h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
-		if g := gate.Load(); g != nil {
-			arrived.Done()
-			<-*g
-		}
-		echo(ctx, req, w)
-	})
-	e := newEnv(t, fabricNamed(t, "shm"), h, Config{})
+	var g callGate
+	e := newEnv(t, fabricNamed(t, "shm"), g.handler(), Config{})
 	if n <= soft.PlacedSendMax || n+1024 > e.conn.EagerLimit() {
 		t.Fatalf("a %d-byte call is not a large eager one (PlacedSendMax %d, eager limit %d)", n, soft.PlacedSendMax, e.conn.EagerLimit())
 	}
-	call := func() {
-		resp, err := e.conn.Call(context.Background(), payload(n, 5))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		resp.Release()
-	}
+	call := func() { echoCall(t, e.conn, payload(n, 5)) }
 	placed := func() (client, server uint64) {
 		return e.cdev.(*soft.Device).Stats().PlacedBytes, e.sdev.(*soft.Device).Stats().PlacedBytes
 	}
-	inFlight := func() { // together calls held at the server, all in flight on the connection
-		g := make(chan struct{})
-		arrived.Add(together)
-		gate.Store(&g)
-		var wg sync.WaitGroup
-		for range together {
-			wg.Go(call)
-		}
-		arrived.Wait()
-		gate.Store(nil)
-		close(g)
-		wg.Wait()
-	}
+	inFlight := func() { g.together(together, call) }
 	// The slabs the messages leave from are announced by the first placements tried from
 	// them, and mapped by the peer meanwhile: rounds in flight until one is placed.
 	for i := 0; ; i++ {
@@ -438,4 +387,50 @@ func TestLargeSendsPlacedWhenNotAlone(t *testing.T) {
 	if c2-c1 < 4*n || s2-s1 < 4*n {
 		t.Fatalf("%d calls in flight together placed %d bytes of responses and %d of requests, want at least %d each", together, c2-c1, s2-s1, 4*n)
 	}
+}
+
+// callGate holds a test's calls at the server until all of them are in flight on the
+// connection, then lets them go: for tests of what a connection does with several calls
+// in flight.
+type callGate struct {
+	gate    atomic.Pointer[chan struct{}] // handlers wait on it while it is set
+	arrived sync.WaitGroup
+}
+
+// handler is echo, held at the gate while together runs.
+func (g *callGate) handler() HandlerFunc {
+	return func(ctx context.Context, req []byte, w *ResponseWriter) {
+		if gate := g.gate.Load(); gate != nil {
+			g.arrived.Done()
+			<-*gate
+		}
+		echo(ctx, req, w)
+	}
+}
+
+// together runs call n times at once, holds them all at the handler, then lets them go
+// and waits for them.
+func (g *callGate) together(n int, call func()) {
+	gate := make(chan struct{})
+	g.arrived.Add(n)
+	g.gate.Store(&gate)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(call)
+	}
+	g.arrived.Wait()
+	g.gate.Store(nil)
+	close(gate)
+	wg.Wait()
+}
+
+// echoCall calls with req on conn and releases the response; an error fails t (from any
+// goroutine).
+func echoCall(t *testing.T, conn *Conn, req []byte) {
+	resp, err := conn.Call(context.Background(), req)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	resp.Release()
 }
