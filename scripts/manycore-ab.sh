@@ -16,7 +16,8 @@
 # Environment: DIR (manycore-ab), OUT ($DIR/results), PAIRS, SYSTEMS, PAYLOADS,
 # CONCURRENCY, MAX_INFLIGHT, DURATION, WARMUP, STREAM_SYSTEMS, STREAM_SIZE (1GiB, each
 # way), SERVER_CPUS, CLIENT_CPUS, LIMIT (seconds for the whole script, default 480: each
-# run is stopped at its share).
+# run is stopped at its share), PACK (1: leave one file, $OUT/results.tgz, in place of the
+# files, for a tool that brings back a few files per call).
 set -euo pipefail
 
 DIR=${DIR:-manycore-ab}
@@ -90,3 +91,8 @@ if [ -n "$STREAM_SYSTEMS" ]; then
 	"$bin/mwrpcab" -base "$OUT/stream-base-*/latest.json" -new "$OUT/stream-new-*/latest.json" >"$OUT/ab-stream.md"
 fi
 echo "manycore-ab: done: $OUT/ab.md"
+if [ "${PACK:-}" = 1 ]; then
+	tmp=$(mktemp)
+	tar czf "$tmp" -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv "$tmp" "$OUT/results.tgz"
+	echo "manycore-ab: packed into $OUT/results.tgz"
+fi

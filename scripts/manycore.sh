@@ -23,7 +23,10 @@
 # run.log (the progress lines: every round's p50 and ops/s), machine.txt, BUILD.
 #
 # Environment: OUT, SERVER_CPUS, CLIENT_CPUS, DURATION, WARMUP, ROUNDS, LIMIT, SYSTEMS
-# (comma-separated, replaces the list), BIN (default manycore/mwrpcbench).
+# (comma-separated, replaces the list), BIN (default manycore/mwrpcbench), PACK (1: leave
+# one file, $OUT/results.tgz, in place of the files: a machine reached through a tool that
+# brings back a few files per call, as the device machines of this project are, returns
+# the whole run).
 set -euo pipefail
 
 BIN=${BIN:-manycore/mwrpcbench}
@@ -39,6 +42,14 @@ CONCURRENCY=${CONCURRENCY:-1,16,64}
 MAX_INFLIGHT=${MAX_INFLIGHT:-16MiB}
 
 die() { echo "manycore: $*" >&2; exit 1; }
+
+# pack DIR: DIR's files into DIR/results.tgz, and only that left in DIR.
+pack() {
+	local tmp
+	tmp=$(mktemp)
+	tar czf "$tmp" -C "$1" . && find "$1" -mindepth 1 -delete && mv "$tmp" "$1/results.tgz"
+	echo "manycore: packed into $1/results.tgz"
+}
 
 [ -x "$BIN" ] || die "$BIN is missing: run 'make manycore-build' first (from the repository root)"
 command -v taskset >/dev/null || die "taskset (util-linux) is missing"
@@ -97,6 +108,7 @@ GOMAXPROCS=$client_n timeout --signal=INT --kill-after=20 "$LIMIT" \
 rc=$?
 set -e
 tail -n 5 "$OUT/run.log"
+if [ "${PACK:-}" = 1 ]; then pack "$OUT"; fi
 if [ $rc -ne 0 ]; then
 	echo "manycore: mwrpcbench exited $rc (124: over ${LIMIT}s); $OUT/run.log has every round it finished" >&2
 	exit $rc
