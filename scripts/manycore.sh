@@ -108,9 +108,13 @@ GOMAXPROCS=$client_n timeout --signal=INT --kill-after=20 "$LIMIT" \
 rc=$?
 set -e
 tail -n 5 "$OUT/run.log"
-if [ "${PACK:-}" = 1 ]; then pack "$OUT"; fi
+in=$OUT # where the files are
+if [ "${PACK:-}" = 1 ]; then
+	pack "$OUT"
+	in="$OUT/results.tgz"
+fi
 if [ $rc -ne 0 ]; then
-	echo "manycore: mwrpcbench exited $rc (124: over ${LIMIT}s); $OUT/run.log has every round it finished" >&2
+	echo "manycore: mwrpcbench exited $rc (124: over ${LIMIT}s); run.log in $in has every round it finished" >&2
 	exit $rc
 fi
-echo "manycore: done: $OUT/latest.md"
+echo "manycore: done: latest.md in $in"
