@@ -62,6 +62,7 @@ type endpoint struct {
 	addr        string
 	conn        atomic.Pointer[transport.Conn]
 	outstanding atomic.Int64
+	callBytes   atomic.Int64          // a recent call's request and response bytes, over shm (noteCallBytes)
 	lastHeard   atomic.Int64          // unix nanos of the last response: keepalive pings a connection silent since
 	lastErr     atomic.Pointer[error] // why the last dial or connection failed (an atomic.Value panics on errors of different types)
 	tried       atomic.Bool           // the first dial has ended, either way
@@ -599,6 +600,9 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 	ep.outstanding.Add(-1)
 	if err != nil {
 		return nil, nil, StatusOf(err)
+	}
+	if ep.lanes.byBytes {
+		ep.noteCallBytes(len(raw) + len(resp.Bytes()))
 	}
 	c.heard(ep)
 	return c.readResponse(ctx, resp, ci)

@@ -408,7 +408,7 @@ func (c *Client) dropLeaving(ep *endpoint) bool {
 func (c *Client) newEndpoint(addr string) *endpoint {
 	ep := &endpoint{addr: addr}
 	ep.ctx, ep.cancel = context.WithCancel(c.ctx)
-	ep.lanes.init(c.opts.lanes)
+	ep.lanes.init(c.opts.lanes, addr)
 	return ep
 }
 

@@ -6,6 +6,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,5 +76,72 @@ func TestSHMListenAndServe(t *testing.T) {
 		if _, err := rpc.NewClient(bad); rpc.CodeOf(err) != rpc.InvalidArgument {
 			t.Errorf("NewClient(%q): %v, want InvalidArgument", bad, err)
 		}
+	}
+}
+
+// TestSHMLanes: over the shm fabric an adaptive client keeps one lane while its calls are
+// small, however many are in flight (a pair of rings is not the queue a socket is, and
+// each lane more is a polling reader more on each side), where over TCP 24 callers open
+// three (TestLanesAdaptive); calls that carry megabytes open more, up to the cap, so that
+// their copies run side by side; WithLanes still pins any count.
+func TestSHMLanes(t *testing.T) {
+	leakcheck.Check(t)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3)) // the cap: 3 lanes
+	path := filepath.Join(t.TempDir(), "lanes.sock")
+	srv := rpc.NewServer()
+	srv.RegisterService(&svcDesc, &impl{slept: make(chan error, 1)})
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe("shm://" + path) }()
+	defer func() {
+		srv.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("ListenAndServe: %v", err)
+		}
+	}()
+	// small: 24 callers, 8 a lane at 3; large: 8 callers of 1 MiB, 16 MiB in flight both ways.
+	small := func(t *testing.T, c *rpc.Client) { callMany(t, svcClient{c}, 24, 20, time.Millisecond) }
+	large := func(t *testing.T, c *rpc.Client) {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b := make([]byte, 1<<20)
+				for range 20 {
+					if _, err := (svcClient{c}).Bytes(context.Background(), b); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	for _, tc := range []struct {
+		name  string
+		opts  []rpc.DialOption
+		load  func(*testing.T, *rpc.Client)
+		lanes int
+	}{
+		{"adaptive, small calls", nil, small, 1},
+		{"adaptive, large calls", nil, large, 3},
+		{"pinned", []rpc.DialOption{rpc.WithLanes(2)}, small, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := rpc.Dial(ctx, "shm://"+path, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			tc.load(t, c)
+			if tc.lanes > 1 {
+				waitLanes(t, c, tc.lanes)
+			}
+			if got := c.Lanes(); !slices.Equal(got, []int{tc.lanes}) {
+				t.Fatalf("after the calls: %v lanes, want [%d]", got, tc.lanes)
+			}
+		})
 	}
 }

@@ -37,7 +37,7 @@ type sameHostServer struct {
 func (s *sameHostServer) Close() error { return errors.Join(s.Server.Close(), s.tcp.Close()) }
 
 // mwrpcSHMDesc describes mwrpc-shm.
-const mwrpcSHMDesc = "mwrpc, soft provider over the shm fabric (two shared-memory rings per connection, set up through a Unix socket: same host only), generated stub, raw codec"
+const mwrpcSHMDesc = "mwrpc, soft provider over the shm fabric (two shared-memory rings per connection, set up through a Unix socket: same host only; one lane, the adaptive policy's over shm), generated stub, raw codec"
 
 // mwrpcSHMStreamDesc describes mwrpc-shm in the streaming cell.
 const mwrpcSHMStreamDesc = "mwrpc-tcp's streams (the default 4 MiB stream window) over the shm fabric"
@@ -97,6 +97,17 @@ func dialMwrpcSHMPoll(addr string, size, conc int) (Instance, error) {
 		return nil, err
 	}
 	return dialMwrpcPoll(target, size, conc)
+}
+
+// dialMwrpcSHMLanes is dialMwrpcLanes over shm (mwrpc-shm-lanes2, -lanes8).
+func dialMwrpcSHMLanes(n int) func(addr string, size, conc int) (Instance, error) {
+	return func(addr string, size, conc int) (Instance, error) {
+		target, err := shmTarget(addr)
+		if err != nil {
+			return nil, err
+		}
+		return dialMwrpcLanes(n)(target, size, conc)
+	}
 }
 
 // dialMwrpcSHMLent is dialMwrpcLent over shm (mwrpc-shm-lent).
