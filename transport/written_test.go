@@ -378,9 +378,11 @@ func TestLargeSendsPlacedWhenNotAlone(t *testing.T) {
 	for range 4 {
 		call()
 	}
+	// The first lone call's response may still find a call of the round before being
+	// finished at the server (its response sent, its entry not yet gone): one response.
 	c1, s1 := placed()
-	if c1 != c0 || s1 != s0 {
-		t.Fatalf("4 lone calls placed %d bytes of responses and %d of requests, want none", c1-c0, s1-s0)
+	if c1-c0 > n+1024 || s1 != s0 {
+		t.Fatalf("4 lone calls placed %d bytes of responses and %d of requests, want none (at most the first response)", c1-c0, s1-s0)
 	}
 	inFlight()
 	c2, s2 := placed()

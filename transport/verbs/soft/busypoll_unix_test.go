@@ -13,8 +13,8 @@ import (
 
 // TestBusyPoll: a stream reader whose process is quiet polls its socket for the next frame
 // after a small one, and finds frames that way (Stats.BusyPolled); it never does with busy
-// polling off (the default), nor while the process is busy, and after a large frame at most once (a
-// fresh link's first wait).
+// polling off (the default), nor while the process is busy, and after a large frame only
+// at a fresh link's first wait or after a small frame between large ones.
 func TestBusyPoll(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -43,8 +43,11 @@ func TestBusyPoll(t *testing.T) {
 			switch {
 			case tc.wantPolled && polled == 0:
 				t.Fatalf("no frame of 400 found by polling (Stats.BusyPolled 0)")
-			case !tc.wantPolled && tc.size > busyPollFrameMax && polled > 2:
-				t.Fatalf("%d frames found by polling after large frames, want at most each link's first", polled)
+			case !tc.wantPolled && tc.size > busyPollFrameMax && polled > 2+400/20:
+				// Each link's first wait, and the waits after a small frame between large ones
+				// (an ACK the NIC sends alone on a loaded machine): a few of 400, where
+				// polling after every frame finds most.
+				t.Fatalf("%d of 400 frames found by polling after large frames, want at most each link's first and a few after a lone ACK", polled)
 			case !tc.wantPolled && tc.size <= busyPollFrameMax && polled != 0:
 				t.Fatalf("%d frames found by polling, want none", polled)
 			}
