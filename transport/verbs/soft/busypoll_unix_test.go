@@ -3,7 +3,9 @@
 package soft
 
 import (
+	"os"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,7 +48,8 @@ func TestBusyPoll(t *testing.T) {
 			case !tc.wantPolled && tc.size > busyPollFrameMax && polled > 2+400/20:
 				// Each link's first wait, and the waits after a small frame between large ones
 				// (an ACK the NIC sends alone on a loaded machine): a few of 400, where
-				// polling after every frame finds most.
+				// polling after every frame finds most. That no wait after a large frame
+				// polls at all is TestPollNextAfterLargeFrame's.
 				t.Fatalf("%d of 400 frames found by polling after large frames, want at most each link's first and a few after a lone ACK", polled)
 			case !tc.wantPolled && tc.size <= busyPollFrameMax && polled != 0:
 				t.Fatalf("%d frames found by polling, want none", polled)
@@ -93,5 +96,39 @@ func pingPong(t *testing.T, a, b *host, size, n int) {
 		reap(b, verbs.WCRecv)
 		must(t, b.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRSend, SGL: []verbs.SGE{verbs.SGEFor(b.mr, size, size)}}}))
 		reap(a, verbs.WCRecv)
+	}
+}
+
+// TestPollNextAfterLargeFrame: a reader polls its socket for the next frame only after a
+// small one (up to busyPollFrameMax) or none yet; after a larger one it parks at once, on
+// any machine and however the frames were sent.
+func TestPollNextAfterLargeFrame(t *testing.T) {
+	defer idle.ForceQuiet(true)()
+	r, w, err := os.Pipe() // empty: a poll finds nothing and ends with its budget
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	raw, err := r.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		last  uint32
+		polls bool
+	}{
+		{0, true}, // a fresh link's first wait
+		{64, true},
+		{busyPollFrameMax, true},
+		{busyPollFrameMax + 1, false},
+		{8 << 10, false},
+	} {
+		var polled atomic.Uint64
+		f := frameReader{rb: make([]byte, 64), lastLen: tc.last,
+			poll: &busyPoll{now: nowReader{raw: raw}, spin: idle.NewSpinner(time.Microsecond), polled: &polled}}
+		if _, began := f.pollNext(); began.IsZero() == tc.polls {
+			t.Errorf("after a frame of %d bytes: polled %v, want %v", tc.last, !began.IsZero(), tc.polls)
+		}
 	}
 }

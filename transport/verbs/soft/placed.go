@@ -76,21 +76,16 @@ const PlacedSendMax = 16 << 10
 // stream.
 const MaxSendPlacements = 4
 
-func appendPlacement(b []byte, p Placement) []byte {
-	b = binary.LittleEndian.AppendUint32(b, p.Region)
-	b = binary.LittleEndian.AppendUint32(b, 0)
-	return binary.LittleEndian.AppendUint64(b, p.Offset)
-}
+// appendPlacement appends a placed READ's or WRITE's placement (its length word 0).
+func appendPlacement(b []byte, p Placement) []byte { return appendSendPlacement(b, p, 0) }
 
 // parsePlacement parses a placed READ's destination, bytes from the peer.
 func parsePlacement(b []byte) (Placement, error) {
-	if len(b) != placementLen {
-		return Placement{}, fmt.Errorf("%w: placement of %d bytes, want %d", errFrame, len(b), placementLen)
+	p, r, err := splitPlacement(b, "placement")
+	if err == nil && r != 0 {
+		err = fmt.Errorf("%w: placement's reserved word is 0x%x", errFrame, r)
 	}
-	if r := binary.LittleEndian.Uint32(b[4:]); r != 0 {
-		return Placement{}, fmt.Errorf("%w: placement's reserved word is 0x%x", errFrame, r)
-	}
-	return Placement{Region: binary.LittleEndian.Uint32(b), Offset: binary.LittleEndian.Uint64(b[8:])}, nil
+	return p, err
 }
 
 // appendSendPlacement appends a placed SEND's placement of a segment of n bytes.
@@ -103,14 +98,20 @@ func appendSendPlacement(b []byte, p Placement, n int) []byte {
 // parseSendPlacement parses one of a placed SEND's placements, bytes from the peer: where
 // its segment lies, and its length (never 0).
 func parseSendPlacement(b []byte) (Placement, int, error) {
+	p, n, err := splitPlacement(b, "SEND placement")
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%w: SEND placement of an empty segment", errFrame)
+	}
+	return p, int(n), err
+}
+
+// splitPlacement splits b, a placement from the peer (what names it in an error), into
+// where it points and its length word.
+func splitPlacement(b []byte, what string) (Placement, uint32, error) {
 	if len(b) != placementLen {
-		return Placement{}, 0, fmt.Errorf("%w: SEND placement of %d bytes, want %d", errFrame, len(b), placementLen)
+		return Placement{}, 0, fmt.Errorf("%w: %s of %d bytes, want %d", errFrame, what, len(b), placementLen)
 	}
-	n := binary.LittleEndian.Uint32(b[4:])
-	if n == 0 {
-		return Placement{}, 0, fmt.Errorf("%w: SEND placement of an empty segment", errFrame)
-	}
-	return Placement{Region: binary.LittleEndian.Uint32(b), Offset: binary.LittleEndian.Uint64(b[8:])}, int(n), nil
+	return Placement{Region: binary.LittleEndian.Uint32(b), Offset: binary.LittleEndian.Uint64(b[8:])}, binary.LittleEndian.Uint32(b[4:]), nil
 }
 
 // sharedWire returns l's shared-memory stream, or nil when l has none.
