@@ -2,8 +2,10 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,6 +158,26 @@ func (e *env) close(t testing.TB, ln net.Listener, served <-chan error, base int
 		}
 	}
 	leakcheck.Wait(t, base)
+}
+
+// describe says what each side knows, for a test that found a call or stream stalled:
+// the client's connection's error and calls in flight, the server's connections' errors,
+// and both devices' counters (where they are soft devices), so that a stall reads as one
+// side's queue pair failing, a failure the other side saw, or neither.
+func (e *env) describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "client conn: err %v, %d in flight; server conns:", e.conn.Err(), e.conn.InFlight())
+	e.server.mu.Lock()
+	for c := range e.server.conns {
+		fmt.Fprintf(&b, " [err %v]", c.Err())
+	}
+	e.server.mu.Unlock()
+	for _, d := range []verbs.Device{e.cdev, e.sdev} {
+		if sd, ok := d.(*soft.Device); ok {
+			fmt.Fprintf(&b, "; %s: %+v", d.Name(), sd.Stats())
+		}
+	}
+	return b.String()
 }
 
 // serverConn returns the server's side of the connection.

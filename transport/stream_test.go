@@ -570,7 +570,7 @@ func testStreamBlockedSender(t *testing.T, fb fabric, window int, late bool) {
 	}
 	for _, ch := range []chan error{sent, got} {
 		if err := <-ch; err != nil {
-			t.Fatalf("stalled or failed: %v", err)
+			t.Fatalf("stalled or failed: %v (%s)", err, e.describe())
 		}
 	}
 	if _, err := st.Recv(ctx); err != io.EOF {
