@@ -161,12 +161,12 @@ func (e *env) close(t testing.TB, ln net.Listener, served <-chan error, base int
 }
 
 // describe says what each side knows, for a test that found a call or stream stalled:
-// the client's connection's error and calls in flight, the server's connections' errors,
-// and both devices' counters (where they are soft devices), so that a stall reads as one
+// the client's connection's error and calls in flight, the server's requests served and
+// its connections' errors, and both devices' counters (where they are soft devices), so that a stall reads as one
 // side's queue pair failing, a failure the other side saw, or neither.
 func (e *env) describe() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "client conn: err %v, %d in flight; server conns:", e.conn.Err(), e.conn.InFlight())
+	fmt.Fprintf(&b, "client conn: err %v, %d in flight; server: %d requests served, conns:", e.conn.Err(), e.conn.InFlight(), e.server.Stats().Served)
 	e.server.mu.Lock()
 	for c := range e.server.conns {
 		fmt.Fprintf(&b, " [err %v]", c.Err())
@@ -193,8 +193,7 @@ func (e *env) serverConn(t testing.TB) *Conn {
 	}
 	// What the client's side knows helps tell a setup that never ended from a connection
 	// that was torn down again.
-	st := e.server.Stats()
-	t.Fatalf("the server has no connection after 5s; the client's: err %v, %d calls in flight; server: %d requests served", e.conn.Err(), e.conn.InFlight(), st.Served)
+	t.Fatalf("the server has no connection after 5s (%s)", e.describe())
 	return nil
 }
 

@@ -379,7 +379,7 @@ func TestLargeSendsPlacedWhenNotAlone(t *testing.T) {
 		// A call's response reaches the caller before the server has finished the call
 		// (its entry goes after the handler returns): a lone call is one made once the
 		// server holds no other.
-		waitServerIdle(t, e)
+		waitFor(t, "the server to finish its calls", func() bool { return e.server.Stats().Handlers == 0 })
 		call()
 	}
 	c1, s1 := placed()
@@ -390,17 +390,6 @@ func TestLargeSendsPlacedWhenNotAlone(t *testing.T) {
 	c2, s2 := placed()
 	if c2-c1 < 4*n || s2-s1 < 4*n {
 		t.Fatalf("%d calls in flight together placed %d bytes of responses and %d of requests, want at least %d each", together, c2-c1, s2-s1, 4*n)
-	}
-}
-
-// waitServerIdle waits until e's server has finished every call it served (Stats.Handlers
-// counts a call until its entry is gone).
-func waitServerIdle(t *testing.T, e *env) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); e.server.Stats().Handlers != 0; time.Sleep(50 * time.Microsecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the server still runs %d handlers after 5 s", e.server.Stats().Handlers)
-		}
 	}
 }
 
