@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -178,6 +179,38 @@ func (e *env) describe() string {
 		}
 	}
 	return b.String()
+}
+
+// stallSnapshot is what a test that may stall takes while it waits: describe and every
+// goroutine's stack, after a delay. A stall over the soft NIC ends in the queue pairs'
+// retry limit (8 s), which tears down the state that says where it stuck; a snapshot
+// taken before that, printed if the test then fails, still has it.
+type stallSnapshot struct {
+	timer *time.Timer
+	done  chan struct{}
+	text  string
+}
+
+// snapshotAfter takes a stallSnapshot of e after d; stop it before reading it.
+func (e *env) snapshotAfter(d time.Duration) *stallSnapshot {
+	s := &stallSnapshot{done: make(chan struct{})}
+	s.timer = time.AfterFunc(d, func() {
+		defer close(s.done)
+		var b strings.Builder
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+		s.text = fmt.Sprintf("at %v: %s\n%s", d, e.describe(), b.String())
+	})
+	return s
+}
+
+// stop ends the snapshot's wait, or waits for the snapshot in progress, and returns what
+// it took ("" when it was not taken).
+func (s *stallSnapshot) stop() string {
+	if s.timer.Stop() {
+		return ""
+	}
+	<-s.done
+	return s.text
 }
 
 // serverConn returns the server's side of the connection.

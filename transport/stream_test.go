@@ -568,10 +568,14 @@ func testStreamBlockedSender(t *testing.T, fb fabric, window int, late bool) {
 		waitFor(t, "the sender to say it waits", func() bool { st.mu.Lock(); defer st.mu.Unlock(); return st.saidBlocked })
 		close(goRead) // the reader consumes small only now
 	}
+	snap := e.snapshotAfter(3 * time.Second) // long past the exchange's time, short of the retry limit
 	for _, ch := range []chan error{sent, got} {
 		if err := <-ch; err != nil {
-			t.Fatalf("stalled or failed: %v (%s)", err, e.describe())
+			t.Fatalf("stalled or failed: %v (%s)\nsnapshot %s", err, e.describe(), snap.stop())
 		}
+	}
+	if text := snap.stop(); text != "" {
+		t.Logf("the exchange took more than 3s; snapshot %s", text)
 	}
 	if _, err := st.Recv(ctx); err != io.EOF {
 		t.Fatalf("end: %v, want io.EOF", err)
