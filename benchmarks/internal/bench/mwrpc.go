@@ -70,7 +70,7 @@ func dialMwrpcPoll(addr string, size, _ int) (Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
 	}
-	return dialMwrpc(dev, addr, size, rpc.WithClientTransport(transport.Config{BusyPoll: benchBusyPoll}))
+	return dialMwrpc(dev, addr, size, rpc.WithTransport(transport.Config{BusyPoll: benchBusyPoll}))
 }
 
 // serveMwrpcInline is serveMwrpcTCP with handlers run on the goroutine that reaps their

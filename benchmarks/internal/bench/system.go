@@ -120,6 +120,7 @@ var Systems = []System{
 	{Name: "netrpc", Desc: "net/rpc (gob) over loopback TCP, one client shared by all callers", Serve: serveNetRPC, Dial: dialNetRPC},
 	{Name: "shmipc", Desc: shmipcDesc, Serve: serveShmipcEcho, Dial: dialShmipc,
 		StreamDesc: shmipcStreamDesc, ServeStream: serveShmipcBulk, DialStream: dialShmipcBulk},
+	{Name: "rawshm", Desc: rawSHMDesc, Serve: serveRawSHM, Dial: dialRawSHM},
 	{Name: "rawtcp", Desc: "length-prefixed echo over loopback TCP, one connection per caller: the floor", Serve: serveRawTCP, Dial: dialRawTCP,
 		StreamDesc: rawTCPStreamDesc, ServeStream: serveRawTCPBulk, DialStream: dialRawTCPBulk},
 }
