@@ -108,6 +108,7 @@ var Systems = []System{
 	{Name: "mwrpc-shm", Desc: mwrpcSHMDesc, Serve: serveMwrpcSHM, Dial: dialMwrpcSHM,
 		StreamDesc: mwrpcSHMStreamDesc, ServeStream: serveMwrpcSHMStream, DialStream: dialMwrpcSHMStream},
 	{Name: "mwrpc-shm-lanes2", Desc: "mwrpc-shm with the client's lanes pinned to 2 (rpc.WithLanes(2)); named only, to measure the lane policy over shared memory", Serve: serveMwrpcSHM, Dial: dialMwrpcSHMLanes(2), NamedOnly: true},
+	{Name: "mwrpc-shm-lanes4", Desc: "mwrpc-shm with the client's lanes pinned to 4 (rpc.WithLanes(4)); named only, to measure the lane policy over shared memory", Serve: serveMwrpcSHM, Dial: dialMwrpcSHMLanes(4), NamedOnly: true},
 	{Name: "mwrpc-shm-lanes8", Desc: "mwrpc-shm with the client's lanes pinned to 8 (rpc.WithLanes(8): what the adaptive policy for sockets opens at 16 or more callers with 8 Ps); named only, to measure the lane policy over shared memory", Serve: serveMwrpcSHM, Dial: dialMwrpcSHMLanes(8), NamedOnly: true},
 	{Name: "mwrpc-shm-lent", Desc: "mwrpc-shm with mwrpc-lent's client: requests built in registered memory, responses lent (over shm the server's READ of the request and its written response then cross in one copy each, made by the client)", Serve: serveMwrpcSHM, Dial: dialMwrpcSHMLent},
 	{Name: "mwrpc-inproc", Desc: "mwrpc, soft provider over the in-process fabric (one soft.NewFabric; in-process mode only)", Open: openMwrpcInproc},
