@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,28 @@ var rawDesc = rpc.ServiceDesc{
 		rawMethod("Tail", func(b []byte) []byte { return b[min(10, len(b)):] }),
 		rawMethod("Clone", bytes.Clone),
 	},
+	Streams: []rpc.StreamDesc{
+		{StreamName: "Collect", ClientStreams: true, Codec: codec.Raw{}, Handler: collectStream},
+	},
+}
+
+// collectStream is a client stream's handler that wants message i to be pattern(len, i), and
+// answers how many came and their bytes in all.
+func collectStream(_ any, s *rpc.ServerStream) (any, error) {
+	var n, size int
+	for {
+		p, err := s.RecvBytes()
+		if errors.Is(err, io.EOF) {
+			return []byte(fmt.Sprintf("%d messages, %d bytes", n, size)), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !bytes.Equal(p, pattern(len(p), n)) {
+			return nil, rpc.Errorf(rpc.DataLoss, "message %d (%d bytes) is not what was sent", n, len(p))
+		}
+		n, size = n+1, size+len(p)
+	}
 }
 
 func rawMethod(name string, f func([]byte) []byte) rpc.MethodDesc {
@@ -402,4 +425,78 @@ func lentCalls(c *rpc.Client, mode string, calls, size int) error {
 		}
 	}
 	return nil
+}
+
+// TestClientStreamBuffer: messages built in Client.Buffer's memory, inside a SEND and
+// through windows, leave on a client stream from where they lie (the stream takes each
+// buffer: Release of it fails), arrive intact, and leave no buffer behind; a message that
+// starts elsewhere in a Buffer is copied and leaves the buffer lent; a Buffer sent on a
+// stream that has ended is taken all the same.
+func TestClientStreamBuffer(t *testing.T) {
+	ctx := context.Background()
+	e := startLend(t, nil)
+	if _, err := e.client.InvokeBytes(ctx, "/test.Raw/Echo", []byte("warm")); err != nil {
+		t.Fatal(err)
+	}
+	e.settled(t, "warm-up", inUse(e.client.Stats()), inUse(e.srv.Stats()))
+	baseC, baseS := inUse(e.client.Stats()), inUse(e.srv.Stats())
+	const msgs = 5
+	for _, n := range []int{100, 200 << 10, 1 << 20} {
+		cs, err := e.client.NewStream(ctx, "/test.Raw/Collect", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range msgs {
+			b, err := e.client.Buffer(ctx, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copy(b, pattern(n, i))
+			if err := cs.SendBytes(b); err != nil {
+				t.Fatalf("%d bytes, message %d: %v", n, i, err)
+			}
+			if err := e.client.Release(b); rpc.CodeOf(err) != rpc.InvalidArgument {
+				t.Fatalf("%d bytes: Release of a Buffer the stream sent: %v, want InvalidArgument (the stream took it)", n, err)
+			}
+		}
+		if err := cs.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		reply, err := cs.RecvBytes()
+		if want := fmt.Sprintf("%d messages, %d bytes", msgs, msgs*n); err != nil || string(reply) != want {
+			t.Fatalf("%d bytes: reply %q, %v; want %q", n, reply, err, want)
+		}
+		if _, err := cs.RecvBytes(); err != io.EOF {
+			t.Fatalf("%d bytes: after the reply: %v, want io.EOF", n, err)
+		}
+		e.settled(t, fmt.Sprintf("a stream of %d-byte Buffers", n), baseC, baseS)
+	}
+
+	cs, err := e.client.NewStream(ctx, "/test.Raw/Collect", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.client.Buffer(ctx, 200<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b[1:], pattern(len(b)-1, 0))
+	if err := cs.SendBytes(b[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.client.Release(b); err != nil {
+		t.Fatalf("Release of a Buffer sent from its second byte (copied, so still lent): %v", err)
+	}
+	cs.Close() // the server's handler sees its stream canceled
+	b, err = e.client.Buffer(ctx, 200<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SendBytes(b); err == nil {
+		t.Fatal("a send on a closed stream succeeded")
+	}
+	if err := e.client.Release(b); rpc.CodeOf(err) != rpc.InvalidArgument {
+		t.Fatalf("Release of a Buffer a closed stream was given: %v, want InvalidArgument (taken all the same)", err)
+	}
+	e.settled(t, "a closed stream", baseC, baseS)
 }

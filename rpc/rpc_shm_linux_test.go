@@ -41,6 +41,7 @@ func TestSHM(t *testing.T) {
 	runFabricSuite(t,
 		fabricTest{"GracefulStop", TestGracefulStop},
 		fabricTest{"StreamBuffer", TestStreamBuffer},
+		fabricTest{"ClientStreamBuffer", TestClientStreamBuffer},
 		fabricTest{"CopiesInPieces", TestCopiesInPieces},
 	)
 }

@@ -289,8 +289,15 @@ func (cs *ClientStream) uncount(ep *endpoint) {
 func (cs *ClientStream) Context() context.Context { return cs.telCtx }
 
 // SendMsg sends one message. After the server ended the stream it returns io.EOF, and
-// RecvMsg says how it ended.
+// RecvMsg says how it ended. A []byte message built in Client.Buffer's memory (starting
+// where Buffer's does, not empty) leaves from there without a copy, and the stream takes
+// the buffer whatever the outcome, as a call does.
 func (cs *ClientStream) SendMsg(v any) error {
+	if p, ok := v.([]byte); ok && len(p) > 0 {
+		if buf := cs.c.lend.takeRequest(p); buf != nil {
+			return cs.sendLent(buf, len(p))
+		}
+	}
 	n, err := sendMsg(cs.ctx, cs.ts, cs.c.tr, cs.cod, &cs.scratch, v)
 	if err != nil {
 		return streamErr(cs.ctx, err)
@@ -302,6 +309,18 @@ func (cs *ClientStream) SendMsg(v any) error {
 
 // SendBytes sends p as it is (a []byte message): SendMsg without the interface.
 func (cs *ClientStream) SendBytes(p []byte) error { return cs.SendMsg(p) }
+
+// sendLent sends the n bytes the caller built in buf, Client.Buffer's memory, from where
+// they lie (behind the headroom a call's envelope would take). It takes buf.
+func (cs *ClientStream) sendLent(buf *pool.Buf, n int) error {
+	buf.Slice(requestHeadroom, n)
+	if err := cs.ts.SendBuf(cs.ctx, buf); err != nil {
+		return streamErr(cs.ctx, err)
+	}
+	cs.nsent++
+	msgEvent(cs.tel.span, true, cs.nsent, n)
+	return nil
+}
 
 // CloseSend tells the server no more messages follow; it may go on sending.
 func (cs *ClientStream) CloseSend() error {
