@@ -119,22 +119,37 @@ func dialMwrpcSHMLent(addr string, size, conc int) (Instance, error) {
 	return dialMwrpcLent(target, size, conc)
 }
 
-func serveMwrpcSHMStream(ln net.Listener) (Server, error) {
+// mwrpcSHMLentStreamDesc describes mwrpc-shm-lent in the streaming cell.
+const mwrpcSHMLentStreamDesc = "mwrpc-shm's streams with mwrpc-lent's messages (built in registered memory, read where they landed): each message crosses in the one copy its placed READ makes"
+
+func serveMwrpcSHMStream(ln net.Listener) (Server, error) { return serveMwrpcSHMBulk(ln, bulkImpl{}) }
+
+func serveMwrpcSHMLentStream(ln net.Listener) (Server, error) {
+	return serveMwrpcSHMBulk(ln, bulkImpl{lent: true})
+}
+
+func serveMwrpcSHMBulk(ln net.Listener, impl bulkImpl) (Server, error) {
 	sln, err := listenSHM(ln, shm.Config{})
 	if err != nil {
 		return nil, err
 	}
-	srv, err := serveMwrpcBulk(sln)
+	srv, err := serveMwrpcBulk(sln, impl)
 	if err != nil {
 		return nil, errors.Join(err, sln.Close())
 	}
 	return &sameHostServer{Server: srv, tcp: ln}, nil
 }
 
-func dialMwrpcSHMStream(addr string) (StreamInstance, error) {
+func dialMwrpcSHMStream(addr string) (StreamInstance, error) { return dialMwrpcSHMBulk(addr, false) }
+
+func dialMwrpcSHMLentStream(addr string) (StreamInstance, error) {
+	return dialMwrpcSHMBulk(addr, true)
+}
+
+func dialMwrpcSHMBulk(addr string, lent bool) (StreamInstance, error) {
 	target, err := shmTarget(addr)
 	if err != nil {
 		return nil, err
 	}
-	return dialMwrpcBulk(target)
+	return dialMwrpcBulk(target, lent)
 }

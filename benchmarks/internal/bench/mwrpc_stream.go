@@ -23,6 +23,13 @@ const mwrpcStream16MDesc = "mwrpc-tcp's streams with a 16 MiB stream window on b
 // mwrpcStream16M is the transport configuration of mwrpc-stream16M.
 var mwrpcStream16M = transport.Config{StreamWindow: 16 << 20}
 
+// mwrpcLentStreamDesc describes mwrpc-lent in the streaming cell.
+const mwrpcLentStreamDesc = "mwrpc-tcp's streams with each message built in registered memory, where it leaves from without a copy (ServerStream.Buffer on the server's stream, Client.Buffer on the client's), and read where it landed (RecvBytes); as rawtcp sends the same bytes every time, the sender writes only the last byte of each buffer, which the receiver checks"
+
+// bulkImpl is the bulk service's implementation: with lent, the server's messages are
+// built in ServerStream.Buffer's memory.
+type bulkImpl struct{ lent bool }
+
 // mwrpcBulkDesc is the bulk service, by hand: Download streams the bytes a bulkRequest
 // (the stream's request) asks for; Upload reads the client's stream to its end and answers
 // with the count.
@@ -39,7 +46,7 @@ const (
 	mwrpcUploadMethod   = "/bench.Bulk/Upload"
 )
 
-func mwrpcDownload(_ any, s *rpc.ServerStream) (any, error) {
+func mwrpcDownload(impl any, s *rpc.ServerStream) (any, error) {
 	var req []byte
 	if err := s.Request(&req); err != nil {
 		return nil, err
@@ -48,15 +55,41 @@ func mwrpcDownload(_ any, s *rpc.ServerStream) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	buf := payload(chunk)
+	lent := impl.(bulkImpl).lent
+	var buf []byte
+	if !lent {
+		buf = payload(chunk)
+	}
 	for sent := int64(0); sent < total; {
 		n := chunkLen(total, sent, chunk)
-		if err := s.SendBytes(buf[:n]); err != nil {
+		var msg []byte
+		if lent {
+			if msg, err = lentChunk(s.Buffer, n); err != nil {
+				return nil, err
+			}
+		} else {
+			msg = buf[:n]
+		}
+		if err := s.SendBytes(msg); err != nil {
 			return nil, err
 		}
 		sent += int64(n)
 	}
 	return nil, nil
+}
+
+// lentChunk returns a chunk of n bytes in registered memory from buffer, whose last byte
+// (the one the receiver checks) is the pattern's: like rawtcp's sender, which sends the
+// same bytes every time, a lent sender does not write the rest again.
+func lentChunk(buffer func(int) ([]byte, error), n int) ([]byte, error) {
+	b, err := buffer(n)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		b[n-1] = patternByte(n - 1)
+	}
+	return b, nil
 }
 
 func mwrpcUpload(_ any, s *rpc.ServerStream) (any, error) {
@@ -77,29 +110,35 @@ func mwrpcUpload(_ any, s *rpc.ServerStream) (any, error) {
 	return bulkReply(got), nil
 }
 
-func serveMwrpcStream(ln net.Listener) (Server, error) { return serveMwrpcBulk(ln) }
+func serveMwrpcStream(ln net.Listener) (Server, error) { return serveMwrpcBulk(ln, bulkImpl{}) }
+
+func serveMwrpcLentStream(ln net.Listener) (Server, error) {
+	return serveMwrpcBulk(ln, bulkImpl{lent: true})
+}
 
 func serveMwrpcStream16M(ln net.Listener) (Server, error) {
-	return serveMwrpcBulk(ln, rpc.WithTransport(mwrpcStream16M))
+	return serveMwrpcBulk(ln, bulkImpl{}, rpc.WithTransport(mwrpcStream16M))
 }
 
 // serveMwrpcBulk serves the bulk service over the soft TCP fabric, on a device of its own.
-func serveMwrpcBulk(ln net.Listener, opts ...rpc.ServerOption) (Server, error) {
+func serveMwrpcBulk(ln net.Listener, impl bulkImpl, opts ...rpc.ServerOption) (Server, error) {
 	dev, err := soft.OpenTCP("bench-server")
 	if err != nil {
 		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
 	}
 	s := &mwrpcServer{dev: dev, served: make(chan error, 1)}
 	s.srv = rpc.NewServer(append([]rpc.ServerOption{rpc.WithDevice(dev)}, opts...)...)
-	s.srv.RegisterService(&mwrpcBulkDesc, nil)
+	s.srv.RegisterService(&mwrpcBulkDesc, impl)
 	go func() { s.served <- s.srv.Serve(ln) }()
 	return s, nil
 }
 
-func dialMwrpcStream(addr string) (StreamInstance, error) { return dialMwrpcBulk(addr) }
+func dialMwrpcStream(addr string) (StreamInstance, error) { return dialMwrpcBulk(addr, false) }
+
+func dialMwrpcLentStream(addr string) (StreamInstance, error) { return dialMwrpcBulk(addr, true) }
 
 func dialMwrpcStream16M(addr string) (StreamInstance, error) {
-	return dialMwrpcBulk(addr, rpc.WithTransport(mwrpcStream16M))
+	return dialMwrpcBulk(addr, false, rpc.WithTransport(mwrpcStream16M))
 }
 
 // mwrpcBulkClient is one rpc.Client (one connection), a stream per transfer.
@@ -107,9 +146,10 @@ type mwrpcBulkClient struct {
 	client *rpc.Client
 	dev    *soft.Device
 	buf    []byte
+	lent   bool // the upload's messages are built in Client.Buffer's memory
 }
 
-func dialMwrpcBulk(addr string, opts ...rpc.DialOption) (StreamInstance, error) {
+func dialMwrpcBulk(addr string, lent bool, opts ...rpc.DialOption) (StreamInstance, error) {
 	dev, err := soft.OpenTCP("bench-client")
 	if err != nil {
 		return nil, fmt.Errorf("soft.OpenTCP: %w", err)
@@ -120,7 +160,7 @@ func dialMwrpcBulk(addr string, opts ...rpc.DialOption) (StreamInstance, error) 
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("rpc.Dial: %w", err), dev.Close())
 	}
-	m := &mwrpcBulkClient{client: client, dev: dev}
+	m := &mwrpcBulkClient{client: client, dev: dev, lent: lent}
 	// One small download now, so that the connection is up before anything is measured.
 	if err := m.Download(ctx, 1, 1); err != nil {
 		return nil, errors.Join(fmt.Errorf("first stream: %w", err), m.Close())
@@ -152,9 +192,10 @@ func (m *mwrpcBulkClient) Download(ctx context.Context, total int64, chunk int) 
 }
 
 func (m *mwrpcBulkClient) Upload(ctx context.Context, total int64, chunk int) error {
-	if len(m.buf) != chunk {
+	if len(m.buf) != chunk && !m.lent {
 		m.buf = payload(chunk)
 	}
+	buffer := func(n int) ([]byte, error) { return m.client.Buffer(ctx, n) }
 	cs, err := m.client.NewStream(ctx, mwrpcUploadMethod, nil)
 	if err != nil {
 		return err
@@ -162,7 +203,15 @@ func (m *mwrpcBulkClient) Upload(ctx context.Context, total int64, chunk int) er
 	defer cs.Close()
 	for sent := int64(0); sent < total; {
 		n := chunkLen(total, sent, chunk)
-		if err := cs.SendBytes(m.buf[:n]); err != nil {
+		var msg []byte
+		if m.lent {
+			if msg, err = lentChunk(buffer, n); err != nil {
+				return err
+			}
+		} else {
+			msg = m.buf[:n]
+		}
+		if err := cs.SendBytes(msg); err != nil {
 			return fmt.Errorf("mwrpc: send at %d of %d: %w", sent, total, err)
 		}
 		sent += int64(n)
