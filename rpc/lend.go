@@ -162,11 +162,12 @@ func (ln loan) end() {
 // []byte both ways, InvokeBytes, or Invoke with a []byte request) sends them from where
 // they lie, without a copy, and takes them whatever its outcome: the caller must not use
 // them once the call starts. A client stream's message does the same (ClientStream's
-// SendBytes, or SendMsg of a []byte, not empty): take a new buffer for the next one. The slice given must start where Buffer's does (a prefix of
-// it, or an append within its capacity); a slice of it that starts elsewhere is copied like
-// any []byte, and the buffer stays lent. Memory not given to a call goes back with Release,
-// or when the client closes. Buffer waits while the client's registered memory is all in
-// use (transport.Config.Pool), until ctx ends; n over the largest message fails with
+// SendBytes, or SendMsg of a []byte, not empty): take a new buffer for the next one. The
+// slice given must start where Buffer's does (a prefix of it, or an append within its
+// capacity); a slice of it that starts elsewhere is copied like any []byte, and the
+// buffer stays lent. Memory not given to a call or a stream goes back with Release, or
+// when the client closes. Buffer waits while the client's registered memory is all in use
+// (transport.Config.Pool), until ctx ends; n over the largest message fails with
 // ResourceExhausted.
 func (c *Client) Buffer(ctx context.Context, n int) ([]byte, error) {
 	if n < 0 {
