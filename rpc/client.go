@@ -596,13 +596,13 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 		releaseBuf(lent)
 		return nil, nil, err
 	}
-	resp, err := c.sendRequest(ctx, conn, method, cod, req, raw, lent)
+	resp, sent, err := c.sendRequest(ctx, conn, method, cod, req, raw, lent)
 	ep.outstanding.Add(-1)
 	if err != nil {
 		return nil, nil, StatusOf(err)
 	}
 	if ep.lanes.byBytes {
-		ep.noteCallBytes(len(raw) + len(resp.Bytes()))
+		ep.noteCallBytes(sent + len(resp.Bytes()))
 	}
 	c.heard(ep)
 	return c.readResponse(ctx, resp, ci)
@@ -611,8 +611,9 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 // sendRequest encodes the request (req with cod, or raw as it is) and calls conn with it:
 // raw in lent (Buffer's memory, which sendRequest takes) is sent from there, a body that
 // will go through a window (over the connection's eager limit) is built in registered
-// memory, the rest in a pooled scratch buffer copied into the send slot.
-func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method string, cod codec.Codec, req any, raw []byte, lent *pool.Buf) (*transport.Response, error) {
+// memory, the rest in a pooled scratch buffer copied into the send slot. It returns the
+// response and the bytes the request took, envelope included.
+func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method string, cod codec.Codec, req any, raw []byte, lent *pool.Buf) (*transport.Response, int, error) {
 	var deadline int64
 	if dl, ok := ctx.Deadline(); ok {
 		deadline = dl.UnixNano()
@@ -620,7 +621,7 @@ func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method s
 	md := outgoing(ctx)
 	if err := checkRequest(method, md); err != nil {
 		releaseBuf(lent)
-		return nil, &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
+		return nil, 0, &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
 	}
 	// Refuse what cannot travel before encoding it: a body of known size over the largest
 	// message this connection may send (the smaller of both sides' MaxMessage).
@@ -630,7 +631,7 @@ func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method s
 	}
 	if limit := conn.MaxSend(); known && size > limit {
 		releaseBuf(lent)
-		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request of %s is %d bytes, over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides')", method, size, limit),
+		return nil, 0, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request of %s is %d bytes, over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides')", method, size, limit),
 			cause: transport.ErrTooLarge}
 	}
 	if lent != nil {
@@ -645,9 +646,9 @@ func (c *Client) sendRequest(ctx context.Context, conn *transport.Conn, method s
 	// goes there too rather than grow a heap scratch buffer per call (the transport copies
 	// one that fits a SEND into its send slot, and releases the buffer).
 	if known && (size > conn.EagerLimit() || size > scratchMax) {
-		resp, err := c.callRegistered(ctx, conn, method, deadline, md, cod, req, raw, size)
+		resp, sent, err := c.callRegistered(ctx, conn, method, deadline, md, cod, req, raw, size)
 		if !errors.Is(err, errSizeEstimate) {
-			return resp, err
+			return resp, sent, err
 		}
 	}
 	return c.callScratch(ctx, conn, method, deadline, md, cod, req, raw)
@@ -659,8 +660,9 @@ const scratchMax = 16 << 10
 // callScratch encodes the request into a pooled scratch buffer and calls conn with it,
 // which copies it into a send slot (or, over the eager limit, into registered memory).
 // Raw bytes (req nil) are not copied to the scratch buffer: the envelope alone is built
-// there, and conn copies both into the send slot (Conn.CallParts).
-func (c *Client) callScratch(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte) (*transport.Response, error) {
+// there, and conn copies both into the send slot (Conn.CallParts). It returns the response
+// and the request's bytes, as sendRequest.
+func (c *Client) callScratch(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte) (*transport.Response, int, error) {
 	sp := scratchPool.Get().(*[]byte)
 	b := appendRequest((*sp)[:0], method, deadline, md)
 	b = c.tel.inject(ctx, b, md)
@@ -670,9 +672,9 @@ func (c *Client) callScratch(ctx context.Context, conn *transport.Conn, method s
 		if b, err = appendBody(cod, b, req, conn.MaxSend()); err != nil {
 			scratchPool.Put(sp)
 			if errors.Is(err, codec.ErrTooLarge) {
-				return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
+				return nil, 0, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request of %s is over the maximum message size of %d bytes (transport.Config.MaxMessage, the smaller of both sides'): %v", method, conn.MaxSend(), err), cause: err}
 			}
-			return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", method, err), cause: err}
+			return nil, 0, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", method, err), cause: err}
 		}
 		body = nil
 	}
@@ -683,7 +685,7 @@ func (c *Client) callScratch(ctx context.Context, conn *transport.Conn, method s
 		*sp = b[:0]
 		scratchPool.Put(sp)
 	}
-	return resp, err
+	return resp, n, err
 }
 
 // readResponse parses a response's envelope: it returns the response and its body (valid
@@ -735,15 +737,16 @@ func appendBody(cod codec.Codec, b []byte, req any, limit int) ([]byte, error) {
 // callRegistered encodes the request (req with cod, or raw as it is) straight into a
 // registered buffer and sends it from there: no copy between the codec and the NIC. The
 // envelope is written there too (no scratch buffer, whose sync.Pool a garbage collection
-// empties: an allocation per call when large payloads make one run every call).
-func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte, n int) (*transport.Response, error) {
+// empties: an allocation per call when large payloads make one run every call). It
+// returns the response and the request's bytes, as sendRequest.
+func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, cod codec.Codec, req any, raw []byte, n int) (*transport.Response, int, error) {
 	room := envelopeRoom(method, md)
 	buf, err := c.tr.Pool().Get(ctx, room+n)
 	if err != nil {
-		return nil, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request buffer for %s: %v", method, err), cause: err}
+		return nil, 0, &Status{Code: ResourceExhausted, Message: fmt.Sprintf("mwrpc: request buffer for %s: %v", method, err), cause: err}
 	}
 	if buf, err = c.envelopeInto(ctx, buf, room, method, deadline, md, n); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	probe.Mark(probe.CopyIn)
 	b := buf.Bytes()
@@ -755,15 +758,16 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 	probe.Mark(probe.CopyInDone)
 	if err != nil {
 		buf.Release()
-		return nil, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", method, err), cause: err}
+		return nil, 0, &Status{Code: Internal, Message: fmt.Sprintf("mwrpc: encoding the request of %s: %v", method, err), cause: err}
 	}
 	if len(b) > buf.Cap() || unsafe.SliceData(b) != unsafe.SliceData(buf.Bytes()) { // the codec's size was short: the caller encodes the usual way
 		buf.Release()
-		return nil, errSizeEstimate
+		return nil, 0, errSizeEstimate
 	}
 	buf.SetLen(len(b))
 	c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, len(b), len(b) > conn.EagerLimit())
-	return conn.CallBuf(ctx, buf)
+	resp, err := conn.CallBuf(ctx, buf)
+	return resp, len(b), err
 }
 
 // envelopeRoom is the room a request's envelope takes: its fixed part, the method, the

@@ -221,8 +221,9 @@ func (c *Client) ownResponse(resp *transport.Response, body []byte) []byte {
 }
 
 // callLent sends n bytes the caller built in buf (Buffer's memory): the envelope goes in
-// the room Buffer left in front of them, and both leave from there. It takes buf.
-func (c *Client) callLent(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, buf *pool.Buf, n int) (*transport.Response, error) {
+// the room Buffer left in front of them, and both leave from there. It takes buf, and
+// returns the response and the request's bytes, as sendRequest.
+func (c *Client) callLent(ctx context.Context, conn *transport.Conn, method string, deadline int64, md MD, buf *pool.Buf, n int) (*transport.Response, int, error) {
 	mem := buf.Bytes()[:0:requestHeadroom] // an envelope that outgrows it moves to the heap
 	env := appendRequest(mem, method, deadline, md)
 	env = c.tel.inject(ctx, env, md)
@@ -234,6 +235,8 @@ func (c *Client) callLent(ctx context.Context, conn *transport.Conn, method stri
 	// Written at the front; moved to end where the body starts.
 	buf.Slice(requestHeadroom-len(env), len(env)+n)
 	copy(buf.Bytes(), env)
-	c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, buf.Len(), buf.Len() > conn.EagerLimit())
-	return conn.CallBuf(ctx, buf)
+	sent := buf.Len() // CallBuf takes buf
+	c.tel.transfer(ctx, AttrRequestSize, AttrRequestTransfer, sent, sent > conn.EagerLimit())
+	resp, err := conn.CallBuf(ctx, buf)
+	return resp, sent, err
 }

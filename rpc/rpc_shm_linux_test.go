@@ -83,8 +83,9 @@ func TestSHMListenAndServe(t *testing.T) {
 // TestSHMLanes: over the shm fabric an adaptive client keeps one lane while its calls are
 // small, however many are in flight (a pair of rings is not the queue a socket is, and
 // each lane more is a polling reader more on each side), where over TCP 24 callers open
-// three (TestLanesAdaptive); calls that carry megabytes open more, up to the cap, so that
-// their copies run side by side; WithLanes still pins any count.
+// three (TestLanesAdaptive); calls that carry megabytes either way (raw, or encoded
+// requests answered with a few bytes) open more, up to the cap, so that their copies run
+// side by side; WithLanes still pins any count.
 func TestSHMLanes(t *testing.T) {
 	leakcheck.Check(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3)) // the cap: 3 lanes
@@ -118,6 +119,25 @@ func TestSHMLanes(t *testing.T) {
 		}
 		wg.Wait()
 	}
+	// uploads: 8 callers of 1 MiB msgpack-encoded requests answered with a small status,
+	// counted by what the requests took once encoded.
+	uploads := func(t *testing.T, c *rpc.Client) {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := &Msg{N: int64(rpc.FailedPrecondition), Blob: make([]byte, 1<<20)}
+				for range 20 {
+					if _, err := (svcClient{c}).Fail(context.Background(), m); rpc.CodeOf(err) != rpc.FailedPrecondition {
+						t.Errorf("upload: %v, want FailedPrecondition", err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
 	for _, tc := range []struct {
 		name  string
 		opts  []rpc.DialOption
@@ -126,6 +146,7 @@ func TestSHMLanes(t *testing.T) {
 	}{
 		{"adaptive, small calls", nil, small, 1},
 		{"adaptive, large calls", nil, large, 3},
+		{"adaptive, large encoded requests", nil, uploads, 3},
 		{"pinned", []rpc.DialOption{rpc.WithLanes(2)}, small, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -293,12 +293,14 @@ func (cs *ClientStream) Context() context.Context { return cs.telCtx }
 // where Buffer's does, not empty) leaves from there without a copy, and the stream takes
 // the buffer whatever the outcome, as a call does.
 func (cs *ClientStream) SendMsg(v any) error {
-	if p, ok := v.([]byte); ok && len(p) > 0 {
-		if buf := cs.c.lend.takeRequest(p); buf != nil {
-			return cs.sendLent(buf, len(p))
-		}
+	var n int
+	var err error
+	if buf := cs.lentMessage(v); buf != nil {
+		n = buf.Len()
+		err = cs.ts.SendBuf(cs.ctx, buf)
+	} else {
+		n, err = sendMsg(cs.ctx, cs.ts, cs.c.tr, cs.cod, &cs.scratch, v)
 	}
-	n, err := sendMsg(cs.ctx, cs.ts, cs.c.tr, cs.cod, &cs.scratch, v)
 	if err != nil {
 		return streamErr(cs.ctx, err)
 	}
@@ -310,16 +312,19 @@ func (cs *ClientStream) SendMsg(v any) error {
 // SendBytes sends p as it is (a []byte message): SendMsg without the interface.
 func (cs *ClientStream) SendBytes(p []byte) error { return cs.SendMsg(p) }
 
-// sendLent sends the n bytes the caller built in buf, Client.Buffer's memory, from where
-// they lie (behind the headroom a call's envelope would take). It takes buf.
-func (cs *ClientStream) sendLent(buf *pool.Buf, n int) error {
-	buf.Slice(requestHeadroom, n)
-	if err := cs.ts.SendBuf(cs.ctx, buf); err != nil {
-		return streamErr(cs.ctx, err)
+// lentMessage returns the buffer of Client.Buffer's that v, a []byte message not empty,
+// starts where it does, no longer lent and sliced to v (behind the headroom a call's
+// envelope would take); nil for any other message.
+func (cs *ClientStream) lentMessage(v any) *pool.Buf {
+	p, ok := v.([]byte)
+	if !ok || len(p) == 0 {
+		return nil
 	}
-	cs.nsent++
-	msgEvent(cs.tel.span, true, cs.nsent, n)
-	return nil
+	buf := cs.c.lend.takeRequest(p)
+	if buf != nil {
+		buf.Slice(requestHeadroom, len(p))
+	}
+	return buf
 }
 
 // CloseSend tells the server no more messages follow; it may go on sending.
