@@ -3,6 +3,7 @@ package rpc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -103,40 +104,22 @@ func TestSHMLanes(t *testing.T) {
 	// small: 24 callers, 8 a lane at 3; large: 8 callers of 1 MiB, 16 MiB in flight both ways.
 	small := func(t *testing.T, c *rpc.Client) { callMany(t, svcClient{c}, 24, 20, time.Millisecond) }
 	large := func(t *testing.T, c *rpc.Client) {
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				b := make([]byte, 1<<20)
-				for range 20 {
-					if _, err := (svcClient{c}).Bytes(context.Background(), b); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		b := make([]byte, 1<<20) // only read by the calls
+		eightCallers(t, func() error {
+			_, err := svcClient{c}.Bytes(context.Background(), b)
+			return err
+		})
 	}
 	// uploads: 8 callers of 1 MiB msgpack-encoded requests answered with a small status,
 	// counted by what the requests took once encoded.
 	uploads := func(t *testing.T, c *rpc.Client) {
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				m := &Msg{N: int64(rpc.FailedPrecondition), Blob: make([]byte, 1<<20)}
-				for range 20 {
-					if _, err := (svcClient{c}).Fail(context.Background(), m); rpc.CodeOf(err) != rpc.FailedPrecondition {
-						t.Errorf("upload: %v, want FailedPrecondition", err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		m := &Msg{N: int64(rpc.FailedPrecondition), Blob: make([]byte, 1<<20)}
+		eightCallers(t, func() error {
+			if _, err := (svcClient{c}).Fail(context.Background(), m); rpc.CodeOf(err) != rpc.FailedPrecondition {
+				return fmt.Errorf("upload: %v, want FailedPrecondition", err)
+			}
+			return nil
+		})
 	}
 	for _, tc := range []struct {
 		name  string
@@ -166,4 +149,23 @@ func TestSHMLanes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// eightCallers runs call 20 times on each of 8 goroutines at once; a caller stops at its
+// first error, which fails the test.
+func eightCallers(t *testing.T, call func() error) {
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				if err := call(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
