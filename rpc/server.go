@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/mwrpc/mwrpc/codec"
+	"github.com/mwrpc/mwrpc/internal/clock"
 	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport"
@@ -411,14 +412,14 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		defer cancel()
 	}
 	s.tel.spanTransfer(&st.tel, AttrRequestSize, AttrRequestTransfer, len(req), w.RequestWindowed())
-	var start time.Time
+	var start int64
 	if s.inlineBudget > 0 {
-		start = time.Now()
+		start = clock.Nanos()
 	}
 	if bh := m.desc.BytesHandler; bh != nil && s.interceptor == nil {
 		out, err := s.invokeBytes(st, m, bh)
 		if s.inlineBudget > 0 {
-			m.ran(time.Since(start), s.inlineBudget)
+			m.ran(time.Duration(clock.Nanos()-start), s.inlineBudget)
 		}
 		if err != nil {
 			status := handlerStatus(err, r.deadline)
@@ -428,13 +429,13 @@ func (s *Server) handle(ctx context.Context, req []byte, w *transport.ResponseWr
 		}
 	} else if resp, err := s.invoke(st, m); err != nil {
 		if s.inlineBudget > 0 {
-			m.ran(time.Since(start), s.inlineBudget)
+			m.ran(time.Duration(clock.Nanos()-start), s.inlineBudget)
 		}
 		status := handlerStatus(err, r.deadline)
 		s.writeStatus(w, st, status)
 	} else {
 		if s.inlineBudget > 0 {
-			m.ran(time.Since(start), s.inlineBudget)
+			m.ran(time.Duration(clock.Nanos()-start), s.inlineBudget)
 		}
 		s.writeResponse(w, st, m, resp)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mwrpc/mwrpc/internal/clock"
 )
 
 // refresh is the most a reading is reused for: a scheduler's state changes every few
@@ -40,7 +42,7 @@ var (
 		// there, and a count without them found it quiet at 16 callers.
 		{Name: "/sched/goroutines/not-in-go:goroutines"},
 	}
-	readNanos atomic.Int64 // unix nanos of the last reading
+	readNanos atomic.Int64 // clock.Nanos of the last reading
 	onPs      atomic.Int64 // goroutines running and runnable at the last reading
 	busy      atomic.Int64 // those and the goroutines in system calls
 	busyPrev  atomic.Int64 // busy at the reading before
@@ -51,7 +53,7 @@ var (
 // Procs returns the Ps that neither run a goroutine nor have one waiting to run, as of a
 // reading at most refresh old, and never less than zero.
 func Procs() int {
-	now := time.Now().UnixNano()
+	now := clock.Nanos()
 	p := maxProcs(now)
 	refreshAt(now)
 	return int(max(0, p-onPs.Load()))
@@ -67,7 +69,7 @@ func Quiet() bool {
 	if f := forced.Load(); f != 0 {
 		return f > 0
 	}
-	now := time.Now().UnixNano()
+	now := clock.Nanos()
 	p := maxProcs(now)
 	if p < minQuietProcs { // never quiet: no need to read the rest
 		return false
@@ -94,7 +96,7 @@ func ForceQuiet(quiet bool) (restore func()) {
 	return func() { forced.Store(old) }
 }
 
-// refreshAt reads the figures anew at unix nanos now when the last reading is older than
+// refreshAt reads the figures anew at now (clock.Nanos) when the last reading is older than
 // refresh and no other goroutine is reading them.
 func refreshAt(now int64) {
 	if now-readNanos.Load() <= int64(refresh) || !mu.TryLock() {
@@ -114,10 +116,10 @@ func refreshAt(now int64) {
 	mu.Unlock()
 }
 
-// maxProcs is GOMAXPROCS, read anew at unix nanos now when the last reading is older than
-// procsRefresh.
+// maxProcs is GOMAXPROCS, read anew at now (clock.Nanos) when the last reading is older
+// than procsRefresh, or there is none.
 func maxProcs(now int64) int64 {
-	if now-procsAt.Load() > int64(procsRefresh) {
+	if now-procsAt.Load() > int64(procsRefresh) || procs.Load() == 0 {
 		procs.Store(int64(runtime.GOMAXPROCS(0)))
 		procsAt.Store(now)
 	}

@@ -1,9 +1,6 @@
 package idle
 
-import (
-	"runtime"
-	"time"
-)
+import "time"
 
 // Spinner is a spin budget (max at most) adapted to what spinning achieves: a spin that
 // ends with what it waited for doubles the next budget, one that ends in sleep halves it.
@@ -53,9 +50,9 @@ func (s *Spinner) Lost(waited time.Duration) {
 }
 
 // Poll calls ready until it reports true, for at most budget, and reports whether it did
-// and when it began. It reads the clock once every every calls and yields the P there, so
-// that the goroutine that will make ready true may run on it; with whileQuiet it also
-// stops once the process is no longer Quiet.
+// and when it began. It reads the clock once every every calls and yields the P there
+// (Yield), so that the goroutine that will make ready true may run on it; with whileQuiet
+// it also stops once the process is no longer Quiet.
 func Poll(budget time.Duration, every int, whileQuiet bool, ready func() bool) (start time.Time, ok bool) {
 	start = time.Now()
 	for {
@@ -67,6 +64,6 @@ func Poll(budget time.Duration, every int, whileQuiet bool, ready func() bool) (
 		if time.Since(start) > budget || whileQuiet && !Quiet() {
 			return start, false
 		}
-		runtime.Gosched()
+		Yield()
 	}
 }

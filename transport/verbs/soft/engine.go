@@ -3,6 +3,7 @@ package soft
 import (
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/clock"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
@@ -145,7 +146,7 @@ func (q *QP) stepSQ(l link, maxPayload int) stepResult {
 	q.txHdr = h
 	q.piggyback(&q.txHdr)
 	if q.sqHead == q.sqNext {
-		q.lastRx.Store(time.Now().UnixNano()) // the ACK timer counts from the first frame outstanding
+		q.lastRx.Store(clock.Nanos()) // the ACK timer counts from the first frame outstanding
 	}
 	w.sent = true
 	if w.wr.Opcode == verbs.WRRDMARead {
@@ -278,10 +279,8 @@ func (q *QP) ackTimerFired() {
 	}
 	kick := false
 	if q.ackPending && !q.ackDue {
-		// lastRx is wall-clock time: a clock stepped back makes the age negative, and
-		// the ACK goes rather than wait for the clock to catch up.
-		age := time.Duration(time.Now().UnixNano() - q.ackSince)
-		if age >= ackDelay || age < 0 {
+		age := time.Duration(clock.Nanos() - q.ackSince)
+		if age >= ackDelay {
 			q.ackDue, kick = true, true
 		} else {
 			q.armAckDelay(ackDelay - age)
@@ -443,7 +442,7 @@ func (q *QP) checkAck() {
 	if q.state != verbs.QPStateRTS || q.sqHead == q.sqNext {
 		return
 	}
-	idle := time.Duration(time.Now().UnixNano() - q.lastRx.Load())
+	idle := time.Duration(clock.Nanos() - q.lastRx.Load())
 	if idle >= q.timeout*time.Duration(q.retryCnt+1) {
 		q.toError(verbs.WCRetryExcErr)
 		return

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/clock"
 	"github.com/mwrpc/mwrpc/internal/idle"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -39,7 +40,7 @@ type inprocLink struct {
 
 func (l *inprocLink) send(h *header, payload [][]byte) error {
 	l.src = sliceSource{segs: payload}
-	return l.peer.deliver(h, &l.src, time.Now().UnixNano())
+	return l.peer.deliver(h, &l.src, clock.Nanos())
 }
 
 func (l *inprocLink) flush() error { return nil }
@@ -711,7 +712,7 @@ type frameReader struct {
 	poll  *busyPoll
 	// lastLen is the payload length of the last frame next returned that had one.
 	lastLen uint32
-	// at is when the latest read of the stream brought bytes (unix nanoseconds): when the
+	// at is when the latest read of the stream brought bytes (clock.Nanos): when the
 	// frames it brought arrived, for the QP's ACK timers (QP.deliver), without a clock
 	// read per frame.
 	at int64
@@ -881,7 +882,7 @@ func (f *frameReader) fill(n int) error {
 		polled, from := f.pollNext()
 		if polled > 0 {
 			f.have += polled
-			f.at = time.Now().UnixNano()
+			f.at = clock.Nanos()
 			continue
 		}
 		probe.Mark(probe.Read)
@@ -891,7 +892,7 @@ func (f *frameReader) fill(n int) error {
 			f.poll.lost(from)
 		}
 		if m > 0 {
-			f.at = time.Now().UnixNano()
+			f.at = clock.Nanos()
 		}
 		f.have += m
 		if err != nil && f.have-f.off < n {

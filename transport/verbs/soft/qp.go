@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/clock"
 	"github.com/mwrpc/mwrpc/internal/idle"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -127,7 +128,7 @@ type QP struct {
 	outq       []outFrame
 	outHead    int
 
-	lastRx atomic.Int64 // unix nanos of the last frame received, for the ACK timeout
+	lastRx atomic.Int64 // clock.Nanos of the last frame received, for the ACK timeout
 
 	// Scratch, owned by the holder of txMu (tx*) and by the holder of rxMu (rx*).
 	txHdr       header
@@ -454,7 +455,7 @@ func (q *QP) connect(remote verbs.Endpoint) error {
 	}
 	q.link = l
 	q.stop = make(chan struct{})
-	q.lastRx.Store(time.Now().UnixNano())
+	q.lastRx.Store(clock.Nanos())
 	q.wg.Add(1)
 	go q.engine(l, q.stop)
 	return nil

@@ -14,7 +14,7 @@ type payloadSource interface {
 	fill(q *QP, dst []byte) error
 }
 
-// deliver handles one incoming frame, which arrived at at (unix nanoseconds: when the
+// deliver handles one incoming frame, which arrived at at (clock.Nanos: when the
 // stream reader's read brought it, or when the in-process peer sent it). The caller
 // delivers frames one at a time, in order; whatever payload deliver does not consume is
 // discarded by the caller. It returns errLinkDown if the QP is gone, errNotReady if it is
