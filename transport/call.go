@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"runtime"
 
 	"github.com/mwrpc/mwrpc/internal/idle"
 	"github.com/mwrpc/mwrpc/internal/parcopy"
@@ -160,7 +161,7 @@ func (c *Conn) pollResponse(cl *call) {
 	}
 	// Each poll yields first: the caller keeps no P from goroutines that have work. A
 	// clock read and Quiet cost a few yields: one per 16.
-	if _, ok := idle.Poll(budget, 16, true, func() bool { idle.Yield(); return len(cl.done) > 0 }); ok {
+	if _, ok := idle.Poll(budget, 16, true, func() bool { runtime.Gosched(); return len(cl.done) > 0 }); ok {
 		c.hot.polled.Add(1)
 	}
 }

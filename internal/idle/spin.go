@@ -51,19 +51,21 @@ func (s *Spinner) Lost(waited time.Duration) {
 
 // Poll calls ready until it reports true, for at most budget, and reports whether it did
 // and when it began. It reads the clock once every every calls and yields the P there
-// (Yield), so that the goroutine that will make ready true may run on it; with whileQuiet
-// it also stops once the process is no longer Quiet.
+// (yielder), so that the goroutine that will make ready true may run on it; with
+// whileQuiet it also stops once the process is no longer Quiet.
 func Poll(budget time.Duration, every int, whileQuiet bool, ready func() bool) (start time.Time, ok bool) {
 	start = time.Now()
+	var y yielder
 	for {
 		for range every {
 			if ready() {
 				return start, true
 			}
 		}
-		if time.Since(start) > budget || whileQuiet && !Quiet() {
+		since := time.Since(start)
+		if since > budget || whileQuiet && !Quiet() {
 			return start, false
 		}
-		Yield()
+		y.yield(since)
 	}
 }

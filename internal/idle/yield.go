@@ -1,25 +1,54 @@
 package idle
 
 import (
+	"runtime"
+	"time"
 	_ "unsafe" // go:linkname
 )
 
-// Yield gives the P this goroutine runs on to the goroutines waiting in the P's own run
-// queue, and returns when the scheduler comes back to it: the goroutines this one just
-// readied (a woken caller, a NIC engine, the peer's data's reader) run first, on this P
-// or, on a machine with Ps to spare, stolen by another.
+// yielder yields a polling goroutine's P between its polls, the cheaper way while the P
+// has nothing else to run, and the kinder way once it has.
 //
-// It is what a polling waiter calls between polls instead of runtime.Gosched, which puts
-// the goroutine on the global run queue under the scheduler's one lock, and whose next
-// pass of the scheduler takes that lock again to find it: on 16 cores, two processes of 8
-// Ps each at 64 callers over shm, 40% of the server's CPU was in Gosched and a quarter of
-// all of it spinning on that lock (docs/performance.md). Yield puts the goroutine at the
-// tail of its P's queue, which takes no lock; goroutines on the global queue are still
-// served, as the scheduler takes one from there every 61 of its passes.
+// runtime.Gosched puts the goroutine on the global run queue under the scheduler's one
+// lock, and the next pass of the scheduler takes the lock again to find it: on 16 cores,
+// two processes of 8 Ps each at 64 callers over shm, most Ps idle, 40% of the server's CPU
+// was in Gosched and a quarter of all of it spinning on that lock (docs/performance.md).
+// The runtime's goyield puts it at the tail of its P's own queue, taking no lock; an idle
+// P steals from there what waits. But from the global queue the scheduler takes the
+// poller back only once its P has nothing else to run, where from the tail of the P's
+// queue it comes back after the work queued when it yielded, ahead of what that work
+// readies: on 2 cores, one core a process, polling with goyield alone took 7-8% of the
+// calls at 16 and 64 callers over shm.
 //
-// It is the runtime's goyield, which the runtime keeps for the packages that link to it
-// (go.dev/issue/67401): its signature does not change.
-func Yield() { goyield() }
+// So a yielder uses goyield while its rounds (the polls and the yield between them) come
+// back within aloneRound, which says that nothing else ran on the P, and Gosched for the
+// rest of the wait once a round takes longer: other goroutines have work there, and the
+// poller should wait behind all of them. It is owned by one polling goroutine.
+type yielder struct {
+	last  int64 // when the last round ended (Nanos-like: time.Duration since Poll's start)
+	busyP bool  // a round took longer than aloneRound: Gosched from now on
+}
 
+// aloneRound is the longest a round of polls and a yield takes when nothing else runs on
+// the P: 64 polls of a ring and a yield take 0.3-0.5 µs on the 2-core VM; a round in which
+// another goroutine served a small call (1-2 µs of work) takes longer.
+const aloneRound = time.Microsecond
+
+// yield yields the P, the round having ended at since (the wait's age).
+func (y *yielder) yield(since time.Duration) {
+	if !y.busyP && time.Duration(int64(since)-y.last) > aloneRound {
+		y.busyP = true
+	}
+	y.last = int64(since)
+	if y.busyP {
+		runtime.Gosched()
+		return
+	}
+	goyield()
+}
+
+// goyield is the runtime's, kept for the packages that link to it (go.dev/issue/67401):
+// its signature does not change.
+//
 //go:linkname goyield runtime.goyield
 func goyield()

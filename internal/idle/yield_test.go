@@ -8,34 +8,59 @@ import (
 	"time"
 )
 
-// TestYieldRunsQueued: a goroutine readied by the yielder runs while it yields, with one P
-// (so that nothing else could run it): a yield hands the P over rather than returning at
-// once, and returns.
-func TestYieldRunsQueued(t *testing.T) {
+// TestGoyieldRunsQueued: a goroutine readied before a goyield runs during it, with one P
+// (so that nothing else could run it): the link to the runtime hands the P over rather
+// than returning at once, and returns.
+func TestGoyieldRunsQueued(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	var ran atomic.Bool
-	done := make(chan struct{})
-	go func() { ran.Store(true); close(done) }()
+	go func() { ran.Store(true) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for !ran.Load() {
 		if time.Now().After(deadline) {
-			t.Fatal("a goroutine readied before the yields did not run in 5 s of yields")
+			t.Fatal("a goroutine readied before the yields did not run in 5 s of goyields")
 		}
-		Yield()
+		goyield()
 	}
-	<-done
+}
+
+// TestYielderTurnsKind: a yielder uses goyield while its rounds come back within
+// aloneRound and Gosched for good once one takes longer.
+func TestYielderTurnsKind(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		rounds []time.Duration // each round's length
+		busy   bool
+	}{
+		{"short rounds", []time.Duration{300, 400, 500, 300}, false},
+		{"a long round", []time.Duration{300, 5000}, true},
+		{"short again after a long one", []time.Duration{300, 5000, 300, 300}, true},
+		{"a long first round", []time.Duration{2000}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var y yielder
+			var since time.Duration
+			for _, r := range tc.rounds {
+				since += r
+				y.yield(since)
+			}
+			if y.busyP != tc.busy {
+				t.Fatalf("busyP = %v after rounds %v, want %v", y.busyP, tc.rounds, tc.busy)
+			}
+		})
+	}
 }
 
 // BenchmarkYield compares a yield of a P with others yielding on theirs at the same time
 // (b.RunParallel, GOMAXPROCS goroutines): runtime.Gosched takes the scheduler's lock twice
-// a yield, Yield none.
+// a yield, goyield none.
 func BenchmarkYield(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		yield func()
 	}{
 		{"Gosched", runtime.Gosched},
-		{"Yield", Yield},
+		{"goyield", goyield},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
@@ -48,15 +73,14 @@ func BenchmarkYield(b *testing.B) {
 }
 
 // BenchmarkYieldSpinners: 8 goroutines per P yield in a loop, as pollers on a loaded
-// many-core server do, while the benchmark's goroutine hands a token around them; ns/op
-// is a token's round through all of them.
+// many-core server do, passing a token around; ns/op is the token's round through all.
 func BenchmarkYieldSpinners(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		yield func()
 	}{
 		{"Gosched", runtime.Gosched},
-		{"Yield", Yield},
+		{"goyield", goyield},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			n := 8 * runtime.GOMAXPROCS(0)
