@@ -280,7 +280,7 @@ func (c *Conn) fail(cause error) {
 		// an idle client's neither); a peer that closed its side is the normal end, and
 		// so is a flush that its going caused, and an idle connection closed.
 		level := slog.LevelWarn
-		if errors.Is(cause, errPeerClosed) || errors.Is(cause, errFlushed) || errors.Is(cause, errIdle) {
+		if errors.Is(cause, errPeerClosed) || errors.Is(cause, errFlushed) || errors.Is(cause, errPeerLeft) || errors.Is(cause, errIdle) {
 			level = slog.LevelDebug
 		}
 		c.t.events.log(evFailed, level, "mwrpc: connection failed", "peer", c.peerAddr(), "qp", c.qp.Num(), "err", err)
@@ -464,6 +464,18 @@ var errPeerClosed = errors.New("the peer closed the bootstrap connection (its si
 // errFlushed ends a connection whose queue pair went to the error state with work still
 // posted: the provider saw the peer's queue pair go (the soft NIC's link went down).
 var errFlushed = errors.New("queue pair flushed (the peer is gone)")
+
+// errPeerLeft ends a connection whose queue pair's provider says the peer went away (the
+// stream the queue pair runs over ended) while a work request was in flight, which then
+// completed with RETRY_EXC_ERR: on a fabric whose stream is the queue pair's wire (soft
+// TCP, shm) there is no bootstrap connection whose end would say so first.
+var errPeerLeft = errors.New("the peer left (the stream its queue pair ran over ended)")
+
+// peerLeft reports whether the queue pair's provider says its peer went away.
+func (c *Conn) peerLeft() bool {
+	r, ok := c.qp.(verbs.PeerLeftReporter)
+	return ok && r.PeerLeft()
+}
 
 // watchPeer reads the bootstrap stream, on which the peer never writes after setup: its
 // end (the peer closed the connection, its process exited, keepalive gave up) fails the

@@ -463,9 +463,12 @@ func (p *poller) dispatch(wc *verbs.WorkCompletion) {
 		return // a completion of a connection already torn down
 	}
 	if wc.Status != verbs.WCSuccess {
-		if wc.Status == verbs.WCWRFlushErr {
+		switch {
+		case wc.Status == verbs.WCWRFlushErr:
 			c.fail(fmt.Errorf("%w (a %v flushed first)", errFlushed, wrKindName(kind)))
-		} else {
+		case c.peerLeft():
+			c.fail(fmt.Errorf("%w (a %v in flight completed with %v)", errPeerLeft, wrKindName(kind), wc.Status))
+		default:
 			c.fail(fmt.Errorf("%v completed with %v", wrKindName(kind), wc.Status))
 		}
 		return

@@ -25,8 +25,8 @@ import (
 // rest of the wait once a round takes longer: other goroutines have work there, and the
 // poller should wait behind all of them. It is owned by one polling goroutine.
 type yielder struct {
-	last  int64 // when the last round ended (Nanos-like: time.Duration since Poll's start)
-	busyP bool  // a round took longer than aloneRound: Gosched from now on
+	last  time.Duration // when the last round ended, as the wait's age
+	busyP bool          // a round took longer than aloneRound: Gosched from now on
 }
 
 // aloneRound is the longest a round of polls and a yield takes when nothing else runs on
@@ -36,10 +36,10 @@ const aloneRound = time.Microsecond
 
 // yield yields the P, the round having ended at since (the wait's age).
 func (y *yielder) yield(since time.Duration) {
-	if !y.busyP && time.Duration(int64(since)-y.last) > aloneRound {
+	if !y.busyP && since-y.last > aloneRound {
 		y.busyP = true
 	}
-	y.last = int64(since)
+	y.last = since
 	if y.busyP {
 		runtime.Gosched()
 		return

@@ -43,6 +43,15 @@ type FaultReporter interface {
 	Fault() error
 }
 
+// PeerLeftReporter is implemented by queue pairs whose provider can tell a peer that went
+// away (the stream the QP runs over ended: the peer closed it, or its process exited) from
+// one that stopped answering, as an RDMA CM DISCONNECTED event tells: the work request in
+// flight completes with RETRY_EXC_ERR either way.
+type PeerLeftReporter interface {
+	// PeerLeft reports whether the QP moved to ERR because its peer went away.
+	PeerLeft() bool
+}
+
 // PostError reports which work request of a PostSend or PostRecv batch was refused.
 // Requests before Index were queued; Index and after were not.
 type PostError struct {

@@ -153,3 +153,45 @@ func TestSendQueueGrows(t *testing.T) {
 		t.Fatalf("the ring holds %d after 256 outstanding, want more than %d and at most 256", n, sqInitial)
 	}
 }
+
+// TestPeerLeft: a peer whose QP goes away while a SEND is outstanding (here one the peer
+// never posted a receive for) leaves this QP in ERR with PeerLeft true and no fault, on
+// either fabric; the SEND completes with RETRY_EXC_ERR if it had left, WR_FLUSH_ERR if it
+// waited to be sent again (the peer's receiver-not-ready). A peer that breaks the protocol
+// leaves a fault and PeerLeft false.
+func TestPeerLeft(t *testing.T) {
+	for name, open := range fabrics(t) {
+		t.Run(name, func(t *testing.T) {
+			a, b := newHost(t, open("a"), 1<<16), newHost(t, open("b"), 1<<16)
+			defer a.close(t)
+			connect(t, a, b)
+			must(t, a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{verbs.SGEFor(a.mr, 0, 64)}}}))
+			b.close(t)
+			if wc := a.poll(t); wc.Status != verbs.WCRetryExcErr && wc.Status != verbs.WCWRFlushErr || wc.WRID != 1 {
+				t.Fatalf("the SEND outstanding: %+v, want RETRY_EXC_ERR or WR_FLUSH_ERR", wc)
+			}
+			if !a.qp.(verbs.PeerLeftReporter).PeerLeft() {
+				t.Fatal("PeerLeft is false after the peer's QP went away")
+			}
+			if err := a.qp.(verbs.FaultReporter).Fault(); err != nil {
+				t.Fatalf("fault: %v", err)
+			}
+		})
+	}
+	t.Run("a peer that broke the protocol", func(t *testing.T) {
+		a, b := newHost(t, mustOpen(t), 1<<16), newHost(t, mustOpen(t), 1<<16)
+		defer a.close(t)
+		defer b.close(t)
+		peer := rawPeer(t, a, b)
+		if _, err := peer.Write(make([]byte, headerLen)); err != nil { // opcode 0
+			t.Fatal(err)
+		}
+		if err := waitFault(t, b); !errors.Is(err, verbs.ErrPeerProtocol) {
+			t.Fatalf("fault: %v", err)
+		}
+		if b.qp.(verbs.PeerLeftReporter).PeerLeft() {
+			t.Fatal("PeerLeft is true for a peer that broke the protocol")
+		}
+	})
+}

@@ -50,7 +50,7 @@ func (l *inprocLink) setDeadline(time.Time) {}
 func (l *inprocLink) close() {
 	// The peer learns at once, as from an RDMA CM disconnect.
 	if p := l.peer; p.linkTo(l.local) {
-		p.linkDown(nil)
+		p.linkDown(nil, true)
 	}
 }
 
@@ -670,7 +670,7 @@ func (l *tcpLink) readLoop() {
 		}
 	}
 	_ = l.conn.Close()
-	l.q.linkDown(streamFault(err))
+	l.q.linkDown(streamFault(err), peerLeft(err))
 }
 
 // streamFault tells why the stream ended apart from the peer leaving (its end, or ours):

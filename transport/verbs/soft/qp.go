@@ -3,10 +3,12 @@ package soft
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mwrpc/mwrpc/internal/clock"
@@ -62,6 +64,7 @@ type QP struct {
 	state     verbs.QPState
 	destroyed bool
 	fault     error // why the QP moved to ERR on its own (verbs.FaultReporter)
+	peerLeft  bool  // it moved to ERR because its peer went away (verbs.PeerLeftReporter)
 	// stallLimit is how long a frame, once begun on the stream, may stop arriving before
 	// the link is dropped: the local ACK timeout times the retries, the budget a requester
 	// gives an unanswered packet (TCP fabric).
@@ -894,7 +897,7 @@ func (q *QP) transmitTryOnce(l link, hold bool) bool {
 		}
 	}
 	if err != nil {
-		q.linkDown(nil)
+		q.linkDown(nil, peerLeft(err))
 	}
 	again := q.letGoTx()
 	if err == nil && (!done || st != stepIdle) {
@@ -1154,9 +1157,9 @@ var _ verbs.FaultReporter = (*QP)(nil)
 
 // linkDown handles the loss of the link: the peer is gone, as an RDMA CM disconnect or a
 // transport retry timeout would report. The work request in flight completes with
-// RETRY_EXC_ERR and the rest flush. fault, if set, says the peer broke
-// the protocol on the stream (Fault reports it).
-func (q *QP) linkDown(fault error) {
+// RETRY_EXC_ERR and the rest flush. fault, if set, says the peer broke the protocol on the
+// stream (Fault reports it); left says the peer went away (PeerLeft reports it).
+func (q *QP) linkDown(fault error, left bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed || q.state == verbs.QPStateReset || q.state == verbs.QPStateError {
@@ -1164,6 +1167,27 @@ func (q *QP) linkDown(fault error) {
 	}
 	if fault != nil {
 		q.setFault(fmt.Errorf("qp %d: %w", q.qpn, fault))
+	} else if left {
+		q.peerLeft = true
 	}
 	q.toError(verbs.WCRetryExcErr)
+}
+
+// PeerLeft implements verbs.PeerLeftReporter: the QP moved to ERR because the stream it
+// runs over ended (the peer closed it, or its process exited), or the in-process peer
+// went, rather than because the peer broke the protocol.
+func (q *QP) PeerLeft() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.peerLeft
+}
+
+var _ verbs.PeerLeftReporter = (*QP)(nil)
+
+// peerLeft reports whether err, a link's read or write error, says the peer went away:
+// the stream ended (in the middle of a frame too: a process killed while it wrote) or
+// the peer's end is gone (EPIPE, ECONNRESET).
+func peerLeft(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
