@@ -28,6 +28,9 @@ type link interface {
 	flush() error
 	// setDeadline bounds the sends that follow (used while flushing before close).
 	setDeadline(t time.Time)
+	// peerLeft reports whether err, one of the link's send or flush errors, means that the
+	// peer went away (QP.PeerLeft).
+	peerLeft(err error) bool
 }
 
 // inprocLink delivers frames by calling the peer QP directly: the payload moves with one
@@ -44,6 +47,8 @@ func (l *inprocLink) send(h *header, payload [][]byte) error {
 }
 
 func (l *inprocLink) flush() error { return nil }
+
+func (l *inprocLink) peerLeft(err error) bool { return peerLeft(err) }
 
 func (l *inprocLink) setDeadline(time.Time) {}
 
@@ -88,8 +93,12 @@ func (s *sliceSource) fill(q *QP, dst []byte) error {
 // ones travel with their header, gathered into one write until flush, and come in with
 // one read (see wire.go).
 type tcpLink struct {
-	q     *QP
-	conn  net.Conn
+	q    *QP
+	conn net.Conn
+	// ended: the reader found the stream's end (the peer left), and closed conn. A write
+	// that fails on the closed conn after that is the peer's going too, not a link
+	// broken some other way (peerLeft).
+	ended atomic.Bool
 	hdr   [headerLen]byte
 	pend  []byte // headerLen bytes kept for a BATCH header, then the small frames to write
 	pendN int    // frames in pend
@@ -669,8 +678,18 @@ func (l *tcpLink) readLoop() {
 			break
 		}
 	}
+	fault, left := streamFault(err), peerLeft(err)
+	if fault == nil && left {
+		l.ended.Store(true) // before the close that fails the writers
+	}
 	_ = l.conn.Close()
-	l.q.linkDown(streamFault(err), peerLeft(err))
+	l.q.linkDown(fault, left)
+}
+
+// peerLeft: the write's own error says so, or it failed on the stream the reader closed
+// when it found the stream's end.
+func (l *tcpLink) peerLeft(err error) bool {
+	return peerLeft(err) || l.ended.Load() && errors.Is(err, net.ErrClosed)
 }
 
 // streamFault tells why the stream ended apart from the peer leaving (its end, or ours):

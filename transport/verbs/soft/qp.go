@@ -897,7 +897,7 @@ func (q *QP) transmitTryOnce(l link, hold bool) bool {
 		}
 	}
 	if err != nil {
-		q.linkDown(nil, peerLeft(err))
+		q.linkDown(nil, tl.peerLeft(err))
 	}
 	again := q.letGoTx()
 	if err == nil && (!done || st != stepIdle) {
@@ -1185,9 +1185,11 @@ func (q *QP) PeerLeft() bool {
 var _ verbs.PeerLeftReporter = (*QP)(nil)
 
 // peerLeft reports whether err, a link's read or write error, says the peer went away:
-// the stream ended (in the middle of a frame too: a process killed while it wrote) or
-// the peer's end is gone (EPIPE, ECONNRESET).
+// the stream ended (in the middle of a frame too: a process killed while it wrote), the
+// peer's end is gone (EPIPE, ECONNRESET), or the in-process peer QP a frame was handed to
+// is (errLinkDown from its deliver: its close may not have reached this side yet).
 func peerLeft(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, errLinkDown)
 }
