@@ -51,17 +51,20 @@ func TestYielderTurnsKind(t *testing.T) {
 	}
 }
 
+// yields are the two ways of yielding the benchmarks compare.
+var yields = []struct {
+	name  string
+	yield func()
+}{
+	{"Gosched", runtime.Gosched},
+	{"goyield", goyield},
+}
+
 // BenchmarkYield compares a yield of a P with others yielding on theirs at the same time
 // (b.RunParallel, GOMAXPROCS goroutines): runtime.Gosched takes the scheduler's lock twice
 // a yield, goyield none.
 func BenchmarkYield(b *testing.B) {
-	for _, bc := range []struct {
-		name  string
-		yield func()
-	}{
-		{"Gosched", runtime.Gosched},
-		{"goyield", goyield},
-	} {
+	for _, bc := range yields {
 		b.Run(bc.name, func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -75,13 +78,7 @@ func BenchmarkYield(b *testing.B) {
 // BenchmarkYieldSpinners: 8 goroutines per P yield in a loop, as pollers on a loaded
 // many-core server do, passing a token around; ns/op is the token's round through all.
 func BenchmarkYieldSpinners(b *testing.B) {
-	for _, bc := range []struct {
-		name  string
-		yield func()
-	}{
-		{"Gosched", runtime.Gosched},
-		{"goyield", goyield},
-	} {
+	for _, bc := range yields {
 		b.Run(bc.name, func(b *testing.B) {
 			n := 8 * runtime.GOMAXPROCS(0)
 			var turn atomic.Int64
