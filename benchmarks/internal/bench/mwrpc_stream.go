@@ -55,20 +55,15 @@ func mwrpcDownload(impl any, s *rpc.ServerStream) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	lent := impl.(bulkImpl).lent
-	var buf []byte
-	if !lent {
-		buf = payload(chunk)
+	next := bulkMessages(s.Buffer, nil)
+	if !impl.(bulkImpl).lent {
+		next = bulkMessages(nil, payload(chunk))
 	}
 	for sent := int64(0); sent < total; {
 		n := chunkLen(total, sent, chunk)
-		var msg []byte
-		if lent {
-			if msg, err = lentChunk(s.Buffer, n); err != nil {
-				return nil, err
-			}
-		} else {
-			msg = buf[:n]
+		msg, err := next(n)
+		if err != nil {
+			return nil, err
 		}
 		if err := s.SendBytes(msg); err != nil {
 			return nil, err
@@ -78,18 +73,25 @@ func mwrpcDownload(impl any, s *rpc.ServerStream) (any, error) {
 	return nil, nil
 }
 
-// lentChunk returns a chunk of n bytes in registered memory from buffer, whose last byte
-// (the one the receiver checks) is the pattern's: like rawtcp's sender, which sends the
-// same bytes every time, a lent sender does not write the rest again.
-func lentChunk(buffer func(int) ([]byte, error), n int) ([]byte, error) {
-	b, err := buffer(n)
-	if err != nil {
-		return nil, err
+// bulkMessages returns what makes a bulk transfer's next message of n bytes: with buffer
+// (a lent sender's), n bytes of registered memory from it whose last byte (the one the
+// receiver checks) is the pattern's, since like rawtcp's sender, which sends the same
+// bytes every time, a lent sender does not write the rest again; without, a prefix of
+// fixed.
+func bulkMessages(buffer func(int) ([]byte, error), fixed []byte) func(n int) ([]byte, error) {
+	if buffer == nil {
+		return func(n int) ([]byte, error) { return fixed[:n], nil }
 	}
-	if n > 0 {
-		b[n-1] = patternByte(n - 1)
+	return func(n int) ([]byte, error) {
+		b, err := buffer(n)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			b[n-1] = patternByte(n - 1)
+		}
+		return b, nil
 	}
-	return b, nil
 }
 
 func mwrpcUpload(_ any, s *rpc.ServerStream) (any, error) {
@@ -195,7 +197,10 @@ func (m *mwrpcBulkClient) Upload(ctx context.Context, total int64, chunk int) er
 	if len(m.buf) != chunk && !m.lent {
 		m.buf = payload(chunk)
 	}
-	buffer := func(n int) ([]byte, error) { return m.client.Buffer(ctx, n) }
+	next := bulkMessages(nil, m.buf)
+	if m.lent {
+		next = bulkMessages(func(n int) ([]byte, error) { return m.client.Buffer(ctx, n) }, nil)
+	}
 	cs, err := m.client.NewStream(ctx, mwrpcUploadMethod, nil)
 	if err != nil {
 		return err
@@ -203,13 +208,9 @@ func (m *mwrpcBulkClient) Upload(ctx context.Context, total int64, chunk int) er
 	defer cs.Close()
 	for sent := int64(0); sent < total; {
 		n := chunkLen(total, sent, chunk)
-		var msg []byte
-		if m.lent {
-			if msg, err = lentChunk(buffer, n); err != nil {
-				return err
-			}
-		} else {
-			msg = m.buf[:n]
+		msg, err := next(n)
+		if err != nil {
+			return err
 		}
 		if err := cs.SendBytes(msg); err != nil {
 			return fmt.Errorf("mwrpc: send at %d of %d: %w", sent, total, err)
