@@ -617,6 +617,79 @@ func TestMaxCallsPerConn(t *testing.T) {
 	}
 }
 
+// advisedHandler holds requests "held" until release, and lets "fast" ones run inline
+// (InlineAdvisor); it answers with the request.
+type advisedHandler struct{ release chan struct{} }
+
+func (h advisedHandler) Serve(ctx context.Context, req []byte, w *ResponseWriter) {
+	if string(req) == "held" {
+		<-h.release
+	}
+	_ = w.Write(StatusOK, req)
+}
+
+func (h advisedHandler) InlineOK(req []byte) bool { return string(req) == "fast" }
+
+// TestMaxCallsPerHost: the calls two connections from one address have in the handlers
+// count together against MaxCallsPerHost, and the next one bound for the handlers is
+// answered ResourceExhausted naming it; requests that run inline hold no handler and are
+// answered even then.
+func TestMaxCallsPerHost(t *testing.T) {
+	h := advisedHandler{release: make(chan struct{})}
+	e := newEnv(t, tcpFabric, h, Config{MaxCallsPerHost: 2, Handlers: 8})
+	release := sync.OnceFunc(func() { close(h.release) })
+	t.Cleanup(release) // before the server's close, which waits for its handlers
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	second, err := e.client.Dial(ctx, e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for _, c := range []*Conn{e.conn, second} {
+		go func() {
+			resp, err := c.Call(ctx, []byte("held"))
+			if err == nil {
+				resp.Release()
+			}
+			errs <- err
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); e.server.Stats().Handlers < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the two held calls never reached their handlers")
+		}
+	}
+	before := e.server.Stats()
+	const fast = 200
+	for i := 0; i < fast; i++ {
+		resp, err := second.Call(ctx, []byte("fast"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Release()
+	}
+	after := e.server.Stats()
+	inline, refused := after.Inline-before.Inline, after.Crowded-before.Crowded
+	if inline == 0 || refused != fast-inline {
+		t.Fatalf("%d short calls with the host at its share: %d ran inline, %d refused; want some inline, and only the rest refused", fast, inline, refused)
+	}
+	resp, err := second.Call(ctx, []byte("pooled"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status() != StatusResourceExhausted || !strings.Contains(string(resp.Bytes()), "MaxCallsPerHost is 2") {
+		t.Fatalf("a third call for the handlers: status %d %q, want ResourceExhausted naming MaxCallsPerHost", resp.Status(), resp.Bytes())
+	}
+	resp.Release()
+	release()
+	for i := 0; i < 2; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // dialPair is an echo server with scfg and a client with ccfg on the first fabric, and
 // the client's connection to the server; all are closed at the test's cleanup.
 func dialPair(t *testing.T, scfg, ccfg Config) (*Transport, *Conn) {

@@ -481,6 +481,21 @@ func (c *Conn) inlineOK(req []byte) bool {
 	return c.t.advisor != nil && c.p.lendable && c.t.advisor.InlineOK(req)
 }
 
+// overHost counts a request bound for the handler pool in its host's calls
+// (Config.MaxCallsPerHost) until it finishes, and reports whether the host is over its
+// share. A request run inline holds no handler and is not counted, nor is any while the
+// share is the whole pool (the pool refuses then: "overloaded"): behind a sidecar or a
+// NAT every connection comes from one address, and a count that every call wrote twice
+// was one cache line all the server's cores shared.
+func (c *Conn) overHost(sc *serverCall) bool {
+	hs := c.host
+	if hs == nil || c.t.cfg.MaxCallsPerHost >= c.t.cfg.Handlers {
+		return false
+	}
+	sc.host = hs
+	return hs.calls.Add(1) > int32(c.t.cfg.MaxCallsPerHost)
+}
+
 // dispatch hands a request to the handler pool.
 // at is when a large request's window was announced.
 func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at time.Time) {
@@ -508,8 +523,8 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	crowded := len(c.serving.calls) > c.t.cfg.MaxCallsPerConn
 	c.mu.Unlock()
 	limit, what := c.t.cfg.MaxCallsPerConn, "on this connection (Config.MaxCallsPerConn"
-	// (A limit of the whole pool or more is the pool's to enforce: "overloaded".)
-	if sc.host = c.host; sc.host != nil && sc.host.calls.Add(1) > int32(c.t.cfg.MaxCallsPerHost) && c.t.cfg.MaxCallsPerHost < c.t.cfg.Handlers && !crowded {
+	inline := !crowded && sc.st == nil && !dead && c.inlineOK(req) && c.reserveCredit()
+	if !crowded && !inline && c.overHost(sc) {
 		crowded, limit, what = true, c.t.cfg.MaxCallsPerHost, "from this host (Config.MaxCallsPerHost"
 	}
 	if dead { // fail already canceled the calls it knew of: this one starts canceled
@@ -528,7 +543,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		return
 	}
 	probe.Mark(probe.Dispatch)
-	if sc.st == nil && !dead && c.inlineOK(req) && c.reserveCredit() {
+	if inline {
 		// Run to completion here: no hand-off, and the response cannot wait on anything
 		// this goroutine would have to reap (Config.InlineHandlers).
 		sc.inline = true
