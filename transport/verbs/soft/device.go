@@ -101,8 +101,8 @@ type Device struct {
 	gid    [16]byte
 
 	// keyMu guards the key table and the state of every MR and MW: binds and invalidations
-	// take it for writing, rkey and lkey checks for reading.
-	keyMu sync.RWMutex
+	// take it for writing, rkey and lkey checks read-lock their QP's stripe.
+	keyMu keyLock
 	keys  []keyEntry // by key index; 0 is never used
 	free  []uint32
 

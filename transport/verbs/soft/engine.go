@@ -92,7 +92,7 @@ func (q *QP) stepOut(l link, maxPayload int) stepResult {
 	}
 	q.transmit(l, &q.txHdr, segs)
 	if f.mr != nil {
-		f.mr.release()
+		f.mr.release(q.stripe)
 	}
 	return stepMore
 }
@@ -197,12 +197,12 @@ func (q *QP) stepSegment(l link, head *outFrame) stepResult {
 	head.h.raddr += readSegMax
 	// The head keeps its own reference until its last byte leaves; this one covers the
 	// segment in case the queue is dropped meanwhile (the region is valid: the head holds it).
-	m.acquire()
+	m.acquire(q.stripe)
 	q.txPreferSQ = true
 	q.piggyback(&q.txHdr)
 	q.mu.Unlock()
 	q.transmit(l, &q.txHdr, append(q.txSegs[:0], seg))
-	m.release()
+	m.release(q.stripe)
 	return stepMore
 }
 
@@ -344,7 +344,7 @@ func (q *QP) prepare(w *swqe) (header, [][]byte, bool) {
 			if !ok {
 				return h, nil, false
 			}
-			m.release()
+			m.release(q.stripe)
 			h.rlen += s.Length
 		}
 		return h, q.placeRead(q.link, w, &h), true
@@ -381,7 +381,7 @@ func (q *QP) prepare(w *swqe) (header, [][]byte, bool) {
 
 func (q *QP) releaseTx() {
 	for i, m := range q.txMRs {
-		m.release()
+		m.release(q.stripe)
 		q.txMRs[i] = nil
 	}
 	q.txMRs = q.txMRs[:0]

@@ -346,7 +346,7 @@ func (l *tcpLink) writeKeptUntil(ctx context.Context) error {
 // releaseKept releases the regions of the kept frame's memory, once it is written.
 func (l *tcpLink) releaseKept() {
 	for i, m := range l.keptMRs {
-		m.release()
+		m.release(l.q.stripe)
 		l.keptMRs[i] = nil
 	}
 	l.keptMRs = l.keptMRs[:0]

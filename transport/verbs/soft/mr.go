@@ -10,7 +10,8 @@ import (
 
 // mr is a registered memory region. Its state (valid, bound windows) is guarded by the
 // device's keyMu; dma counts transfers in progress so that Dereg can wait for them and the
-// memory is never unpinned under the engine.
+// memory is never unpinned under the engine (draining: Dereg waits, a transfer that ends
+// wakes it).
 type mr struct {
 	dev    *Device
 	pd     *pd
@@ -24,10 +25,10 @@ type mr struct {
 	valid   bool // keyMu
 	windows int  // bound windows; keyMu
 
-	dma      atomic.Int64
+	dma      transfers
 	dmaMu    sync.Mutex
 	dmaCond  *sync.Cond
-	draining bool
+	draining atomic.Bool
 }
 
 func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
@@ -86,10 +87,11 @@ func (m *mr) Dereg() error {
 	m.valid = false
 	d.dropKey(verbs.KeyIndex(m.key))
 	d.keyMu.Unlock()
-	// Wait for transfers that checked the key before it went away.
+	// Wait for transfers that checked the key before it went away. A transfer that ends
+	// after draining is set wakes this; one that ended before it is in the sum.
 	m.dmaMu.Lock()
-	m.draining = true
-	for m.dma.Load() > 0 {
+	m.draining.Store(true)
+	for m.dma.sum() > 0 {
 		m.dmaCond.Wait()
 	}
 	m.dmaMu.Unlock()
@@ -99,16 +101,16 @@ func (m *mr) Dereg() error {
 	return nil
 }
 
-// acquire counts one transfer touching the region; keyMu (read) must be held and the region
-// valid. release ends it.
-func (m *mr) acquire() { m.dma.Add(1) }
+// acquire counts one transfer touching the region in stripe i (its QP's); keyMu (read)
+// must be held and the region valid, or the transfer must hold a reference in stripe i
+// already. release(i) ends it.
+func (m *mr) acquire(i uint32) { m.dma.add(i, 1) }
 
-func (m *mr) release() {
-	if m.dma.Add(-1) == 0 {
+func (m *mr) release(i uint32) {
+	m.dma.add(i, -1)
+	if m.draining.Load() {
 		m.dmaMu.Lock()
-		if m.draining {
-			m.dmaCond.Broadcast()
-		}
+		m.dmaCond.Broadcast()
 		m.dmaMu.Unlock()
 	}
 }
@@ -323,8 +325,8 @@ func (q *QP) invalidate(rkey uint32, remote bool) string {
 // region acquired (the caller must release it). keyMu must not be held.
 func (q *QP) resolveRemote(rkey uint32, addr, length uint64, right verbs.Access) ([]byte, *mr, string) {
 	d := q.dev
-	d.keyMu.RLock()
-	defer d.keyMu.RUnlock()
+	d.keyMu.rlock(q.stripe)
+	defer d.keyMu.runlock(q.stripe)
 	e := d.entry(rkey)
 	switch {
 	case e.mr != nil:
@@ -341,7 +343,7 @@ func (q *QP) resolveRemote(rkey uint32, addr, length uint64, right verbs.Access)
 		if !ok {
 			return nil, nil, fmt.Sprintf("[0x%x,+%d) outside the region", addr, length)
 		}
-		m.acquire()
+		m.acquire(q.stripe)
 		return b, m, ""
 	case e.mw != nil:
 		w := e.mw
@@ -375,7 +377,7 @@ func (q *QP) resolveRemote(rkey uint32, addr, length uint64, right verbs.Access)
 		if right == verbs.AccessRemoteWrite {
 			w.noteWrite(va-w.start, length)
 		}
-		w.mr.acquire()
+		w.mr.acquire(q.stripe)
 		return b, w.mr, ""
 	}
 	return nil, nil, fmt.Sprintf("key 0x%x names nothing", rkey)
@@ -385,8 +387,8 @@ func (q *QP) resolveRemote(rkey uint32, addr, length uint64, right verbs.Access)
 // write is set, LOCAL_WRITE) and returns its bytes with the region acquired.
 func (q *QP) resolveLocal(s verbs.SGE, write bool) ([]byte, *mr, bool) {
 	d := q.dev
-	d.keyMu.RLock()
-	defer d.keyMu.RUnlock()
+	d.keyMu.rlock(q.stripe)
+	defer d.keyMu.runlock(q.stripe)
 	m := d.entry(s.LKey).mr
 	if m == nil || m.key != s.LKey || !m.valid || m.pd != q.pd {
 		return nil, nil, false
@@ -398,6 +400,6 @@ func (q *QP) resolveLocal(s verbs.SGE, write bool) ([]byte, *mr, bool) {
 	if !ok {
 		return nil, nil, false
 	}
-	m.acquire()
+	m.acquire(q.stripe)
 	return b, m, true
 }

@@ -143,7 +143,7 @@ func (q *QP) placeRead(l link, w *swqe, h *header) [][]byte {
 		if !ok {
 			return nil
 		}
-		m.release()
+		m.release(q.stripe)
 		dst = b
 	}
 	p, ok := sw.ShareLocal(dst)
@@ -167,7 +167,7 @@ func (q *QP) onPlacedRead(h *header, src payloadSource, b []byte, m *mr) error {
 	q.mu.Unlock()
 	err := q.placeInto(l, src, b)
 	if m != nil {
-		m.release()
+		m.release(q.stripe)
 	}
 	if err != nil {
 		return err

@@ -51,6 +51,7 @@ type QP struct {
 	sigAll  bool
 	qpn     uint32
 	st      *stats // the device's counters this QP adds to (its stripe)
+	stripe  uint32 // qpn % statStripes: its stripe of those, and of the key lock and regions' transfer counts
 	initPSN uint32
 
 	rxMu     sync.Mutex  // serializes incoming frames
@@ -189,7 +190,8 @@ func (p *pd) CreateQP(a verbs.QPInitAttr) (verbs.QP, error) {
 		return nil, fmt.Errorf("soft: create QP: device %s: %w", d.name, verbs.ErrClosed)
 	}
 	q.qpn = d.nextQPN
-	q.st = &d.stats[q.qpn%statStripes]
+	q.stripe = q.qpn % statStripes
+	q.st = &d.stats[q.stripe]
 	d.nextQPN++
 	d.qps[q.qpn] = q
 	d.mu.Unlock()
@@ -569,7 +571,7 @@ func (q *QP) Destroy() error {
 func (q *QP) dropOutput() {
 	for i := q.outHead; i < len(q.outq); i++ {
 		if m := q.outq[i].mr; m != nil {
-			m.release()
+			m.release(q.stripe)
 		}
 		q.outq[i] = outFrame{}
 	}
@@ -951,7 +953,7 @@ func (q *QP) postSend(wr *verbs.SendWR) error {
 				return fmt.Errorf("soft: inline SGE {addr 0x%x len %d lkey 0x%x} is not inside a registered region of this PD: %w", s.Addr, s.Length, s.LKey, verbs.ErrInvalid)
 			}
 			w.inline = append(w.inline, b...)
-			m.release()
+			m.release(q.stripe)
 		}
 		q.st.copied.Add(uint64(len(w.inline)))
 	}

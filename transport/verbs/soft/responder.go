@@ -244,7 +244,7 @@ func (q *QP) resolveRecvSGEs(sges []verbs.SGE) ([][]byte, bool) {
 
 func (q *QP) releaseRx() {
 	for i, m := range q.rxMRs {
-		m.release()
+		m.release(q.stripe)
 		q.rxMRs[i] = nil
 	}
 	q.rxMRs = q.rxMRs[:0]
@@ -311,7 +311,7 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 	}
 	q.releaseRx()
 	if wmr != nil {
-		wmr.release()
+		wmr.release(q.stripe)
 	}
 	q.mu.Lock()
 	taken := q.rxTaken
@@ -470,7 +470,7 @@ func (q *QP) onWrite(h *header, src payloadSource) error {
 		err = src.fill(q, b)
 	}
 	if m != nil {
-		m.release()
+		m.release(q.stripe)
 	}
 	if err != nil {
 		return err
