@@ -118,7 +118,6 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 			avail:     grantedCredits(cfg, peer),
 			ctrlAvail: recvCtrlSlots,
 		},
-		calls:   callTable{byID: make(map[uint64]*call)},
 		serving: serverCalls{calls: make(map[uint64]*serverCall)},
 		readyCh: make(chan struct{}),
 		tornCh:  make(chan struct{}),
@@ -359,7 +358,7 @@ func (c *Conn) GoAway(ctx context.Context) error {
 func (c *Conn) InFlight() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.calls.byID)
+	return c.calls.lenLocked()
 }
 
 // GoingAway is closed when the peer sent GOAWAY.

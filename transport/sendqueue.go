@@ -221,7 +221,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	alone := c.loneLocked(true) // see boundedPoster
 	n := len(payload) + len(tail) + int(g.sge.Length)
 	if n > placeLargeMin {
-		c.placeLarge(c.loneLocked(h.Kind == wire.KindRequest))
+		c.placeLarge(h.Kind == wire.KindRequest && alone)
 	}
 	c.mu.Unlock()
 	corked := mode == sendWait && h.Kind == wire.KindRequest && len(pre) == 0 && c.corkable(n)

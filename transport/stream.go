@@ -774,7 +774,7 @@ func (c *Conn) streamFor(h *wire.Header) *Stream {
 	if h.Flags&wire.FlagCaller != 0 {
 		return c.serving.streams[h.CallID]
 	}
-	if cl := c.calls.byID[h.CallID]; cl != nil {
+	if cl := c.calls.lookupLocked(h.CallID); cl != nil {
 		return cl.st
 	}
 	return nil

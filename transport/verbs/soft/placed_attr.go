@@ -31,8 +31,8 @@ func (q *QP) PeerCopies(n int) {
 // PlaceLargeSends says whether SENDs larger than PlacedSendMax are placed too over a
 // SharedMemoryWire (off until told). Placing pays while the connection has several
 // messages in flight: one copy per message instead of two, less CPU for each (64 KiB over
-// shm on 2 cores: 1.1-1.9x the calls at 16 callers, 1.5-1.6x at 64); a lone call is faster
-// through the stream, where the copies overlap (see PlacedSendMax). The QP cannot tell
+// shm on 2 cores: 1.1-1.9x the calls at 16 callers, 1.5-1.6x at 64); a lone call's request
+// is faster through the stream, where the copies overlap (see PlacedSendMax). The QP cannot tell
 // which its SENDs are, its user can: the transport says it before each large SEND it
 // posts. It applies to the SENDs posted after it (each keeps what it was posted with);
 // safe for concurrent use.
