@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -615,6 +616,53 @@ func TestMaxCallsPerConn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestDuplicateCallID: a peer that sends a request under the id of a call still being
+// served breaks the protocol: its connection fails with ErrProtocol, counted and logged,
+// the first call's handler sees its context canceled, and nothing is left held.
+func TestDuplicateCallID(t *testing.T) {
+	var mu sync.Mutex
+	var logged bytes.Buffer
+	started := make(chan struct{}, 2)
+	stop := make(chan struct{}) // a handler whose context is never canceled leaves at cleanup
+	block := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+		started <- struct{}{}
+		select {
+		case <-ctx.Done(): // the connection's failure cancels it
+		case <-stop:
+		}
+	})
+	e := newEnv(t, tcpFabric, block, Config{Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))})
+	t.Cleanup(func() { close(stop) }) // before the server's close, which waits for its handlers
+	before := e.server.Stats().Protocol
+	buf, err := e.client.pool.TryGet(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Release() // after the connections are gone: no transfer touches it then
+	hdr := wire.Header{Kind: wire.KindRequest, CallID: 1<<32 | 7, Len: 4}
+	wire.PutHeader(buf.Bytes(), &hdr)
+	copy(buf.Bytes()[wire.HeaderLen:], "dup!")
+	sge := buf.SGE()
+	sge.Length = wire.HeaderLen + 4
+	// Both in one post, straight onto the queue pair: they arrive in order, the first
+	// still in its handler when the second comes.
+	wr := verbs.SendWR{WRID: 0x7f << 56, Opcode: verbs.WRSend, SGL: []verbs.SGE{sge}}
+	if err := e.conn.qp.PostSend([]verbs.SendWR{wr, wr}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server to count the duplicate", func() bool { return e.server.Stats().Protocol == before+1 })
+	mu.Lock()
+	out := logged.String()
+	mu.Unlock()
+	if !strings.Contains(out, "whose id a call being served has") {
+		t.Fatalf("the server's log does not name the duplicate id:\n%s", out)
+	}
+	if n := len(started); n != 1 {
+		t.Fatalf("%d handlers started, want the first request's only", n)
+	}
+	waitFor(t, "the first handler to return", func() bool { return e.server.Stats().Handlers == 0 })
 }
 
 // advisedHandler holds requests "held" until release, and lets "fast" ones run inline

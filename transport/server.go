@@ -496,6 +496,19 @@ func (c *Conn) overHost(sc *serverCall) bool {
 	return hs.calls.Add(1) > int32(c.t.cfg.MaxCallsPerHost)
 }
 
+// refuseDuplicate fails the connection whose peer sent sc's request under the id of a
+// call still being served, and lets go of the request's memory.
+func (c *Conn) refuseDuplicate(sc *serverCall) {
+	c.fail(fmt.Errorf("%w: it sent a bad message: request %d, whose id a call being served has", ErrProtocol, sc.id))
+	if sc.buf != nil {
+		sc.buf.Release()
+	} else if sc.slot >= 0 {
+		c.letGoSlot(sc.slot)
+	}
+	*sc = serverCall{ctx: sc.ctx, w: ResponseWriter{sc: sc}}
+	serverCallPool.Put(sc)
+}
+
 // dispatch hands a request to the handler pool.
 // at is when a large request's window was announced.
 func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at time.Time) {
@@ -511,6 +524,13 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		sc.dst = writeDst{addr: h.Addr, rkey: h.RKey, n: h.Len}
 	}
 	c.mu.Lock()
+	if c.serving.calls[h.CallID] != nil {
+		// Two calls under one id: the second would hide the first from the per-connection
+		// limit and from cancellation, and the first's end would drop the second.
+		c.mu.Unlock()
+		c.refuseDuplicate(sc)
+		return
+	}
 	if slot >= 0 && !c.shared() {
 		c.in.slots[slot].held = true
 	}
