@@ -572,6 +572,29 @@ func TestStalledPeer(t *testing.T) {
 	}
 }
 
+// holdCalls makes a call with the request "held" on each of conns, and returns once all
+// of them are in the server's handlers; each call's error comes on the channel when it
+// ends.
+func holdCalls(ctx context.Context, t *testing.T, e *env, conns ...*Conn) <-chan error {
+	t.Helper()
+	errs := make(chan error, len(conns))
+	for _, c := range conns {
+		go func() {
+			resp, err := c.Call(ctx, []byte("held"))
+			if err == nil {
+				resp.Release()
+			}
+			errs <- err
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); e.server.Stats().Handlers < len(conns); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d held calls never all reached their handlers", len(conns))
+		}
+	}
+	return errs
+}
+
 // TestMaxCallsPerConn: a connection with MaxCallsPerConn calls in its handlers gets
 // ResourceExhausted for the next at once, and the server counts it; the handlers it has
 // keep running.
@@ -584,21 +607,7 @@ func TestMaxCallsPerConn(t *testing.T) {
 	e := newEnv(t, fabrics[0], block, Config{MaxCallsPerConn: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	errs := make(chan error, 2)
-	for i := 0; i < 2; i++ {
-		go func() {
-			resp, err := e.conn.Call(ctx, []byte("held"))
-			if err == nil {
-				resp.Release()
-			}
-			errs <- err
-		}()
-	}
-	for deadline := time.Now().Add(5 * time.Second); e.server.Stats().Handlers < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first two calls never reached their handlers")
-		}
-	}
+	errs := holdCalls(ctx, t, e, e.conn, e.conn)
 	resp, err := e.conn.Call(ctx, []byte("one too many"))
 	if err != nil {
 		t.Fatal(err)
@@ -693,21 +702,7 @@ func TestMaxCallsPerHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errs := make(chan error, 2)
-	for _, c := range []*Conn{e.conn, second} {
-		go func() {
-			resp, err := c.Call(ctx, []byte("held"))
-			if err == nil {
-				resp.Release()
-			}
-			errs <- err
-		}()
-	}
-	for deadline := time.Now().Add(5 * time.Second); e.server.Stats().Handlers < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the two held calls never reached their handlers")
-		}
-	}
+	errs := holdCalls(ctx, t, e, e.conn, second)
 	before := e.server.Stats()
 	const fast = 200
 	for i := 0; i < fast; i++ {
