@@ -14,6 +14,7 @@ import (
 // the process writes twice; with the QPs' checks spread over stripes, the calls of
 // connections served on different cores stop trading it.
 type keyLock struct {
+	_       [cacheLine]byte // off the lines of the fields before it, which readers share
 	stripes [statStripes]paddedRW
 }
 
@@ -47,6 +48,7 @@ func (l *keyLock) Unlock() {
 // different cores do not write one line. A stripe alone means nothing (a reference one
 // QP took another may drop), only the sum does.
 type transfers struct {
+	_       [cacheLine]byte // off the lines of the region's fields before it, which every key check reads
 	stripes [statStripes]paddedCount
 }
 
