@@ -3,6 +3,7 @@ package soft
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
@@ -67,5 +68,22 @@ func TestDeregWaitsForTransfers(t *testing.T) {
 				t.Fatalf("Dereg still waits after the transfer ended (%d counted)", m.dma.sum())
 			}
 		})
+	}
+}
+
+// TestStripeLayout: each stripe of the key lock and of a region's transfer count fills its
+// own lines, and the first starts a line after whatever precedes the stripes, so that
+// one QP's writes never invalidate another stripe or the fields key checks read.
+func TestStripeLayout(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		first, stride uintptr
+	}{
+		{"key lock", unsafe.Offsetof(keyLock{}.stripes), unsafe.Sizeof(paddedRW{})},
+		{"transfer count", unsafe.Offsetof(transfers{}.stripes), unsafe.Sizeof(paddedCount{})},
+	} {
+		if tc.first < cacheLine || tc.stride != cacheLine {
+			t.Errorf("%s: first stripe at byte %d, stripes %d bytes apart; want at least %d and %d", tc.name, tc.first, tc.stride, cacheLine, cacheLine)
+		}
 	}
 }
