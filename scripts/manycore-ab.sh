@@ -16,7 +16,9 @@
 # Environment: DIR (manycore-ab), OUT ($DIR/results), PAIRS, SYSTEMS, PAYLOADS,
 # CONCURRENCY, MAX_INFLIGHT, DURATION, WARMUP, STREAM_SYSTEMS, STREAM_SIZE (1GiB, each
 # way), SERVER_CPUS, CLIENT_CPUS, LIMIT (seconds for the whole script, default 480: each
-# run is stopped at its share), PACK (1: leave one file, $OUT/results.tgz, in place of the
+# run is stopped at its share), CONTROL (a system of SYSTEMS that is the same code in both
+# builds, such as shmipc: ab.md then also compares the pairs in which it moved by at most
+# 10%, mwrpcab -control), PACK (1: leave one file, $OUT/results.tgz, in place of the
 # files, for a tool that brings back a few files per call).
 set -euo pipefail
 
@@ -86,7 +88,7 @@ if [ -n "$STREAM_SYSTEMS" ]; then
 	done
 fi
 
-"$bin/mwrpcab" -base "$OUT/base-*/latest.json" -new "$OUT/new-*/latest.json" >"$OUT/ab.md"
+"$bin/mwrpcab" -base "$OUT/base-*/latest.json" -new "$OUT/new-*/latest.json" ${CONTROL:+-control "$CONTROL"} >"$OUT/ab.md"
 if [ -n "$STREAM_SYSTEMS" ]; then
 	"$bin/mwrpcab" -base "$OUT/stream-base-*/latest.json" -new "$OUT/stream-new-*/latest.json" >"$OUT/ab-stream.md"
 fi

@@ -8,7 +8,14 @@
 // lease moves single runs by 10-40%: the pairs column says whether a ratio is the builds'
 // or the noise's.
 //
-//	mwrpcab -base 'results/ab/base-*/latest.json' -new 'results/ab/new-*/latest.json'
+// With -control SYSTEM (a system that is the same code in both builds, shmipc-go or raw
+// TCP), a pair of runs is steady in a cell when the control's calls/s in that cell moved
+// by at most 10% between them; the steady column is the median of the new build's calls/s
+// over the base's in the steady pairs alone. A whole run that fell into a slower mode of
+// the machine (as the 2-core development VM's runs do at 64 KiB) then counts in neither
+// build's figures.
+//
+//	mwrpcab -base 'results/ab/base-*/latest.json' -new 'results/ab/new-*/latest.json' [-control shmipc]
 //
 // scripts/manycore-ab.sh makes such runs on a many-core machine and runs this command
 // there.
@@ -30,14 +37,15 @@ import (
 func main() {
 	base := flag.String("base", "", "glob of the base build's reports (latest.json), in the order the runs were made")
 	next := flag.String("new", "", "glob of the new build's reports, likewise")
+	control := flag.String("control", "", "a system that is the same code in both builds: the steady column compares only pairs in which its calls/s moved by at most 10%")
 	flag.Parse()
-	if err := run(os.Stdout, *base, *next); err != nil {
+	if err := run(os.Stdout, *base, *next, *control); err != nil {
 		fmt.Fprintln(os.Stderr, "mwrpcab:", err)
 		os.Exit(1)
 	}
 }
 
-func run(w io.Writer, baseGlob, newGlob string) error {
+func run(w io.Writer, baseGlob, newGlob, control string) error {
 	if baseGlob == "" || newGlob == "" {
 		return fmt.Errorf("both -base and -new are needed (globs of latest.json files)")
 	}
@@ -49,12 +57,15 @@ func run(w io.Writer, baseGlob, newGlob string) error {
 	if err != nil {
 		return err
 	}
-	cells := compareEcho(base, next)
+	cells := compareEcho(base, next, control)
 	streams := compareStream(base, next)
 	if len(cells) == 0 && len(streams) == 0 {
 		return fmt.Errorf("no cell or streaming system is in both %s and %s", baseGlob, newGlob)
 	}
-	write(w, base, next, cells, streams)
+	if control != "" && !slices.ContainsFunc(cells, func(c cellAB) bool { return c.key.system == control }) {
+		return fmt.Errorf("-control %s: no cell of that system is in both builds' reports", control)
+	}
+	write(w, base, next, cells, streams, control)
 	return nil
 }
 
@@ -128,10 +139,15 @@ func group[K comparable, V any](base, next []bench.Report, each func(bench.Repor
 type cellAB struct {
 	key cellKey
 	byBuild[bench.Result]
-	pairs, wins int // pairs in which both ran the cell; of them, those the new build did more calls in
+	pairs, wins int       // pairs in which both ran the cell; of them, those the new build did more calls in
+	steady      []float64 // new ÷ base calls/s in the pairs whose control moved by at most steadyBand
 }
 
-func compareEcho(base, next []bench.Report) []cellAB {
+// steadyBand is how far the control's calls/s may move between the two runs of a steady
+// pair.
+const steadyBand = 0.10
+
+func compareEcho(base, next []bench.Report, control string) []cellAB {
 	keys, m := group(base, next, func(rep bench.Report, yield func(cellKey, bench.Result)) {
 		for _, r := range rep.Results {
 			yield(cellKey{r.PayloadBytes, r.Concurrency, r.System}, r)
@@ -157,10 +173,26 @@ func compareEcho(base, next []bench.Report) []cellAB {
 				if n.OpsPerSec > b.OpsPerSec {
 					out[i].wins++
 				}
+				if control != "" && steadyPair(base[p], next[p], k, control) {
+					out[i].steady = append(out[i].steady, n.OpsPerSec/b.OpsPerSec)
+				}
 			}
 		}
 	}
 	return out
+}
+
+// steadyPair reports whether the control system's calls/s in k's cell moved by at most
+// steadyBand between the two runs of a pair.
+func steadyPair(base, next bench.Report, k cellKey, control string) bool {
+	k.system = control
+	b, okb := find(base.Results, k)
+	n, okn := find(next.Results, k)
+	if !okb || !okn || b.OpsPerSec <= 0 {
+		return false
+	}
+	r := n.OpsPerSec / b.OpsPerSec
+	return r >= 1-steadyBand && r <= 1/(1-steadyBand)
 }
 
 func find(rs []bench.Result, k cellKey) (bench.Result, bool) {
@@ -210,7 +242,7 @@ func sources(reps []bench.Report) string {
 	return strings.Join(s, "; ")
 }
 
-func write(w io.Writer, base, next []bench.Report, cells []cellAB, streams []streamAB) {
+func write(w io.Writer, base, next []bench.Report, cells []cellAB, streams []streamAB, control string) {
 	fmt.Fprintf(w, "# A/B: %d runs of the base build, %d of the new\n\n", len(base), len(next))
 	fmt.Fprintf(w, "- Base: %s\n- New: %s\n", sources(base), sources(next))
 	if len(base) > 0 {
@@ -218,9 +250,14 @@ func write(w io.Writer, base, next []bench.Report, cells []cellAB, streams []str
 		fmt.Fprintf(w, "- Machine: %s, %d CPUs, GOMAXPROCS %d, %s; first base run %s\n", m.CPUModel, m.NumCPU, m.GOMAXPROCS, m.GoVersion, m.Date)
 	}
 	fmt.Fprintf(w, "- Medians of each build's runs; \"pairs ahead\": the pairs of runs (the i-th of each) in which the new build did more calls/s. CPU/op: the client's process; server CPU/op: the server's.\n")
+	steadyHead, steadyRule := "", ""
+	if control != "" {
+		fmt.Fprintf(w, "- Steady pairs: those in which %s, the same code in both builds, moved by at most %.0f%% in the cell; \"steady\" is the median new ÷ base calls/s over them.\n", control, steadyBand*100)
+		steadyHead, steadyRule = " steady |", "---:|"
+	}
 	if len(cells) > 0 {
-		fmt.Fprintf(w, "\n| cell | system | p50 base | p50 new | new ÷ base | calls/s base | calls/s new | new ÷ base | pairs ahead | allocs/op base → new | CPU/op base → new | server CPU/op base → new |\n")
-		fmt.Fprintf(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "\n| cell | system | p50 base | p50 new | new ÷ base | calls/s base | calls/s new | new ÷ base | pairs ahead |%s allocs/op base → new | CPU/op base → new | server CPU/op base → new |\n", steadyHead)
+		fmt.Fprintf(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|%s---:|---:|---:|\n", steadyRule)
 		for _, c := range cells {
 			p50 := func(r bench.Result) float64 { return float64(r.P50Ns) }
 			ops := func(r bench.Result) float64 { return r.OpsPerSec }
@@ -235,9 +272,16 @@ func write(w io.Writer, base, next []bench.Report, cells []cellAB, streams []str
 			ns := func(x float64) string { return bench.DurName(int64(x)) }
 			pb, pn := bench.Median(of(c.base, p50)), bench.Median(of(c.next, p50))
 			ob, on := bench.Median(of(c.base, ops)), bench.Median(of(c.next, ops))
-			fmt.Fprintf(w, "| %s c%d | %s | %s | %s | %.2fx | %.0f | %.0f | %.2fx | %d of %d | %.1f → %.1f | %s → %s | %s → %s |\n",
+			steady := ""
+			if control != "" {
+				steady = fmt.Sprintf(" - (0 of %d) |", c.pairs)
+				if len(c.steady) > 0 {
+					steady = fmt.Sprintf(" %.2fx (%d of %d) |", bench.Median(c.steady), len(c.steady), c.pairs)
+				}
+			}
+			fmt.Fprintf(w, "| %s c%d | %s | %s | %s | %.2fx | %.0f | %.0f | %.2fx | %d of %d |%s %.1f → %.1f | %s → %s | %s → %s |\n",
 				bench.SizeName(c.key.payload), c.key.conc, c.key.system,
-				ns(pb), ns(pn), pn/pb, ob, on, on/ob, c.wins, c.pairs,
+				ns(pb), ns(pn), pn/pb, ob, on, on/ob, c.wins, c.pairs, steady,
 				bench.Median(of(c.base, allocs)), bench.Median(of(c.next, allocs)),
 				ns(bench.Median(of(c.base, cpu))), ns(bench.Median(of(c.next, cpu))),
 				ns(bench.Median(of(c.base, srv))), ns(bench.Median(of(c.next, srv))))

@@ -54,7 +54,7 @@ func TestRun(t *testing.T) {
 		return []int64{50e3, 60e3, 400e3}[i-1], []float64{1500, 1200, 900}[i-1]
 	})
 	var out bytes.Buffer
-	if err := run(&out, filepath.Join(dir, "base-*", "latest.json"), filepath.Join(dir, "new-*", "latest.json")); err != nil {
+	if err := run(&out, filepath.Join(dir, "base-*", "latest.json"), filepath.Join(dir, "new-*", "latest.json"), ""); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -65,6 +65,42 @@ func TestRun(t *testing.T) {
 		"| 1 MiB c1 | mwrpc-tcp | 200 µs | 60.0 µs | 0.30x | 1000 | 1200 | 1.20x | 2 of 3 | 1.0 → 1.0 |",
 		"| 1 MiB c1 | rawtcp | 40.0 µs | 40.0 µs | 1.00x | 100 | 100 | 1.00x | 0 of 3 |",
 		"| mwrpc-shm | server-stream | 2000 | 2000 | 1.00x | 3 / 3 |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// TestRunControl: with a control system, the steady column takes only the pairs in which
+// the control's calls/s moved by at most 10%.
+func TestRunControl(t *testing.T) {
+	dir := t.TempDir()
+	// rawtcp, the control: 100 calls/s in every run but the new build's second (60: that
+	// run was slow) and third (108: within 10%). mwrpc-tcp: 1000 in every base run; new
+	// 1500, 500 (the slow run), 1100.
+	writeRuns(t, dir, "base", "commit aaa", 3, func(i int, sys string) (int64, float64) {
+		if sys == "rawtcp" {
+			return 40e3, 100
+		}
+		return 100e3, 1000
+	})
+	writeRuns(t, dir, "new", "commit bbb", 3, func(i int, sys string) (int64, float64) {
+		if sys == "rawtcp" {
+			return 40e3, []float64{100, 60, 108}[i-1]
+		}
+		return 100e3, []float64{1500, 500, 1100}[i-1]
+	})
+	var out bytes.Buffer
+	if err := run(&out, filepath.Join(dir, "base-*", "latest.json"), filepath.Join(dir, "new-*", "latest.json"), "rawtcp"); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"Steady pairs: those in which rawtcp",
+		// all pairs: median 1100 against 1000, 2 of 3 ahead; steady pairs 1 and 3: 1.50x and 1.10x, median 1.30x
+		"| 1 MiB c1 | mwrpc-tcp | 100 µs | 100 µs | 1.00x | 1000 | 1100 | 1.10x | 2 of 3 | 1.30x (2 of 3) |",
+		"| 1 MiB c1 | rawtcp | 40.0 µs | 40.0 µs | 1.00x | 100 | 100 | 1.00x | 1 of 3 | 1.04x (2 of 3) |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
@@ -91,15 +127,16 @@ func TestRunErrors(t *testing.T) {
 	}
 	baseGlob := filepath.Join(dir, "base-*", "latest.json")
 	for _, c := range []struct {
-		name, base, next, want string
+		name, base, next, control, want string
 	}{
-		{"no flags", "", "", "both -base and -new"},
-		{"nothing matches", baseGlob, filepath.Join(dir, "none-*", "latest.json"), "no report matches"},
-		{"not a report", baseGlob, bad, "not a harness report"},
-		{"no common cell", baseGlob, other, "no cell or streaming system is in both"},
+		{"no flags", "", "", "", "both -base and -new"},
+		{"nothing matches", baseGlob, filepath.Join(dir, "none-*", "latest.json"), "", "no report matches"},
+		{"not a report", baseGlob, bad, "", "not a harness report"},
+		{"no common cell", baseGlob, other, "", "no cell or streaming system is in both"},
+		{"a control not measured", baseGlob, baseGlob, "shmipc", "-control shmipc: no cell of that system"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := run(&bytes.Buffer{}, c.base, c.next)
+			err := run(&bytes.Buffer{}, c.base, c.next, c.control)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("run: %v, want an error saying %q", err, c.want)
 			}
