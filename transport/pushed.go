@@ -150,13 +150,12 @@ const placeLargeMin = 16 << 10
 // overlap; soft.QP.PlaceLargeSends) or anything else: placed, one copy per message and less
 // CPU for each. A response is placed even when it answers a lone call. The server sees
 // its calls one at a time when it runs them inline, so a response's own side cannot tell
-// a lone caller from a busy one, and placed it costs the caller no more: 32 and 64 KiB
-// calls over shm on 2 cores (two processes, 2026-11-28, six and eight alternating pairs
-// against the build that streamed the responses of a side serving one call) did 1.39x
-// and 1.10x the calls at 16 callers, 1.15x at 64, and at one caller 22.3 against 24.9 µs
-// p50 at 64 KiB and 12.8 against 59.6 at 32 KiB (where most of the other build's runs
-// fell to sleeping between calls); placing lone requests too lost at one caller (64 KiB
-// p50 21.6 -> 44.4 µs, 0 of 6 pairs).
+// a lone caller from a busy one, and placed it costs the caller no more: 64 KiB calls over
+// shm on 2 cores (two processes, 2026-11-28, eight alternating pairs against the build that
+// streamed the responses of a side serving one call, read over the pairs in which
+// shmipc-go held steady) did 1.18x the calls at one caller, 1.10x at 16 and 1.13x at 64;
+// 32 KiB 1.11x at 16 and level at one. Placing lone requests too lost at one caller
+// (0.75x at 64 KiB, p50 21.6 -> 44.4 µs).
 func (c *Conn) placeLarge(lone bool) {
 	if !c.placesTransfers() {
 		return
