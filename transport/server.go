@@ -83,11 +83,7 @@ func (sc *serverCall) finish() {
 	if sc.host != nil {
 		sc.host.calls.Add(-1)
 	}
-	if sc.buf != nil {
-		sc.buf.Release()
-	} else if sc.slot >= 0 {
-		c.letGoSlot(sc.slot) // and the response's SEND, if it gathered from it
-	}
+	sc.releaseRequest()
 	if sc.w.buf != nil {
 		sc.w.buf.Release()
 	}
@@ -98,9 +94,24 @@ func (sc *serverCall) finish() {
 		ctx = new(callCtx)
 	}
 	t, stripe := c.t, c.stripe
+	sc.recycle(ctx)
+	t.running.Done(stripe)
+}
+
+// releaseRequest lets go of the memory holding the request: its buffer, or its receive
+// slot (and with it the response's SEND, if that gathered from the slot).
+func (sc *serverCall) releaseRequest() {
+	if sc.buf != nil {
+		sc.buf.Release()
+	} else if sc.slot >= 0 {
+		sc.c.letGoSlot(sc.slot)
+	}
+}
+
+// recycle clears sc, keeping ctx for its next use, and returns it to the pool.
+func (sc *serverCall) recycle(ctx *callCtx) {
 	*sc = serverCall{ctx: ctx, w: ResponseWriter{sc: sc}}
 	serverCallPool.Put(sc)
-	t.running.Done(stripe)
 }
 
 // ResponseWriter sends a handler's response.
@@ -500,13 +511,8 @@ func (c *Conn) overHost(sc *serverCall) bool {
 // call still being served, and lets go of the request's memory.
 func (c *Conn) refuseDuplicate(sc *serverCall) {
 	c.fail(fmt.Errorf("%w: it sent a bad message: request %d, whose id a call being served has", ErrProtocol, sc.id))
-	if sc.buf != nil {
-		sc.buf.Release()
-	} else if sc.slot >= 0 {
-		c.letGoSlot(sc.slot)
-	}
-	*sc = serverCall{ctx: sc.ctx, w: ResponseWriter{sc: sc}}
-	serverCallPool.Put(sc)
+	sc.releaseRequest()
+	sc.recycle(sc.ctx) // never handed to a handler: its context is as it came from the pool
 }
 
 // dispatch hands a request to the handler pool.

@@ -53,19 +53,31 @@ func TestRun(t *testing.T) {
 		}
 		return []int64{50e3, 60e3, 400e3}[i-1], []float64{1500, 1200, 900}[i-1]
 	})
-	var out bytes.Buffer
-	if err := run(&out, filepath.Join(dir, "base-*", "latest.json"), filepath.Join(dir, "new-*", "latest.json"), ""); err != nil {
-		t.Fatal(err)
-	}
-	got := out.String()
-	for _, want := range []string{
+	wantLines(t, runAB(t, dir, ""), []string{
 		"3 runs of the base build, 3 of the new",
 		"- Base: commit aaa\n- New: commit bbb",
 		// medians: p50 200 µs against 60 µs (0.30x); calls/s 1000 against 1200 (1.20x); 2 of 3 pairs
 		"| 1 MiB c1 | mwrpc-tcp | 200 µs | 60.0 µs | 0.30x | 1000 | 1200 | 1.20x | 2 of 3 | 1.0 → 1.0 |",
 		"| 1 MiB c1 | rawtcp | 40.0 µs | 40.0 µs | 1.00x | 100 | 100 | 1.00x | 0 of 3 |",
 		"| mwrpc-shm | server-stream | 2000 | 2000 | 1.00x | 3 / 3 |",
-	} {
+	})
+}
+
+// runAB runs the command over the base-* and new-* runs under dir, with control, and
+// returns what it printed.
+func runAB(t *testing.T, dir, control string) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := run(&out, filepath.Join(dir, "base-*", "latest.json"), filepath.Join(dir, "new-*", "latest.json"), control); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+// wantLines fails t for each of wants that got lacks.
+func wantLines(t *testing.T, got string, wants []string) {
+	t.Helper()
+	for _, want := range wants {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
@@ -91,21 +103,12 @@ func TestRunControl(t *testing.T) {
 		}
 		return 100e3, []float64{1500, 500, 1100}[i-1]
 	})
-	var out bytes.Buffer
-	if err := run(&out, filepath.Join(dir, "base-*", "latest.json"), filepath.Join(dir, "new-*", "latest.json"), "rawtcp"); err != nil {
-		t.Fatal(err)
-	}
-	got := out.String()
-	for _, want := range []string{
+	wantLines(t, runAB(t, dir, "rawtcp"), []string{
 		"Steady pairs: those in which rawtcp",
 		// all pairs: median 1100 against 1000, 2 of 3 ahead; steady pairs 1 and 3: 1.50x and 1.10x, median 1.30x
 		"| 1 MiB c1 | mwrpc-tcp | 100 µs | 100 µs | 1.00x | 1000 | 1100 | 1.10x | 2 of 3 | 1.30x (2 of 3) |",
 		"| 1 MiB c1 | rawtcp | 40.0 µs | 40.0 µs | 1.00x | 100 | 100 | 1.00x | 1 of 3 | 1.04x (2 of 3) |",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("output lacks %q:\n%s", want, got)
-		}
-	}
+	})
 }
 
 func TestRunErrors(t *testing.T) {

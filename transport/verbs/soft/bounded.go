@@ -84,7 +84,7 @@ func (q *QP) transmitBounded(ctx context.Context, tl *tcpLink, end uint64) {
 		q.st.boundedCut.Add(1)
 		q.kick() // the engine writes the rest first
 	case err != nil:
-		q.linkDown(nil, tl.peerLeft(err))
+		q.sendFailed(tl, err)
 	case again || q.hasWork():
 		q.kick() // what others posted or queued meanwhile is the engine's
 	}

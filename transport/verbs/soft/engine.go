@@ -170,7 +170,7 @@ func (q *QP) stepSQ(l link, maxPayload int) stepResult {
 func (q *QP) keepTx(l *tcpLink, segs [][]byte) {
 	if err := l.keep(&q.txHdr, segs, q.txMRs); err != nil {
 		q.releaseTx()
-		q.linkDown(nil, l.peerLeft(err))
+		q.sendFailed(l, err)
 		return
 	}
 	clear(q.txMRs) // the link's now
@@ -399,14 +399,14 @@ func (q *QP) transmit(l link, h *header, payload [][]byte) {
 		err = l.send(h, payload)
 	}
 	if err != nil {
-		q.linkDown(nil, l.peerLeft(err))
+		q.sendFailed(l, err)
 	}
 }
 
 // flushTx writes what the link gathered; every transmitting loop ends with it. txMu is held.
 func (q *QP) flushTx(l link) {
 	if err := l.flush(); err != nil {
-		q.linkDown(nil, l.peerLeft(err))
+		q.sendFailed(l, err)
 	}
 }
 

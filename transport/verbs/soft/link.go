@@ -48,7 +48,7 @@ func (l *inprocLink) send(h *header, payload [][]byte) error {
 
 func (l *inprocLink) flush() error { return nil }
 
-func (l *inprocLink) peerLeft(err error) bool { return peerLeft(err) }
+func (l *inprocLink) peerLeft(err error) bool { return meansPeerLeft(err) }
 
 func (l *inprocLink) setDeadline(time.Time) {}
 
@@ -678,7 +678,7 @@ func (l *tcpLink) readLoop() {
 			break
 		}
 	}
-	fault, left := streamFault(err), peerLeft(err)
+	fault, left := streamFault(err), meansPeerLeft(err)
 	if fault == nil && left {
 		l.ended.Store(true) // before the close that fails the writers
 	}
@@ -689,7 +689,7 @@ func (l *tcpLink) readLoop() {
 // peerLeft: the write's own error says so, or it failed on the stream the reader closed
 // when it found the stream's end.
 func (l *tcpLink) peerLeft(err error) bool {
-	return peerLeft(err) || l.ended.Load() && errors.Is(err, net.ErrClosed)
+	return meansPeerLeft(err) || l.ended.Load() && errors.Is(err, net.ErrClosed)
 }
 
 // streamFault tells why the stream ended apart from the peer leaving (its end, or ours):

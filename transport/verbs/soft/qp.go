@@ -899,7 +899,7 @@ func (q *QP) transmitTryOnce(l link, hold bool) bool {
 		}
 	}
 	if err != nil {
-		q.linkDown(nil, tl.peerLeft(err))
+		q.sendFailed(tl, err)
 	}
 	again := q.letGoTx()
 	if err == nil && (!done || st != stepIdle) {
@@ -1175,6 +1175,10 @@ func (q *QP) linkDown(fault error, left bool) {
 	q.toError(verbs.WCRetryExcErr)
 }
 
+// sendFailed takes the link down after a send or flush on l failed with err: a peer that
+// went away, or a link broken some other way (link.peerLeft tells).
+func (q *QP) sendFailed(l link, err error) { q.linkDown(nil, l.peerLeft(err)) }
+
 // PeerLeft implements verbs.PeerLeftReporter: the QP moved to ERR because the stream it
 // runs over ended (the peer closed it, or its process exited), or the in-process peer
 // went, rather than because the peer broke the protocol.
@@ -1186,11 +1190,11 @@ func (q *QP) PeerLeft() bool {
 
 var _ verbs.PeerLeftReporter = (*QP)(nil)
 
-// peerLeft reports whether err, a link's read or write error, says the peer went away:
+// meansPeerLeft reports whether err, a link's read or write error, says the peer went away:
 // the stream ended (in the middle of a frame too: a process killed while it wrote), the
 // peer's end is gone (EPIPE, ECONNRESET), or the in-process peer QP a frame was handed to
 // is (errLinkDown from its deliver: its close may not have reached this side yet).
-func peerLeft(err error) bool {
+func meansPeerLeft(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, errLinkDown)
