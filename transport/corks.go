@@ -1,9 +1,9 @@
 package transport
 
 import (
-	"runtime"
 	"sync/atomic"
 
+	"github.com/mwrpc/mwrpc/internal/idle"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
@@ -23,10 +23,10 @@ type deferPoster interface {
 // resumed yet is queued (PostSendDeferred) and corks the QP; the last of them to resume
 // uncorks it (Flush), and so does any request posted when none is pending. The wait is
 // bounded by the scheduler, not by the woken callers: a poster that corked yields its P
-// (runtime.Gosched, so the woken callers queued there run first) at most corkYields
-// times, and then flushes itself if the QP is still corked, so a woken caller that is
-// slow to resume, or never posts again, holds nobody's request for longer than a few
-// passes of the run queue.
+// (idle.Yield, so the woken callers queued there run first) at most corkYields times,
+// and then flushes itself if the QP is still corked, so a woken caller that is slow to
+// resume, or never posts again, holds nobody's request for longer than a few passes of
+// the run queue.
 //
 // Only unary requests are held back; one caller (woken 0 or 1) posts as before. The
 // counts are atomics outside Conn.mu: the order of corked's store and woken's load on one
@@ -107,7 +107,7 @@ const corkYields = 4
 // whatever is still held back leaves.
 func (c *Conn) afterCork() {
 	for i := 0; i < corkYields && c.corks.corked.Load(); i++ {
-		runtime.Gosched()
+		idle.Yield()
 		if c.corks.woken.Load() == 0 {
 			break
 		}

@@ -47,6 +47,15 @@ func (y *yielder) yield(since time.Duration) {
 	goyield()
 }
 
+// Yield yields the caller's P to the goroutines queued on it and resumes the caller once
+// they ran or were stolen: goyield, which puts the caller at the tail of its P's own run
+// queue and takes no lock. runtime.Gosched puts it on the global run queue under the
+// scheduler's one lock, which the next pass of every P's scheduler takes again: on many
+// cores, waiters that yield at every call serialize there. It is for a goroutine that
+// waits for ones it just readied (they are queued on its P), not for a poller that should
+// wait behind everything else (yielder).
+func Yield() { goyield() }
+
 // goyield is the runtime's, kept for the packages that link to it (go.dev/issue/67401):
 // its signature does not change.
 //

@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// TestGoyieldRunsQueued: a goroutine readied before a goyield runs during it, with one P
-// (so that nothing else could run it): the link to the runtime hands the P over rather
-// than returning at once, and returns.
-func TestGoyieldRunsQueued(t *testing.T) {
+// TestYieldRunsQueued: a goroutine readied before a Yield (goyield) runs during it, with
+// one P (so that nothing else could run it): the link to the runtime hands the P over
+// rather than returning at once, and returns.
+func TestYieldRunsQueued(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	var ran atomic.Bool
 	go func() { ran.Store(true) }()
@@ -20,7 +20,7 @@ func TestGoyieldRunsQueued(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("a goroutine readied before the yields did not run in 5 s of goyields")
 		}
-		goyield()
+		Yield()
 	}
 }
 

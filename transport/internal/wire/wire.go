@@ -31,7 +31,7 @@ const (
 	KindRelease  Kind = 4 // carries credits (and, in the SEND_WITH_INV, a revoked window)
 	KindPing     Kind = 5 // liveness probe; answered by KindPong with the same CallID
 	KindPong     Kind = 6
-	KindGoAway   Kind = 7 // the sender accepts no new calls; calls below CallID complete
+	KindGoAway   Kind = 7 // the sender takes no new calls; calls already sent complete (CallID 0)
 	// KindStreamMsg is one message of the stream CallID (a request with FlagStream opened
 	// it): eager or large like a request. FlagEnd marks the sender's last (no payload).
 	// An eager one's RKey, when not zero, is a stream ack riding it: the bytes of the
