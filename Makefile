@@ -314,7 +314,7 @@ bench:
 # matrix (scripts/manycore.sh): the harness built here as one static binary
 # (CGO_ENABLED=0, stripped) into manycore/, a folder git ignores (.git/info/exclude: it is
 # never committed, and worktrees share the exclusion). Copy or carry manycore/ and
-# scripts/manycore.sh to the machine and run, from the repository root,
+# scripts/ (manycore.sh sources pinned.sh) to the machine and run, from the repository root,
 # scripts/manycore.sh: server processes on cores 0-7, the clients on 8-15, every system
 # of the echo matrix in one run, JSON, table and charts into $$OUT (default
 # manycore/results). Not part of `make test`.

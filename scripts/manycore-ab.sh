@@ -21,6 +21,7 @@
 # 10%, mwrpcab -control), PACK (1: leave one file, $OUT/results.tgz, in place of the
 # files, for a tool that brings back a few files per call).
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
 
 DIR=${DIR:-manycore-ab}
 OUT=${OUT:-$DIR/results}
@@ -44,8 +45,6 @@ for f in base.gz new.gz mwrpcab.gz BUILD.base BUILD.new; do
 done
 command -v taskset >/dev/null || die "taskset (util-linux) is missing"
 [[ "$PAIRS" =~ ^[1-9][0-9]*$ ]] || die "PAIRS=$PAIRS: want a count of pairs"
-count() { tr ',' '\n' <<<"$1" | awk -F- '{ n += (NF == 2 ? $2 - $1 + 1 : 1) } END { print n }'; }
-client_n=$(count "$CLIENT_CPUS")
 
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
@@ -67,9 +66,7 @@ one() {
 	local b=$1 cells=$2 name=$3
 	shift 3
 	local rc=0
-	MWRPCBENCH_SOURCE="$(head -n 1 "$DIR/BUILD.$b")" GOMAXPROCS=$client_n \
-		timeout --signal=INT --kill-after=10 "$share" \
-		taskset -c "$CLIENT_CPUS" "$bin/$b" -cpus "$SERVER_CPUS/$CLIENT_CPUS" -keep-going \
+	MWRPCBENCH_SOURCE="$(head -n 1 "$DIR/BUILD.$b")" run_pinned "$share" "$bin/$b" \
 		-cells "$cells" -out "$OUT/$name" "$@" >"$OUT/$name.log" 2>&1 || rc=$?
 	echo "manycore-ab: $name: exit $rc"
 }

@@ -26,6 +26,7 @@
 # CLIENT_CPUS, AB_PAIRS, AB_SYSTEMS, DURATION (1s a run of a cell; shorter for a dry run
 # on a small machine).
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
 
 DIR=manycore-ab
 OUT=${OUT:-manycore-lease}
@@ -42,8 +43,6 @@ die() { echo "manycore-lease: $*" >&2; exit 1; }
 [ -e "$DIR/new.gz" ] && [ -e "$DIR/BUILD.new" ] ||
 	die "$DIR/ is missing: run 'make manycore-ab-build BASE=<commit>' first (from the repository root)"
 [ "$LIMIT" -ge 100 ] || die "LIMIT=$LIMIT: want at least 100 seconds"
-count() { tr ',' '\n' <<<"$1" | awk -F- '{ n += (NF == 2 ? $2 - $1 + 1 : 1) } END { print n }'; }
-client_n=$(count "$CLIENT_CPUS")
 
 # The parts write into $W, which ends packed as $OUT/lease.tgz: $OUT may be a device tool's
 # folder of files to bring back, so only what this script made there is removed.
@@ -79,15 +78,12 @@ part lanes env BIN="$new/mwrpcbench" OUT="$W/lanes" ROUNDS=1 LIMIT="$(share 8)" 
 	SYSTEMS=mwrpc-shm,mwrpc-shm-lanes2,mwrpc-shm-lanes4,mwrpc-shm-lanes8,shmipc \
 	PAYLOADS=64,4KiB CONCURRENCY=16,64 scripts/manycore.sh
 
-# run DIR SECONDS FLAGS...: the new harness on the client's CPUs, as the scripts run it.
+# run DIR SECONDS FLAGS...: the new harness, pinned as the scripts run it, into $W/DIR.
 run() {
 	local dir=$1 secs=$2
 	shift 2
 	mkdir -p "$W/$dir"
-	MWRPCBENCH_SOURCE="$source_line" GOMAXPROCS=$client_n \
-		timeout --signal=INT --kill-after=10 "$secs" \
-		taskset -c "$CLIENT_CPUS" "$new/mwrpcbench" -cpus "$SERVER_CPUS/$CLIENT_CPUS" -keep-going \
-		-out "$W/$dir" "$@" >"$W/$dir/stdout.md"
+	MWRPCBENCH_SOURCE="$source_line" run_pinned "$secs" "$new/mwrpcbench" -out "$W/$dir" "$@" >"$W/$dir/stdout.md"
 }
 part stream run stream "$(share 8)" -cells stream -rounds 1 \
 	-systems mwrpc-tcp,mwrpc-lent,mwrpc-shm,mwrpc-shm-lent,shmipc,rawtcp

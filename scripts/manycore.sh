@@ -28,6 +28,7 @@
 # brings back a few files per call, as the device machines of this project are, returns
 # the whole run).
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/pinned.sh"
 
 BIN=${BIN:-manycore/mwrpcbench}
 OUT=${OUT:-manycore/results}
@@ -60,8 +61,6 @@ ncpu=$(nproc --all)
 for list in "$SERVER_CPUS" "$CLIENT_CPUS"; do
 	[ "$(maxcpu "$list")" -lt "$ncpu" ] || die "CPU list $list needs more than the $ncpu CPUs here (set SERVER_CPUS and CLIENT_CPUS)"
 done
-count() { tr ',' '\n' <<<"$1" | awk -F- '{ n += (NF == 2 ? $2 - $1 + 1 : 1) } END { print n }'; }
-client_n=$(count "$CLIENT_CPUS")
 
 if [ -z "${SYSTEMS:-}" ]; then
 	SYSTEMS=$("$BIN" -list-systems | grep -vxE 'mwrpc-(pollers|pool|inline|tuned|tls)|grpc-mwnet(-shm)?' | paste -sd, -)
@@ -100,8 +99,7 @@ echo "manycore: $cells cells x $nsys systems x $ROUNDS rounds of $DURATION: abou
 [ "$est" -lt "$LIMIT" ] || die "the estimate is over LIMIT: lower DURATION, or name fewer SYSTEMS"
 
 set +e
-GOMAXPROCS=$client_n timeout --signal=INT --kill-after=20 "$LIMIT" \
-	taskset -c "$CLIENT_CPUS" "$BIN" -cpus "$SERVER_CPUS/$CLIENT_CPUS" -keep-going -systems "$SYSTEMS" \
+run_pinned "$LIMIT" "$BIN" -systems "$SYSTEMS" \
 	-payloads "$PAYLOADS" -concurrency "$CONCURRENCY" -max-inflight "$MAX_INFLIGHT" \
 	-duration "$DURATION" -warmup "$WARMUP" -rounds "$ROUNDS" -cells echo -out "$OUT" \
 	>"$OUT/stdout.md" 2>"$OUT/run.log"
