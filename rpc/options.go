@@ -266,9 +266,9 @@ func WithClientLogger(l *slog.Logger) DialOption { return WithLogger(l) }
 // and streams are spread over them at random. Without it a client starts with one and
 // opens another while its calls in flight pass two per lane, up to GOMAXPROCS lanes: on
 // many cores one connection's reader and socket are the queue every call waits in. Over
-// the shm fabric (shm:// targets), where a pair of rings is no such queue and each lane
-// more adds a polling reader on each side, it opens another while the bytes its calls
-// carry pass 4 MiB per lane (large copies side by side). Each
+// the shm fabric (shm:// targets), where each lane more adds a polling reader on each
+// side, calls in flight open lanes up to half of GOMAXPROCS, and the bytes the calls
+// carry open another while they pass 4 MiB per lane (large copies side by side). Each
 // lane is a connection to the server's limits (MaxConnsPerHost) and counters; balancing,
 // health checks, keepalive and GOAWAY stay per endpoint. n below 1 means adaptive.
 func WithLanes(n int) DialOption {

@@ -81,15 +81,15 @@ func TestSHMListenAndServe(t *testing.T) {
 	}
 }
 
-// TestSHMLanes: over the shm fabric an adaptive client keeps one lane while its calls are
-// small, however many are in flight (a pair of rings is not the queue a socket is, and
-// each lane more is a polling reader more on each side), where over TCP 24 callers open
-// three (TestLanesAdaptive); calls that carry megabytes either way (raw, or encoded
-// requests answered with a few bytes) open more, up to the cap, so that their copies run
-// side by side; WithLanes still pins any count.
+// TestSHMLanes: over the shm fabric an adaptive client's calls in flight open lanes up to
+// half of GOMAXPROCS (each lane more is a polling reader more on each side; TCP's cap is
+// all of it, TestLanesAdaptive): one lane on 3 Ps however many small calls are in flight,
+// three on 6; calls that carry megabytes either way (raw, or encoded requests answered
+// with a few bytes) open more, up to GOMAXPROCS, so that their copies run side by side;
+// WithLanes still pins any count.
 func TestSHMLanes(t *testing.T) {
 	leakcheck.Check(t)
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3)) // the cap: 3 lanes
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	path := filepath.Join(t.TempDir(), "lanes.sock")
 	srv := rpc.NewServer()
 	srv.RegisterService(&svcDesc, &impl{slept: make(chan error, 1)})
@@ -123,16 +123,19 @@ func TestSHMLanes(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
+		procs int // GOMAXPROCS when the client dials: the caps follow it
 		opts  []rpc.DialOption
 		load  func(*testing.T, *rpc.Client)
 		lanes int
 	}{
-		{"adaptive, small calls", nil, small, 1},
-		{"adaptive, large calls", nil, large, 3},
-		{"adaptive, large encoded requests", nil, uploads, 3},
-		{"pinned", []rpc.DialOption{rpc.WithLanes(2)}, small, 2},
+		{"adaptive, small calls, 3 Ps", 3, nil, small, 1},
+		{"adaptive, small calls, 6 Ps", 6, nil, small, 3},
+		{"adaptive, large calls", 3, nil, large, 3},
+		{"adaptive, large encoded requests", 3, nil, uploads, 3},
+		{"pinned", 3, []rpc.DialOption{rpc.WithLanes(2)}, small, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			runtime.GOMAXPROCS(tc.procs)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			c, err := rpc.Dial(ctx, "shm://"+path, tc.opts...)

@@ -9,7 +9,7 @@
 # `mwrpcbench -list-systems` prints, less the mwrpc-tcp variants that only tune it
 # (mwrpc-pollers, -pool, -inline, -tuned, -tls: mwrpc-tcp runs with today's defaults) and
 # gRPC-Go over mwnet, which a run of its own compares: SYSTEMS=grpc,grpc-mwnet,grpc-mwnet-shm), mwrpc
-# as the README writes it: one rpc.Client shared by all callers, lanes adaptive (one over shm).
+# as the README writes it: one rpc.Client shared by all callers, lanes adaptive.
 #
 # Cells: 64 B and 4 KiB at 1, 16 and 64 callers; 64 KiB at 1, 16 (and 64); 1 MiB at 1
 # and 16; 16 MiB at 1 (-max-inflight 16MiB). ROUNDS rounds of DURATION each (default 2 of

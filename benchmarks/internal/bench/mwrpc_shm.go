@@ -37,7 +37,7 @@ type sameHostServer struct {
 func (s *sameHostServer) Close() error { return errors.Join(s.Server.Close(), s.tcp.Close()) }
 
 // mwrpcSHMDesc describes mwrpc-shm.
-const mwrpcSHMDesc = "mwrpc, soft provider over the shm fabric (two shared-memory rings per connection, set up through a Unix socket: same host only; one lane, the adaptive policy's over shm), generated stub, raw codec"
+const mwrpcSHMDesc = "mwrpc, soft provider over the shm fabric (two shared-memory rings per connection, set up through a Unix socket: same host only; lanes adaptive: over shm up to half of GOMAXPROCS for small calls), generated stub, raw codec"
 
 // mwrpcSHMStreamDesc describes mwrpc-shm in the streaming cell.
 const mwrpcSHMStreamDesc = "mwrpc-tcp's streams (the default 4 MiB stream window) over the shm fabric"
