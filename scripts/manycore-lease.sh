@@ -17,8 +17,9 @@
 #             at 64 B and 4 KiB and 16 and 64 callers
 #   stream/   the streaming cell: mwrpc over soft TCP and shm, default and lent, shmipc-go and
 #             a raw TCP copy, one round
-#   profiles/ CPU, mutex and block profiles of both processes at 64 B and 64 callers over
-#             soft TCP and shm (mwrpcbench -contention); `go tool pprof` reads them here
+#   profiles/ CPU, mutex and block profiles of both processes, one system a run: soft TCP
+#             and shm at 64 B and 64 callers, soft TCP at 4 KiB c64 and 64 KiB c16
+#             (mwrpcbench -contention); `go tool pprof` reads them here
 #
 # Everything ends in one file, $OUT/lease.tgz (OUT: the device tool's folder of files to
 # bring back, where it sets one; else manycore-lease/), for a tool that brings back a few
@@ -87,9 +88,20 @@ run() {
 }
 part stream run stream "$(share 8)" -cells stream -rounds 1 \
 	-systems mwrpc-tcp,mwrpc-lent,mwrpc-shm,mwrpc-shm-lent,shmipc,rawtcp
-part profiles run profiles "$(share 4)" -cells echo -systems mwrpc-tcp,mwrpc-shm \
-	-payloads 64 -concurrency 64 -rounds 1 -duration "$DURATION" -contention \
-	-cpuprofile "$W/profiles/client.pprof" -server-cpuprofile "$W/profiles/srv"
+# profile NAME SYSTEM PAYLOAD CALLERS: CPU, mutex and block profiles of both processes in
+# one cell, one system a run so that the client's profile is that system's alone.
+profile() {
+	run "profiles/$1" "$(share 3)" -cells echo -systems "$2" -payloads "$3" -concurrency "$4" \
+		-rounds 1 -duration "$DURATION" -contention \
+		-cpuprofile "$W/profiles/$1/client.pprof" -server-cpuprofile "$W/profiles/$1/srv"
+}
+profiles() {
+	profile tcp-64B-c64 mwrpc-tcp 64 64
+	profile shm-64B-c64 mwrpc-shm 64 64
+	profile tcp-4KiB-c64 mwrpc-tcp 4KiB 64
+	profile tcp-64KiB-c16 mwrpc-tcp 64KiB 16
+}
+part profiles profiles
 
 echo "all: $((SECONDS - started))s; $source_line" | tee -a "$W/parts.txt"
 tar czf "$OUT/lease.tgz" -C "$W" . && rm -rf "$W"
