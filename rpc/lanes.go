@@ -89,8 +89,9 @@ func shmCallLanes(procs int32) int32 { return max(procs/2, 1) }
 // pairs, one lane against the two the calls-in-flight policy opened): 2.20x the calls at
 // 64 B and 16 callers and 1.60x at 64, at half the CPU per call; 1.75x at 4 KiB c16 and
 // 1.41x at 64 KiB c16 (2.65x and 2.14x lent); but lent 1 MiB calls at 16 and 64 callers
-// 0.83x and 0.76x. 4 MiB keeps 64 KiB at 16 callers (2 MiB in flight) on one lane and
-// gives 1 MiB at 16 callers (32 MiB) all the lanes GOMAXPROCS allows.
+// 0.83x and 0.76x. 4 MiB opens no lane for 64 KiB at 16 callers (2 MiB in flight; their
+// calls in flight open up to shmCallLanes) and gives 1 MiB at 16 callers (32 MiB) all
+// the lanes GOMAXPROCS allows.
 const shmLaneBytes = 4 << 20
 
 // noteCallBytes records n, the request and response bytes of a call that ended, as a
