@@ -81,13 +81,15 @@ if [ -f "$(dirname "$BIN")/BUILD" ]; then
 	export MWRPCBENCH_SOURCE="$(head -n 1 "$(dirname "$BIN")/BUILD")"
 fi
 
-# Estimate: cells x systems x (setup and warmup + rounds x duration).
+# Estimate: cells x systems x (setup and warmup + rounds x duration). Setup is about 0.1 s
+# a cell and system on the 16-core machine (2026-11-28: 11 systems, 12 cells, one round of
+# 1 s and a warmup of 200 ms took 170 s, 1.29 s each); 0.15 s keeps a margin.
 secs() { awk -v d="$1" 'BEGIN { if (d ~ /ms$/) { sub(/ms$/, "", d); print d / 1000 } else { sub(/s$/, "", d); print d } }'; }
 cells=$("$BIN" -list-cells -payloads "$PAYLOADS" -concurrency "$CONCURRENCY" -max-inflight "$MAX_INFLIGHT")
 nsys=$(tr ',' '\n' <<<"$SYSTEMS" | wc -l)
 estimate() {
 	awk -v c="$cells" -v s="$nsys" -v r="$ROUNDS" -v d="$(secs "$DURATION")" -v w="$(secs "$WARMUP")" \
-		'BEGIN { printf "%d", c * s * (0.5 + w + r * d) }'
+		'BEGIN { printf "%d", c * s * (0.15 + w + r * d) }'
 }
 est=$(estimate)
 if [ "$est" -ge "$LIMIT" ] && [ "$ROUNDS" -gt 1 ]; then
