@@ -160,7 +160,9 @@ func (ln loan) end() {
 // Buffer returns n bytes of the client's registered memory to build a []byte request in,
 // the client's side of ServerStream.Buffer. A call given them (a generated method on
 // []byte both ways, InvokeBytes, or Invoke with a []byte request) sends them from where
-// they lie, without a copy, and takes them whatever its outcome: the caller must not use
+// they lie, without a copy (under 1 KiB, request and envelope together, the transport
+// copies them into its send slot, which costs less than sending them from where they
+// lie), and takes them whatever its outcome: the caller must not use
 // them once the call starts. A client stream's message does the same (ClientStream's
 // SendBytes, or SendMsg of a []byte, not empty): take a new buffer for the next one. The
 // slice given must start where Buffer's does (a prefix of it, or an append within its

@@ -29,6 +29,22 @@ func gatherBuf(buf *pool.Buf) gathered {
 	return gathered{sge: verbs.SGE{Addr: buf.Addr(), Length: uint32(buf.Len()), LKey: buf.LKey()}, buf: buf}
 }
 
+// gatherBufMin is the smallest buffer a SEND gathers (gathered.small): a smaller one is
+// copied behind the header in the send slot and released at once. Below it the copy costs
+// less than a second scatter-gather entry does (its key checked and its region held by
+// the provider, the buffer held until the SEND completes and released from there), and
+// over the shm fabric a SEND under soft.PlacedSendMin is copied into the ring anyway.
+const gatherBufMin = 1 << 10
+
+// small returns the buffer of a buffer part under gatherBufMin, which its sender copies
+// rather than gathers and then releases; nil for any other part.
+func (g gathered) small() *pool.Buf {
+	if g.buf == nil || g.sge.Length >= gatherBufMin {
+		return nil
+	}
+	return g.buf
+}
+
 // gatherRequestMin is the smallest response part gathered from its request's receive slot.
 // Below it the copy into the send slot costs under a microsecond, while the gathered
 // response holds the request's slot until the peer acknowledges the SEND: with many small

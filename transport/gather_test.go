@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mwrpc/mwrpc/pool"
+	"github.com/mwrpc/mwrpc/transport/verbs"
 )
 
 // TestCallBufGathered: a request built in registered memory (CallBuf) up to the eager
@@ -36,6 +37,71 @@ func TestCallBufGathered(t *testing.T) {
 				resp.Release()
 			}
 			checkGathered(t, c)
+		})
+	}
+}
+
+// TestGatheredSmall: a buffer part under gatherBufMin is the sender's to copy; a larger
+// one, a receive slot's part and no part at all are gathered as they are.
+func TestGatheredSmall(t *testing.T) {
+	buf := new(pool.Buf) // small looks at the part's length, not into the buffer
+	for _, tc := range []struct {
+		name string
+		g    gathered
+		want *pool.Buf
+	}{
+		{"a buffer of 0 bytes", gathered{buf: buf}, buf},
+		{"a buffer of 1 byte", gathered{sge: verbs.SGE{Length: 1}, buf: buf}, buf},
+		{"a buffer of gatherBufMin-1 bytes", gathered{sge: verbs.SGE{Length: gatherBufMin - 1}, buf: buf}, buf},
+		{"a buffer of gatherBufMin bytes", gathered{sge: verbs.SGE{Length: gatherBufMin}, buf: buf}, nil},
+		{"a buffer of 4 KiB", gathered{sge: verbs.SGE{Length: 4 << 10}, buf: buf}, nil},
+		{"a receive slot's 64 bytes", gathered{sge: verbs.SGE{Length: 64}, recv: 1}, nil},
+		{"no part", gathered{}, nil},
+	} {
+		if got := tc.g.small(); got != tc.want {
+			t.Errorf("%s: small() = %p, want %p", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestCallBufSmallCopied: a request built in registered memory under gatherBufMin is
+// copied into its send slot and its buffer released before the call waits: the handler,
+// which has not answered, finds it back in the pool. Gathered, it would stay out until the
+// SEND completed, which with no response to carry the peer's ACK takes the ACK's delay.
+func TestCallBufSmallCopied(t *testing.T) {
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			started, answer := make(chan struct{}), make(chan struct{})
+			e := newEnv(t, fb, HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+				started <- struct{}{}
+				<-answer
+				_ = w.Write(StatusOK, req)
+			}), Config{})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			buf, want := fillBuf(ctx, t, e.conn, 100)
+			addr := buf.Addr()
+			done := make(chan error, 1)
+			go func() {
+				resp, err := e.conn.CallBuf(ctx, buf)
+				if err == nil {
+					if !bytes.Equal(resp.Bytes(), want) {
+						err = fmt.Errorf("echo of %d bytes differs from the request", len(resp.Bytes()))
+					}
+					resp.Release()
+				}
+				done <- err
+			}()
+			<-started
+			for _, l := range e.conn.t.pool.Outstanding() {
+				if l.Addr == addr {
+					t.Errorf("the request's buffer (%d bytes) is still out while its handler runs: gathered, not copied", len(want))
+				}
+			}
+			close(answer)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }

@@ -184,8 +184,13 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, pre []v
 // other into the send slot (together at most c.eager bytes): an rpc envelope and the
 // caller's body, with no copy to join them first. A part g in registered memory, which
 // sendParts owns from here on, follows them without a copy: the SEND gathers it
-// (together at most c.eager bytes).
+// (together at most c.eager bytes). A buffer part under gatherBufMin is copied instead,
+// as a tail, and released once copied.
 func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []byte, g gathered, pre []verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
+	if b := g.small(); b != nil && len(tail) == 0 {
+		defer b.Release() // once fillSlot has copied it, or the send failed
+		tail, g = b.Bytes(), gathered{}
+	}
 	if !c.ready.Load() {
 		if mode == sendTry || mode == sendControl {
 			g.drop(c)

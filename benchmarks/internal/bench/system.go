@@ -91,7 +91,7 @@ var Systems = []System{
 	{Name: "mwrpc-tcp", Desc: "mwrpc, soft provider over the TCP fabric (loopback), generated stub, raw codec", Serve: serveMwrpcTCP, Dial: dialMwrpcTCP,
 		StreamDesc: mwrpcStreamDesc, ServeStream: serveMwrpcStream, DialStream: dialMwrpcStream},
 	{Name: "mwrpc-stream16M", StreamDesc: mwrpcStream16MDesc, ServeStream: serveMwrpcStream16M, DialStream: dialMwrpcStream16M},
-	{Name: "mwrpc-lent", Desc: "mwrpc-tcp with each request built in the client's registered memory (rpc.Client.Buffer) and each response lent rather than copied (rpc.WithLentResponses): no copy and no allocation on the client", Serve: serveMwrpcTCP, Dial: dialMwrpcLent,
+	{Name: "mwrpc-lent", Desc: "mwrpc-tcp with each request built in the client's registered memory (rpc.Client.Buffer) and each response lent rather than copied (rpc.WithLentResponses): no allocation on the client, and no copy but a request's of under 1 KiB into the send slot", Serve: serveMwrpcTCP, Dial: dialMwrpcLent,
 		StreamDesc: mwrpcLentStreamDesc, ServeStream: serveMwrpcLentStream, DialStream: dialMwrpcLentStream},
 	{Name: "mwrpc-lent-read", Desc: "mwrpc-lent against a server that grants no memory for written requests (transport.Config.GrantBytes -1): every large request is READ from the caller's window, one round trip more; named only, to measure what written requests change", Serve: serveMwrpcNoGrants, Dial: dialMwrpcLent, NamedOnly: true},
 	{Name: "mwrpc-lanes1", Desc: "mwrpc-tcp with the client's lanes pinned to 1 (rpc.WithLanes(1): one connection) instead of adaptive; named only, to measure the lane policy", Serve: serveMwrpcTCP, Dial: dialMwrpcLanes(1), NamedOnly: true},
