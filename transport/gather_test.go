@@ -65,9 +65,10 @@ func TestGatheredSmall(t *testing.T) {
 }
 
 // TestCallBufSmallCopied: a request built in registered memory under gatherBufMin is
-// copied into its send slot and its buffer released before the call waits: the handler,
-// which has not answered, finds it back in the pool. Gathered, it would stay out until the
-// SEND completed, which with no response to carry the peer's ACK takes the ACK's delay.
+// copied into its send slot and its buffer released before the SEND is posted: the
+// handler, which has not answered, finds it back in the pool. Gathered, it would stay out
+// until the SEND completed, which with no response to carry the peer's ACK takes the
+// ACK's delay.
 func TestCallBufSmallCopied(t *testing.T) {
 	for _, fb := range fabrics {
 		t.Run(fb.name, func(t *testing.T) {

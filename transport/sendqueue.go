@@ -185,11 +185,15 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, pre []v
 // caller's body, with no copy to join them first. A part g in registered memory, which
 // sendParts owns from here on, follows them without a copy: the SEND gathers it
 // (together at most c.eager bytes). A buffer part under gatherBufMin is copied instead,
-// as a tail, and released once copied.
+// as the tail, and released before the SEND is posted.
 func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []byte, g gathered, pre []verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
-	if b := g.small(); b != nil && len(tail) == 0 {
-		defer b.Release() // once fillSlot has copied it, or the send failed
-		tail, g = b.Bytes(), gathered{}
+	// A small buffer part is copied into the slot as the tail (gathered.small); until then
+	// g holds it, and a send that fails first drops it with g.
+	small, smallLen := g.small(), 0
+	if small != nil && len(tail) == 0 {
+		smallLen = int(g.sge.Length)
+	} else {
+		small = nil
 	}
 	if !c.ready.Load() {
 		if mode == sendTry || mode == sendControl {
@@ -202,7 +206,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 		}
 	}
 	c.mu.Lock()
-	i, s, err := c.takeSendLocked(ctx, len(payload)+len(tail), mode)
+	i, s, err := c.takeSendLocked(ctx, len(payload)+len(tail)+smallLen, mode)
 	if err != nil {
 		c.mu.Unlock()
 		g.drop(c)
@@ -231,7 +235,13 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	c.mu.Unlock()
 	corked := mode == sendWait && h.Kind == wire.KindRequest && len(pre) == 0 && c.corkable(n)
 
+	if small != nil {
+		tail, g = small.Bytes(), gathered{}
+	}
 	wrs := c.fillSlot(i, s, h, payload, tail, g, pre, inv)
+	if small != nil {
+		small.Release() // copied: back in the pool before its SEND leaves
+	}
 	if probe.Enabled {
 		probe.MarkN(probe.Post, uint32(h.Kind)|uint32(b2u(inv != 0))<<8)
 	}
