@@ -37,9 +37,10 @@ func gatherBuf(buf *pool.Buf) gathered {
 const gatherBufMin = 1 << 10
 
 // small returns the buffer of a buffer part under gatherBufMin, which its sender copies
-// rather than gathers and then releases; nil for any other part.
-func (g gathered) small() *pool.Buf {
-	if g.buf == nil || g.sge.Length >= gatherBufMin {
+// into the send slot as the tail rather than gathers, and then releases; nil for any other
+// part, or when a tail comes before it (CallBuf and SendBuf send none).
+func (g gathered) small(tail []byte) *pool.Buf {
+	if g.buf == nil || g.sge.Length >= gatherBufMin || len(tail) > 0 {
 		return nil
 	}
 	return g.buf

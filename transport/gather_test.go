@@ -42,23 +42,26 @@ func TestCallBufGathered(t *testing.T) {
 }
 
 // TestGatheredSmall: a buffer part under gatherBufMin is the sender's to copy; a larger
-// one, a receive slot's part and no part at all are gathered as they are.
+// one, one behind a tail, a receive slot's part and no part at all are gathered as they
+// are.
 func TestGatheredSmall(t *testing.T) {
 	buf := new(pool.Buf) // small looks at the part's length, not into the buffer
 	for _, tc := range []struct {
 		name string
 		g    gathered
+		tail []byte
 		want *pool.Buf
 	}{
-		{"a buffer of 0 bytes", gathered{buf: buf}, buf},
-		{"a buffer of 1 byte", gathered{sge: verbs.SGE{Length: 1}, buf: buf}, buf},
-		{"a buffer of gatherBufMin-1 bytes", gathered{sge: verbs.SGE{Length: gatherBufMin - 1}, buf: buf}, buf},
-		{"a buffer of gatherBufMin bytes", gathered{sge: verbs.SGE{Length: gatherBufMin}, buf: buf}, nil},
-		{"a buffer of 4 KiB", gathered{sge: verbs.SGE{Length: 4 << 10}, buf: buf}, nil},
-		{"a receive slot's 64 bytes", gathered{sge: verbs.SGE{Length: 64}, recv: 1}, nil},
-		{"no part", gathered{}, nil},
+		{"a buffer of 0 bytes", gathered{buf: buf}, nil, buf},
+		{"a buffer of 1 byte", gathered{sge: verbs.SGE{Length: 1}, buf: buf}, nil, buf},
+		{"a buffer of gatherBufMin-1 bytes", gathered{sge: verbs.SGE{Length: gatherBufMin - 1}, buf: buf}, nil, buf},
+		{"a buffer of gatherBufMin bytes", gathered{sge: verbs.SGE{Length: gatherBufMin}, buf: buf}, nil, nil},
+		{"a buffer of 4 KiB", gathered{sge: verbs.SGE{Length: 4 << 10}, buf: buf}, nil, nil},
+		{"a buffer of 64 bytes behind a tail", gathered{sge: verbs.SGE{Length: 64}, buf: buf}, []byte("tail"), nil},
+		{"a receive slot's 64 bytes", gathered{sge: verbs.SGE{Length: 64}, recv: 1}, nil, nil},
+		{"no part", gathered{}, nil, nil},
 	} {
-		if got := tc.g.small(); got != tc.want {
+		if got := tc.g.small(tc.tail); got != tc.want {
 			t.Errorf("%s: small() = %p, want %p", tc.name, got, tc.want)
 		}
 	}

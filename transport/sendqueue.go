@@ -187,13 +187,12 @@ func (c *Conn) send(ctx context.Context, h *wire.Header, payload []byte, pre []v
 // (together at most c.eager bytes). A buffer part under gatherBufMin is copied instead,
 // as the tail, and released before the SEND is posted.
 func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []byte, g gathered, pre []verbs.SendWR, rv revoke, mode sendMode) (bool, error) {
-	// A small buffer part is copied into the slot as the tail (gathered.small); until then
-	// g holds it, and a send that fails first drops it with g.
-	small, smallLen := g.small(), 0
-	if small != nil && len(tail) == 0 {
-		smallLen = int(g.sge.Length)
-	} else {
-		small = nil
+	// A small buffer part is copied into the slot as the tail; until then g holds it, and a
+	// send that fails first drops it with g.
+	small := g.small(tail)
+	inSlot := len(payload) + len(tail)
+	if small != nil {
+		inSlot += small.Len()
 	}
 	if !c.ready.Load() {
 		if mode == sendTry || mode == sendControl {
@@ -206,7 +205,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 		}
 	}
 	c.mu.Lock()
-	i, s, err := c.takeSendLocked(ctx, len(payload)+len(tail)+smallLen, mode)
+	i, s, err := c.takeSendLocked(ctx, inSlot, mode)
 	if err != nil {
 		c.mu.Unlock()
 		g.drop(c)
