@@ -13,7 +13,9 @@
 // by at most 10% between them; the steady column is the median of the new build's calls/s
 // over the base's in the steady pairs alone. A whole run that fell into a slower mode of
 // the machine (as the 2-core development VM's runs do at 64 KiB) then counts in neither
-// build's figures.
+// build's figures. The "÷ control" column reads every run instead: a system's calls/s
+// over the control's in the same run and cell, the median of each build's runs, and their
+// ratio; a swing of the whole run, which moves both systems, cancels out of it.
 //
 //	mwrpcab -base 'results/ab/base-*/latest.json' -new 'results/ab/new-*/latest.json' [-control shmipc]
 //
@@ -141,6 +143,9 @@ type cellAB struct {
 	byBuild[bench.Result]
 	pairs, wins int       // pairs in which both ran the cell; of them, those the new build did more calls in
 	steady      []float64 // new ÷ base calls/s in the pairs whose control moved by at most steadyBand
+	// relBase and relNext are the cell's calls/s over the control's in the same run, one
+	// entry a run of each build that measured both.
+	relBase, relNext []float64
 }
 
 // steadyBand is how far the control's calls/s may move between the two runs of a steady
@@ -177,6 +182,25 @@ func compareEcho(base, next []bench.Report, control string) []cellAB {
 					out[i].steady = append(out[i].steady, n.OpsPerSec/b.OpsPerSec)
 				}
 			}
+		}
+		if control != "" {
+			out[i].relBase, out[i].relNext = relToControl(base, k, control), relToControl(next, k, control)
+		}
+	}
+	return out
+}
+
+// relToControl returns, for each run that measured k's cell of both its system and the
+// control, the system's calls/s over the control's.
+func relToControl(reps []bench.Report, k cellKey, control string) []float64 {
+	ck := k
+	ck.system = control
+	var out []float64
+	for _, rep := range reps {
+		r, ok := find(rep.Results, k)
+		c, okc := find(rep.Results, ck)
+		if ok && okc && c.OpsPerSec > 0 {
+			out = append(out, r.OpsPerSec/c.OpsPerSec)
 		}
 	}
 	return out
@@ -253,7 +277,8 @@ func write(w io.Writer, base, next []bench.Report, cells []cellAB, streams []str
 	steadyHead, steadyRule := "", ""
 	if control != "" {
 		fmt.Fprintf(w, "- Steady pairs: those in which %s, the same code in both builds, moved by at most %.0f%% in the cell; \"steady\" is the median new ÷ base calls/s over them.\n", control, steadyBand*100)
-		steadyHead, steadyRule = " steady |", "---:|"
+		fmt.Fprintf(w, "- \"÷ control\": the system's calls/s over %s's in the same run and cell, the median over each build's runs, base → new, and new ÷ base: what a swing of a whole run does to both cancels out.\n", control)
+		steadyHead, steadyRule = " steady | ÷ control |", "---:|---:|"
 	}
 	if len(cells) > 0 {
 		fmt.Fprintf(w, "\n| cell | system | p50 base | p50 new | new ÷ base | calls/s base | calls/s new | new ÷ base | pairs ahead |%s allocs/op base → new | CPU/op base → new | server CPU/op base → new |\n", steadyHead)
@@ -278,6 +303,7 @@ func write(w io.Writer, base, next []bench.Report, cells []cellAB, streams []str
 				if len(c.steady) > 0 {
 					steady = fmt.Sprintf(" %.2fx (%d of %d) |", bench.Median(c.steady), len(c.steady), c.pairs)
 				}
+				steady += relColumn(c, control)
 			}
 			fmt.Fprintf(w, "| %s c%d | %s | %s | %s | %.2fx | %.0f | %.0f | %.2fx | %d of %d |%s %.1f → %.1f | %s → %s | %s → %s |\n",
 				bench.SizeName(c.key.payload), c.key.conc, c.key.system,
@@ -294,4 +320,14 @@ func write(w io.Writer, base, next []bench.Report, cells []cellAB, streams []str
 			fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.2fx | %d / %d |\n", s.key.system, s.key.direction, b, n, n/b, len(s.base), len(s.next))
 		}
 	}
+}
+
+// relColumn is a cell's "÷ control" column: "-" for the control itself and for a cell
+// either build never measured beside it.
+func relColumn(c cellAB, control string) string {
+	if c.key.system == control || len(c.relBase) == 0 || len(c.relNext) == 0 {
+		return " - |"
+	}
+	b, n := bench.Median(c.relBase), bench.Median(c.relNext)
+	return fmt.Sprintf(" %.3f → %.3f (%.2fx) |", b, n, n/b)
 }

@@ -105,9 +105,34 @@ func TestRunControl(t *testing.T) {
 	})
 	wantLines(t, runAB(t, dir, "rawtcp"), []string{
 		"Steady pairs: those in which rawtcp",
-		// all pairs: median 1100 against 1000, 2 of 3 ahead; steady pairs 1 and 3: 1.50x and 1.10x, median 1.30x
-		"| 1 MiB c1 | mwrpc-tcp | 100 µs | 100 µs | 1.00x | 1000 | 1100 | 1.10x | 2 of 3 | 1.30x (2 of 3) |",
-		"| 1 MiB c1 | rawtcp | 40.0 µs | 40.0 µs | 1.00x | 100 | 100 | 1.00x | 1 of 3 | 1.04x (2 of 3) |",
+		// all pairs: median 1100 against 1000, 2 of 3 ahead; steady pairs 1 and 3: 1.50x and
+		// 1.10x, median 1.30x; over the control in each run: 10 in every base run, 15, 8.33
+		// and 10.19 in the new runs, median 10.19
+		"| 1 MiB c1 | mwrpc-tcp | 100 µs | 100 µs | 1.00x | 1000 | 1100 | 1.10x | 2 of 3 | 1.30x (2 of 3) | 10.000 → 10.185 (1.02x) |",
+		"| 1 MiB c1 | rawtcp | 40.0 µs | 40.0 µs | 1.00x | 100 | 100 | 1.00x | 1 of 3 | 1.04x (2 of 3) | - |",
+	})
+}
+
+// TestRunRelToControl: runs that swing as a whole (both systems at 0.5x to 1.3x of their
+// usual calls/s) hide a 10% gain from the raw medians' pairs, and the "÷ control" column,
+// which divides each run by its control, shows it: 0.9 in every base run, 0.99 in every new
+// one.
+func TestRunRelToControl(t *testing.T) {
+	dir := t.TempDir()
+	swing := func(scales []float64, ratio float64) func(int, string) (int64, float64) {
+		return func(i int, sys string) (int64, float64) {
+			if sys == "rawtcp" {
+				return 40e3, 100 * scales[i-1]
+			}
+			return 100e3, 100 * ratio * scales[i-1]
+		}
+	}
+	writeRuns(t, dir, "base", "commit aaa", 3, swing([]float64{1, 0.5, 1.3}, 0.9))
+	writeRuns(t, dir, "new", "commit bbb", 3, swing([]float64{0.6, 1.2, 1}, 0.99))
+	wantLines(t, runAB(t, dir, "rawtcp"), []string{
+		`"÷ control": the system's calls/s over rawtcp's in the same run and cell`,
+		// raw: 90, 45, 117 against 59.4, 118.8, 99: medians 90 and 99, only pair 2 ahead
+		"| 1 MiB c1 | mwrpc-tcp | 100 µs | 100 µs | 1.00x | 90 | 99 | 1.10x | 1 of 3 | - (0 of 3) | 0.900 → 0.990 (1.10x) |",
 	})
 }
 
