@@ -15,9 +15,10 @@ import (
 )
 
 // TestCallBufGathered: a request built in registered memory (CallBuf) up to the eager
-// threshold leaves inside its SEND gathered from where it lies: the send slot carries the
-// header alone and never grows to the payload's size, the server gets the bytes intact,
-// and the buffer goes back to the pool once its SEND completes.
+// threshold leaves inside its SEND gathered from where it lies (under gatherBufMin copied
+// behind the header): the send slot never grows to the payload's size, the server gets
+// the bytes intact on either side of the threshold, and the buffer goes back to the pool
+// once its SEND completes.
 func TestCallBufGathered(t *testing.T) {
 	for _, fb := range fabrics {
 		t.Run(fb.name, func(t *testing.T) {
@@ -25,7 +26,7 @@ func TestCallBufGathered(t *testing.T) {
 			_, c := dialPairOn(t, cdev, sdev, Config{}, Config{})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			for _, size := range []int{1, 100, smallSendSlot, c.eager} {
+			for _, size := range []int{1, 100, gatherBufMin - 1, gatherBufMin, smallSendSlot, c.eager} {
 				buf, want := fillBuf(ctx, t, c, size)
 				resp, err := c.CallBuf(ctx, buf)
 				if err != nil {
@@ -176,7 +177,7 @@ func TestStreamSendBufGathered(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			sizes := []int{1, 100, smallSendSlot, e.conn.eager}
+			sizes := []int{1, 100, gatherBufMin - 1, gatherBufMin, smallSendSlot, e.conn.eager}
 			for _, size := range sizes {
 				buf, want := fillBuf(ctx, t, e.conn, size)
 				if err := st.SendBuf(ctx, buf); err != nil {
