@@ -30,10 +30,11 @@ func gatherBuf(buf *pool.Buf) gathered {
 }
 
 // gatherBufMin is the smallest buffer a SEND gathers (gathered.small): a smaller one is
-// copied behind the header in the send slot and released at once. Below it the copy costs
-// less than a second scatter-gather entry does (its key checked and its region held by
-// the provider, the buffer held until the SEND completes and released from there), and
-// over the shm fabric a SEND under soft.PlacedSendMin is copied into the ring anyway.
+// copied behind the header in the send slot and released before the SEND is posted. Below
+// it the copy costs less than a second scatter-gather entry does (its key checked and its
+// region held by the provider, the buffer held until the SEND completes and released from
+// there), and over the shm fabric a SEND under soft.PlacedSendMin is copied into the ring
+// anyway.
 const gatherBufMin = 1 << 10
 
 // small returns the buffer of a buffer part under gatherBufMin, which its sender copies

@@ -274,15 +274,15 @@ func write(w io.Writer, base, next []bench.Report, cells []cellAB, streams []str
 		fmt.Fprintf(w, "- Machine: %s, %d CPUs, GOMAXPROCS %d, %s; first base run %s\n", m.CPUModel, m.NumCPU, m.GOMAXPROCS, m.GoVersion, m.Date)
 	}
 	fmt.Fprintf(w, "- Medians of each build's runs; \"pairs ahead\": the pairs of runs (the i-th of each) in which the new build did more calls/s. CPU/op: the client's process; server CPU/op: the server's.\n")
-	steadyHead, steadyRule := "", ""
+	controlHead, controlRule := "", ""
 	if control != "" {
 		fmt.Fprintf(w, "- Steady pairs: those in which %s, the same code in both builds, moved by at most %.0f%% in the cell; \"steady\" is the median new ÷ base calls/s over them.\n", control, steadyBand*100)
 		fmt.Fprintf(w, "- \"÷ control\": the system's calls/s over %s's in the same run and cell, the median over each build's runs, base → new, and new ÷ base: what a swing of a whole run does to both cancels out.\n", control)
-		steadyHead, steadyRule = " steady | ÷ control |", "---:|---:|"
+		controlHead, controlRule = " steady | ÷ control |", "---:|---:|"
 	}
 	if len(cells) > 0 {
-		fmt.Fprintf(w, "\n| cell | system | p50 base | p50 new | new ÷ base | calls/s base | calls/s new | new ÷ base | pairs ahead |%s allocs/op base → new | CPU/op base → new | server CPU/op base → new |\n", steadyHead)
-		fmt.Fprintf(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|%s---:|---:|---:|\n", steadyRule)
+		fmt.Fprintf(w, "\n| cell | system | p50 base | p50 new | new ÷ base | calls/s base | calls/s new | new ÷ base | pairs ahead |%s allocs/op base → new | CPU/op base → new | server CPU/op base → new |\n", controlHead)
+		fmt.Fprintf(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|%s---:|---:|---:|\n", controlRule)
 		for _, c := range cells {
 			p50 := func(r bench.Result) float64 { return float64(r.P50Ns) }
 			ops := func(r bench.Result) float64 { return r.OpsPerSec }
@@ -297,17 +297,17 @@ func write(w io.Writer, base, next []bench.Report, cells []cellAB, streams []str
 			ns := func(x float64) string { return bench.DurName(int64(x)) }
 			pb, pn := bench.Median(of(c.base, p50)), bench.Median(of(c.next, p50))
 			ob, on := bench.Median(of(c.base, ops)), bench.Median(of(c.next, ops))
-			steady := ""
+			byControl := "" // the steady and ÷ control columns
 			if control != "" {
-				steady = fmt.Sprintf(" - (0 of %d) |", c.pairs)
+				byControl = fmt.Sprintf(" - (0 of %d) |", c.pairs)
 				if len(c.steady) > 0 {
-					steady = fmt.Sprintf(" %.2fx (%d of %d) |", bench.Median(c.steady), len(c.steady), c.pairs)
+					byControl = fmt.Sprintf(" %.2fx (%d of %d) |", bench.Median(c.steady), len(c.steady), c.pairs)
 				}
-				steady += relColumn(c, control)
+				byControl += relColumn(c, control)
 			}
 			fmt.Fprintf(w, "| %s c%d | %s | %s | %s | %.2fx | %.0f | %.0f | %.2fx | %d of %d |%s %.1f → %.1f | %s → %s | %s → %s |\n",
 				bench.SizeName(c.key.payload), c.key.conc, c.key.system,
-				ns(pb), ns(pn), pn/pb, ob, on, on/ob, c.wins, c.pairs, steady,
+				ns(pb), ns(pn), pn/pb, ob, on, on/ob, c.wins, c.pairs, byControl,
 				bench.Median(of(c.base, allocs)), bench.Median(of(c.next, allocs)),
 				ns(bench.Median(of(c.base, cpu))), ns(bench.Median(of(c.next, cpu))),
 				ns(bench.Median(of(c.base, srv))), ns(bench.Median(of(c.next, srv))))
