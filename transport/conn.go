@@ -118,7 +118,6 @@ func newConn(t *Transport, p *poller, peer wire.Hello) (*Conn, error) {
 			avail:     grantedCredits(cfg, peer),
 			ctrlAvail: recvCtrlSlots,
 		},
-		serving: serverCalls{calls: make(map[uint64]*serverCall)},
 		readyCh: make(chan struct{}),
 		tornCh:  make(chan struct{}),
 		awayCh:  make(chan struct{}),
@@ -315,7 +314,7 @@ var errIdle = errors.New("idle past Config.IdleTimeout (GOAWAY sent, and the pee
 func (c *Conn) checkIdle(now time.Time, limit time.Duration) {
 	n := c.requests.Load()
 	c.mu.Lock()
-	busy, dead := len(c.serving.calls) > 0, c.err != nil
+	busy, dead := c.serving.calls.len() > 0, c.err != nil
 	c.mu.Unlock()
 	w := &c.idle
 	if dead {

@@ -89,7 +89,7 @@ func (c *Conn) onPing() bool {
 		return true
 	}
 	c.mu.Lock()
-	busy := len(c.serving.calls) > 0
+	busy := c.serving.calls.len() > 0
 	c.mu.Unlock()
 	w := &c.pings
 	now, n := time.Now(), c.requests.Load()

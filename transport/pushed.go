@@ -175,7 +175,7 @@ func (c *Conn) loneLocked(request bool) bool {
 	if request {
 		return c.calls.lenLocked() <= 1
 	}
-	return len(c.serving.calls) <= 1 && len(c.serving.streams) == 0 && c.calls.lenLocked() == 0
+	return c.serving.calls.len() <= 1 && len(c.serving.streams) == 0 && c.calls.lenLocked() == 0
 }
 
 // placesTransfers reports whether the connection's READs and WRITEs are placed (the shm

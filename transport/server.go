@@ -75,7 +75,7 @@ func (sc *serverCall) serve(h Handler) {
 func (sc *serverCall) finish() {
 	c := sc.c
 	c.mu.Lock()
-	delete(c.serving.calls, sc.id)
+	c.serving.calls.remove(sc)
 	c.mu.Unlock()
 	if sc.st != nil {
 		c.dropInStream(sc.id)
@@ -530,7 +530,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		sc.dst = writeDst{addr: h.Addr, rkey: h.RKey, n: h.Len}
 	}
 	c.mu.Lock()
-	if c.serving.calls[h.CallID] != nil {
+	if c.serving.calls.get(h.CallID) != nil {
 		// Two calls under one id: the second would hide the first from the per-connection
 		// limit and from cancellation, and the first's end would drop the second.
 		c.mu.Unlock()
@@ -540,13 +540,13 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	if slot >= 0 && !c.shared() {
 		c.in.slots[slot].held = true
 	}
-	c.serving.calls[h.CallID] = sc
+	c.serving.calls.add(sc)
 	if h.Flags&wire.FlagStream != 0 {
 		sc.st = c.serving.streams[h.CallID] // recorded when the header arrived (openInStream)
 	}
 	dead := c.err != nil
 	// No single connection, nor host, may take more than its share of the handlers.
-	crowded := len(c.serving.calls) > c.t.cfg.MaxCallsPerConn
+	crowded := c.serving.calls.len() > c.t.cfg.MaxCallsPerConn
 	c.mu.Unlock()
 	limit, what := c.t.cfg.MaxCallsPerConn, "on this connection (Config.MaxCallsPerConn"
 	inline := !crowded && sc.st == nil && !dead && c.inlineOK(req) && c.reserveCredit()

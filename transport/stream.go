@@ -791,7 +791,7 @@ func (c *Conn) openInStream(h *wire.Header) bool {
 	if c.serving.streams == nil {
 		c.serving.streams = make(map[uint64]*Stream)
 	}
-	if c.serving.streams[h.CallID] != nil || c.serving.calls[h.CallID] != nil {
+	if c.serving.streams[h.CallID] != nil || c.serving.calls.get(h.CallID) != nil {
 		c.mu.Unlock()
 		c.fail(fmt.Errorf("%w: it sent a bad message: it opened stream %d, which is open", ErrProtocol, h.CallID))
 		return false
@@ -914,7 +914,7 @@ func (c *Conn) refuseStreamMsg(st *Stream, m *streamMsg, h *wire.Header, why err
 		return
 	}
 	c.mu.Lock()
-	sc := c.serving.calls[st.id]
+	sc := c.serving.calls.get(st.id)
 	c.mu.Unlock()
 	if sc != nil {
 		sc.ctx.cancel(err)
