@@ -16,7 +16,6 @@ import (
 	"unsafe"
 
 	"github.com/mwrpc/mwrpc/codec"
-	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/pool"
 	"github.com/mwrpc/mwrpc/transport"
@@ -750,10 +749,14 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 	}
 	probe.Mark(probe.CopyIn)
 	b := buf.Bytes()
-	if req == nil {
-		b = parcopy.Append(b, raw)
-	} else {
+	switch at := len(b); {
+	case req != nil:
 		b, err = cod.Append(b, req)
+	case cap(b)-at >= len(raw): // split over idle cores where the fabric makes that pay
+		b = b[:at+len(raw)]
+		conn.CopyIn(b[at:], raw)
+	default: // no room behind the envelope: errSizeEstimate below
+		b = append(b, raw...)
 	}
 	probe.Mark(probe.CopyInDone)
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/mwrpc/mwrpc/codec"
 	"github.com/mwrpc/mwrpc/internal/clock"
-	"github.com/mwrpc/mwrpc/internal/parcopy"
 	"github.com/mwrpc/mwrpc/internal/probe"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -533,7 +532,7 @@ func (s *Server) writeBytes(w *transport.ResponseWriter, st *serverStream, body 
 	}
 	probe.Mark(probe.CopyResp)
 	n := copy(buf, env)
-	parcopy.CopyLarge(buf[n:], body)
+	w.CopyIn(buf[n:], body)
 	probe.Mark(probe.CopyRespDone)
 	st.code, st.respLen = OK, len(buf)
 	_ = w.Write(OK, buf)

@@ -101,7 +101,7 @@ func (c *Conn) CallParts(ctx context.Context, head, body []byte) (*Response, err
 	if err != nil {
 		return nil, fmt.Errorf("mwrpc: request buffer: %w", err)
 	}
-	c.copyIn(buf.Bytes()[copy(buf.Bytes(), head):], body)
+	c.CopyIn(buf.Bytes()[copy(buf.Bytes(), head):], body)
 	return c.call(ctx, nil, nil, buf)
 }
 
@@ -112,22 +112,24 @@ func (c *Conn) copyRegistered(ctx context.Context, p []byte, what string) (*pool
 	if err != nil {
 		return nil, fmt.Errorf("mwrpc: %s buffer: %w", what, err)
 	}
-	c.copyIn(buf.Bytes(), p)
+	c.CopyIn(buf.Bytes(), p)
 	return buf, nil
 }
 
-// copyIn copies a message from its sender's memory into registered memory. Over shared
-// memory (placesTransfers) it splits the copy over idle cores from 256 KiB, as the
-// fabric's READs are split: the sender's memory is resident and the pool's, reused,
-// is too. Over a socket it splits only from 4 MiB (parcopy.CopyLarge): split from
-// 256 KiB, a 16-core A/B measured the soft TCP fabric's 1 MiB call 1.09x slower and the
-// shm fabric's 0.89x faster (benchmarks/results/2026-11-27-manycore-f0ce1b9).
-func (c *Conn) copyIn(dst, src []byte) {
+// CopyIn copies src into dst, memory of the Transport's pool that holds a message of this
+// connection (one about to leave, or one kept after it came), as the built-in copy does,
+// and returns how many bytes it copied. Over shared memory (the shm fabric) it splits a
+// copy of 256 KiB or more over idle cores, as the fabric's READs are split: the message's
+// memory is resident and the pool's, reused, is too. Over a socket it splits only one of
+// 4 MiB or more: split from 256 KiB, a 16-core A/B measured the soft TCP fabric's 1 MiB
+// call 1.09x slower and the shm fabric's 0.89x faster
+// (benchmarks/results/2026-11-27-manycore-f0ce1b9). The rpc package copies a large
+// request's or response's bytes into their pool buffer with it.
+func (c *Conn) CopyIn(dst, src []byte) int {
 	if c.placesTransfers() {
-		parcopy.Copy(dst, src)
-		return
+		return parcopy.Copy(dst, src)
 	}
-	parcopy.CopyLarge(dst, src)
+	return parcopy.CopyLarge(dst, src)
 }
 
 // CallBuf is Call with a request built in registered memory: buf (its Len bytes) is sent

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/mwrpc/mwrpc/internal/parcopy"
 )
 
 // TestParts: a request sent in two parts (Conn.CallParts) arrives as the one message they
@@ -44,6 +46,30 @@ func TestParts(t *testing.T) {
 						t.Errorf("response windowed %v, want %v (eager threshold %d)", resp.Windowed(), large, eager)
 					}
 				})
+			}
+		})
+	}
+}
+
+// TestCopyInSplits: Conn.CopyIn copies every byte, and splits a copy over helpers where
+// the connection's fabric makes that pay: over shared memory (shm) from 256 KiB, over a
+// socket or in process only from 4 MiB.
+func TestCopyInSplits(t *testing.T) {
+	defer parcopy.SetHelpers(2)()
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			e := newEnv(t, fb, echo, Config{})
+			placed := fb.name == "shm"
+			for _, n := range []int{256<<10 - 1, 256 << 10, 1 << 20, 4<<20 - 1, 4 << 20} {
+				src, dst := payload(n, byte(n>>10)), make([]byte, n)
+				before := parcopy.Splits()
+				if got := e.conn.CopyIn(dst, src); got != n || !bytes.Equal(dst, src) {
+					t.Fatalf("CopyIn of %d bytes copied %d, equal %v", n, got, bytes.Equal(dst, src))
+				}
+				want := n >= 4<<20 || placed && n >= 256<<10
+				if split := parcopy.Splits() != before; split != want {
+					t.Errorf("CopyIn of %d bytes: split %v, want %v", n, split, want)
+				}
 			}
 		})
 	}

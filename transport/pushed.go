@@ -180,9 +180,9 @@ func (c *Conn) loneLocked(request bool) bool {
 
 // placesTransfers reports whether the connection's READs and WRITEs are placed (the shm
 // fabric's shared memory: soft.QP.PlacesTransfers): a copy into registered memory there
-// may be split over idle cores (copyIn), and a lone call's reader polls through the peer's
+// may be split over idle cores (CopyIn), and a lone call's reader polls through the peer's
 // copies (peerCopies). The provider is asked (under its QP's lock) until the connection is
-// ready, then the answer is kept: a large message's copy asks on every call (copyIn).
+// ready, then the answer is kept: a large message's copy asks on every call (CopyIn).
 func (c *Conn) placesTransfers() bool {
 	if v := c.placed.Load(); v != 0 {
 		return v > 0

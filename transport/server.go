@@ -152,6 +152,10 @@ func (w *ResponseWriter) Buffer(n int) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// CopyIn copies src into dst, memory Buffer returned, as Conn.CopyIn does: split over idle
+// cores where the connection's fabric makes that pay.
+func (w *ResponseWriter) CopyIn(dst, src []byte) int { return w.sc.c.CopyIn(dst, src) }
+
 // Write sends the response: status, and payload (which may be a prefix of Buffer's memory,
 // sent without a copy, or any other bytes, copied once). A large payload that lies in a
 // windowed request's memory (RequestWindowed: a handler that answers with its request, or
@@ -250,7 +254,7 @@ func (w *ResponseWriter) write(status Code, payload, tail []byte) error {
 			_, serr := c.send(ctx, &h, msg, nil, sc.inv, mode)
 			return errors.Join(fmt.Errorf("mwrpc: response buffer: %w", err), serr)
 		}
-		c.copyIn(buf.Bytes(), payload)
+		c.CopyIn(buf.Bytes(), payload)
 	}
 	if sc.dst.rkey != 0 && buf.Len() <= int(sc.dst.n) {
 		return c.sendWritten(ctx, &h, buf, sc.inv, sc.dst, mode)

@@ -756,7 +756,7 @@ func (c *Conn) copyOut(p []byte, heap bool) (*streamMsg, error) {
 	}
 	b, err := c.t.pool.TryGet(len(p))
 	if err == nil {
-		parcopy.CopyLarge(b.Bytes(), p)
+		c.CopyIn(b.Bytes(), p)
 		m.buf, m.data = b, b.Bytes()
 		return m, nil
 	}

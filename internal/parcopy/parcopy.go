@@ -15,8 +15,10 @@
 // copying large buffers keeps none.
 //
 // Copy splits from 256 KiB, for memory that is resident on both sides (the shm fabric's
-// regions); CopyLarge, Clone and Append, for a call's payload between the caller's memory
-// and registered memory, split only from 4 MiB (largeSplit says why).
+// regions and, over that fabric, a call's payload copied into registered memory:
+// transport.Conn.CopyIn); CopyLarge and Clone, for a call's payload between the caller's
+// memory and registered memory elsewhere, and for a clone into fresh memory, split only
+// from 4 MiB (largeSplit says why).
 package parcopy
 
 import (
@@ -33,7 +35,7 @@ const (
 	// minSplit is the smallest copy Copy splits: below it the hand-off (a helper's
 	// wake-up, some microseconds) costs about what a second core saves.
 	minSplit = 256 << 10
-	// largeSplit is the smallest copy CopyLarge, Clone and Append split. Split from
+	// largeSplit is the smallest copy CopyLarge and Clone split. Split from
 	// minSplit, a default client's 1 MiB call was slower on 16 cores (a clone's memory is
 	// freshly allocated, zeroed by make and first touched by several cores at once), and
 	// its 16 MiB call faster (benchmarks/results/2026-11-26-manycore-ab-parcopy).
@@ -223,18 +225,6 @@ func Clone(b []byte) []byte {
 	out := make([]byte, len(b))
 	CopyLarge(out, b)
 	return out
-}
-
-// Append appends src to dst, as append(dst, src...) does, copying with CopyLarge when dst
-// has room for it.
-func Append(dst, src []byte) []byte {
-	n := len(dst)
-	if len(src) < largeSplit || cap(dst)-n < len(src) {
-		return append(dst, src...)
-	}
-	dst = dst[:n+len(src)]
-	CopyLarge(dst[n:], src)
-	return dst
 }
 
 // SetHelpers makes every split copy use n helpers, whatever the machine and its load (0:

@@ -75,7 +75,7 @@ func TestCopy(t *testing.T) {
 	}
 }
 
-// TestLargeThreshold: CopyLarge, Clone and Append split only from largeSplit bytes, and
+// TestLargeThreshold: CopyLarge and Clone split only from largeSplit bytes, and
 // copy every byte either way.
 func TestLargeThreshold(t *testing.T) {
 	withHelpers(t, 3)
@@ -87,7 +87,6 @@ func TestLargeThreshold(t *testing.T) {
 		}{
 			{"CopyLarge", func() []byte { d := make([]byte, n); CopyLarge(d, src); return d }},
 			{"Clone", func() []byte { return Clone(src) }},
-			{"Append", func() []byte { return Append(make([]byte, 3, n+3), src)[3:] }},
 		} {
 			before := splits.Load()
 			if got := f.copy(); !bytes.Equal(got, src) {
