@@ -629,8 +629,27 @@ func TestMaxCallsPerConn(t *testing.T) {
 
 // TestDuplicateCallID: a peer that sends a request under the id of a call still being
 // served breaks the protocol: its connection fails with ErrProtocol, counted and logged,
-// the first call's handler sees its context canceled, and nothing is left held.
+// the first call's handler sees its context canceled, and nothing is left held; whether
+// the server keeps that id in its slots (an mwrpc client's) or in its map (any other).
+// Two ids that share a slot and differ in their high half are two calls, both served.
 func TestDuplicateCallID(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		a, b   uint64
+		refuse bool
+	}{
+		{"same id, in slots", 1<<32 | 7, 1<<32 | 7, true},
+		{"same id, in the map", 1<<32 | (maxServedSlots + 5), 1<<32 | (maxServedSlots + 5), true},
+		{"one slot, two ids", 1<<32 | 7, 2<<32 | 7, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testTwoCallIDs(t, tc.a, tc.b, tc.refuse) })
+	}
+}
+
+// testTwoCallIDs posts two requests with ids a and b straight onto the client's queue
+// pair, the first still in its handler when the second comes, and checks that the second
+// is refused as a duplicate (refuse) or served beside the first.
+func testTwoCallIDs(t *testing.T, a, b uint64, refuse bool) {
 	var mu sync.Mutex
 	var logged bytes.Buffer
 	started := make(chan struct{}, 2)
@@ -645,21 +664,31 @@ func TestDuplicateCallID(t *testing.T) {
 	e := newEnv(t, tcpFabric, block, Config{Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))})
 	t.Cleanup(func() { close(stop) }) // before the server's close, which waits for its handlers
 	before := e.server.Stats().Protocol
-	buf, err := e.client.pool.TryGet(4096)
-	if err != nil {
+	var wrs []verbs.SendWR
+	for i, id := range []uint64{a, b} {
+		buf, err := e.client.pool.TryGet(4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer buf.Release() // after the connections are gone: no transfer touches it then
+		hdr := wire.Header{Kind: wire.KindRequest, CallID: id, Len: 4}
+		wire.PutHeader(buf.Bytes(), &hdr)
+		copy(buf.Bytes()[wire.HeaderLen:], "dup!")
+		sge := buf.SGE()
+		sge.Length = wire.HeaderLen + 4
+		wrs = append(wrs, verbs.SendWR{WRID: 0x7f<<56 | uint64(i), Opcode: verbs.WRSend, SGL: []verbs.SGE{sge}})
+	}
+	// Both in one post: they arrive in order, the first still in its handler when the
+	// second comes.
+	if err := e.conn.qp.PostSend(wrs); err != nil {
 		t.Fatal(err)
 	}
-	defer buf.Release() // after the connections are gone: no transfer touches it then
-	hdr := wire.Header{Kind: wire.KindRequest, CallID: 1<<32 | 7, Len: 4}
-	wire.PutHeader(buf.Bytes(), &hdr)
-	copy(buf.Bytes()[wire.HeaderLen:], "dup!")
-	sge := buf.SGE()
-	sge.Length = wire.HeaderLen + 4
-	// Both in one post, straight onto the queue pair: they arrive in order, the first
-	// still in its handler when the second comes.
-	wr := verbs.SendWR{WRID: 0x7f << 56, Opcode: verbs.WRSend, SGL: []verbs.SGE{sge}}
-	if err := e.conn.qp.PostSend([]verbs.SendWR{wr, wr}); err != nil {
-		t.Fatal(err)
+	if !refuse {
+		waitFor(t, "both handlers to start", func() bool { return len(started) == 2 })
+		if n := e.server.Stats().Protocol; n != before {
+			t.Fatalf("%d protocol errors counted for two calls under distinct ids", n-before)
+		}
+		return
 	}
 	waitFor(t, "the server to count the duplicate", func() bool { return e.server.Stats().Protocol == before+1 })
 	mu.Lock()
