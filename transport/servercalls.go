@@ -17,9 +17,9 @@ type serverCalls struct {
 
 // servedTable is the calls being served, by the peer's call id. An mwrpc client numbers
 // its calls by the slots of its own call table (callTable: the low half of an id is the
-// slot, small and dense), so a served call is kept at that index and found without a hash:
-// a map's lookup, insert and delete were about a twentieth of a small call's CPU on the
-// server, as they were on the client. An id whose low half is past maxServedSlots, or
+// slot, small and dense), so a served call is kept at that index and found without a hash
+// (a map's insert, lookup and delete were about 3% of the server's CPU for a 64 B call
+// over shm, two processes on 2 cores). An id whose low half is past maxServedSlots, or
 // whose slot another call holds (a peer that numbers its calls some other way), is kept
 // in a map instead; the peer cannot make slots longer than maxServedSlots. Guarded by
 // Conn.mu.
