@@ -1,8 +1,11 @@
 package transport
 
 import (
+	"context"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestServedTable: whatever ids a peer picks, a served call is found by its id, and by no
@@ -94,5 +97,68 @@ func TestServedTableChurn(t *testing.T) {
 	}
 	if tb.more != nil || len(tb.slots) != 64 || tb.len() != 64 {
 		t.Fatalf("slots %d, map %v, len %d: want 64 slots, no map, 64 calls", len(tb.slots), tb.more != nil, tb.len())
+	}
+}
+
+// TestServedTableTakesClientIDs: the ids this package's client gives its calls land in
+// the server's slots, over every fabric: with 32 calls being served at once, no call is in
+// the map (none is made), and the slots are no longer than the client's call table. A
+// client that numbered its calls otherwise would still be served, through the map, and
+// only this test would tell.
+func TestServedTableTakesClientIDs(t *testing.T) {
+	const n = 32
+	for _, fb := range fabrics {
+		t.Run(fb.name, func(t *testing.T) {
+			in := make(chan struct{}, n)
+			release := make(chan struct{})
+			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+				in <- struct{}{}
+				<-release
+				_ = w.Write(StatusOK, req)
+			})
+			e := newEnv(t, fb, h, Config{})
+			sc := e.serverConn(t)
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					resp, err := e.conn.Call(context.Background(), []byte{byte(i)})
+					if err != nil {
+						errs <- err
+						return
+					}
+					resp.Release()
+				}()
+			}
+			defer func() {
+				close(release)
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+			}()
+			timeout := time.After(10 * time.Second)
+			for range n {
+				select {
+				case <-in:
+				case <-timeout:
+					t.Fatalf("%d of %d calls reached the handler in 10s", len(in), n)
+				}
+			}
+			sc.mu.Lock()
+			served, inMap, slots := sc.serving.calls.len(), len(sc.serving.calls.more), len(sc.serving.calls.slots)
+			made := sc.serving.calls.more != nil
+			sc.mu.Unlock()
+			e.conn.mu.Lock()
+			clientSlots := len(e.conn.calls.slots)
+			e.conn.mu.Unlock()
+			if served != n || inMap != 0 || made || slots > clientSlots {
+				t.Fatalf("%d calls served (want %d), %d of them in the map (map made: %v), %d slots against the client's %d: the client's ids did not land in the server's slots",
+					served, n, inMap, made, slots, clientSlots)
+			}
+		})
 	}
 }
