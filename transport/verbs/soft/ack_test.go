@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -57,4 +58,70 @@ func pollWithin(t testing.TB, cq verbs.CQ, d time.Duration) (verbs.WorkCompletio
 		}
 	}
 	return verbs.WorkCompletion{}, false
+}
+
+// TestAckRequest: a sender whose send queue is shorter than ackEvery asks for its ACK
+// once half the queue is unacknowledged (flagAckReq), so that a stream of SENDs nobody
+// answers keeps moving: the receiver lets at most the stream's last ACK wait for the
+// delayed-ACK timer (Stats.DelayedAcks), where without the request every queueful would
+// (a queue of 4 took about 1 ms per four SENDs).
+func TestAckRequest(t *testing.T) {
+	const sends = 64
+	for _, depth := range []int{1, 2, 4, 7, 16} {
+		for name, open := range fabrics(t) {
+			t.Run(fmt.Sprintf("%s/sq%d", name, depth), func(t *testing.T) {
+				c, s := newHost(t, open("c"), 1<<16), newHost(t, open("s"), 1<<16)
+				defer c.close(t)
+				defer s.close(t)
+				must(t, c.qp.Destroy())
+				var err error
+				c.qp, err = c.pd.CreateQP(verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, Cap: verbs.QPCap{
+					MaxSendWR: depth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+				must(t, err)
+				connect(t, c, s)
+				for i := range sends {
+					must(t, s.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{verbs.SGEFor(s.mr, 64*i, 64)}}}))
+				}
+				streamSends(t, c, sends, depth)
+				for i := range sends {
+					if wc := s.poll(t); wc.Status != verbs.WCSuccess || wc.WRID != uint64(i) {
+						t.Fatalf("receive %d: %+v", i, wc)
+					}
+				}
+				if n := s.dev.Stats().DelayedAcks; n > 1 {
+					t.Fatalf("%d SENDs through a send queue of %d: the receiver let %d ACKs wait for its timer, want at most the last", sends, depth, n)
+				}
+			})
+		}
+	}
+}
+
+// streamSends posts n SENDs from c, keeping its send queue of depth full, and checks that
+// each completes, in order.
+func streamSends(t *testing.T, c *host, n, depth int) {
+	t.Helper()
+	var wcs [16]verbs.WorkCompletion
+	done := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for posted := 0; done < n; {
+		for posted < n && posted-done < depth {
+			must(t, c.qp.PostSend([]verbs.SendWR{{WRID: uint64(posted), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{verbs.SGEFor(c.mr, 0, 16)}}}))
+			posted++
+		}
+		k, err := c.cq.Poll(wcs[:])
+		must(t, err)
+		for _, wc := range wcs[:k] {
+			if wc.Status != verbs.WCSuccess || wc.WRID != uint64(done) {
+				t.Fatalf("SEND %d: %+v", done, wc)
+			}
+			done++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d SENDs completed in 10s", done, n)
+		}
+		if k == 0 {
+			time.Sleep(5 * time.Microsecond)
+		}
+	}
 }

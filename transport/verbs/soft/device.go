@@ -209,6 +209,11 @@ type Stats struct {
 	// BusyPolled counts the reads a stream reader made while polling its socket for the
 	// next frame that brought bytes (SetBusyPoll): each is a park and wake-up saved.
 	BusyPolled uint64
+	// DelayedAcks counts the ACKs this device's QPs let wait the whole delayed-ACK timer
+	// (1 ms) for a frame of theirs to carry them: the tail of a stream of SENDs nobody
+	// answers, whose sender waits that long for those completions. A sender whose send
+	// queue is half unacknowledged asks for its ACK at once instead (an ACK request).
+	DelayedAcks uint64
 }
 
 // stats is one stripe of a device's counters. Every frame a QP sends or receives adds to
@@ -217,8 +222,8 @@ type Stats struct {
 // every QP added to was a cache line every core wrote on every message.
 type stats struct {
 	socketTx, socketRx, copied, discarded, rnrNaks, placed, writes, engineWakes, waitedPosts atomic.Uint64
-	boundedPosts, boundedCut, busyPolled                                                     atomic.Uint64
-	_                                                                                        [cacheLine - 12*8]byte
+	boundedPosts, boundedCut, busyPolled, delayedAcks                                        atomic.Uint64
+	_                                                                                        [cacheLine - 13*8]byte
 }
 
 // statStripes is how many stripes a device's counters have: QPs made one after another
@@ -246,6 +251,7 @@ func (d *Device) Stats() Stats {
 		s.BoundedPosts += st.boundedPosts.Load()
 		s.BoundedCut += st.boundedCut.Load()
 		s.BusyPolled += st.busyPolled.Load()
+		s.DelayedAcks += st.delayedAcks.Load()
 	}
 	return s
 }

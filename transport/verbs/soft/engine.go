@@ -153,6 +153,9 @@ func (q *QP) stepSQ(l link, maxPayload int) stepResult {
 		q.rdOut++
 	}
 	q.sqNext++
+	if h.op.acked() && q.sqNext-q.sqHead >= q.ackReqAt() {
+		q.txHdr.flags |= flagAckReq
+	}
 	q.armAckTimer()
 	q.mu.Unlock()
 	if tl, ok := l.(*tcpLink); ok && maxPayload == 0 && tl.keepable(&q.txHdr) {
@@ -244,8 +247,21 @@ const ackDelay = time.Millisecond
 
 // ackEvery is how many messages may be executed before the ACK goes at once, alone if no
 // frame of ours carries it first: a stream of SENDs without replies keeps completing in
-// steps of ackEvery, whatever ackDelay, as long as the sender's queue holds more.
+// steps of ackEvery, whatever ackDelay, as long as the sender's queue holds more. A
+// sender whose queue is shorter asks for its ACK sooner (ackReqAt). Each lone ACK made
+// due this way wakes the engine of a QP that has no frame of its own leaving: with 32
+// callers on one connection in one process, the client's engine woke 0.08 times a call
+// at 8 and 0.02 at 32; but senders then hold their send slots longer, and over shm the
+// call took 1.06-1.3x the time in 7 of 10 pairs on 2 cores (level over soft TCP and in
+// two processes).
 const ackEvery = 8
+
+// ackReqAt is how many messages of ours may be unacknowledged before the next SEND or
+// WRITE asks for its ACK at once (flagAckReq): half the send queue, so that the ACK comes
+// back while the other half still leaves. A queue of 2*ackEvery or more (every transport
+// connection's) seldom reaches it against a peer that acknowledges every ackEvery
+// messages. q.mu is held.
+func (q *QP) ackReqAt() uint64 { return max(1, uint64(q.cap.MaxSendWR)/2) }
 
 // ackSent records that the pending ACK left (or is queued to). q.mu is held.
 func (q *QP) ackSent() {
@@ -282,6 +298,7 @@ func (q *QP) ackTimerFired() {
 		age := time.Duration(clock.Nanos() - q.ackSince)
 		if age >= ackDelay {
 			q.ackDue, kick = true, true
+			q.st.delayedAcks.Add(1)
 		} else {
 			q.armAckDelay(ackDelay - age)
 		}

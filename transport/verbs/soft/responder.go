@@ -408,7 +408,7 @@ func (q *QP) completeRecv(h *header, wc verbs.WorkCompletion) {
 		wc.Flags, wc.InvalidatedRKey = verbs.WCWithInv, h.imm
 	}
 	q.rcq.push(wc)
-	q.acknowledge(h.psn)
+	q.acknowledge(h)
 	q.unlockAndKick() // work the ACK it carried let go; the ACK of its own waits
 }
 
@@ -477,7 +477,7 @@ func (q *QP) onWrite(h *header, src payloadSource) error {
 	}
 	q.mu.Lock()
 	if q.state != verbs.QPStateError {
-		q.acknowledge(h.psn)
+		q.acknowledge(h)
 	}
 	q.unlockAndKick() // as after a SEND: its ACK waits for a frame of ours, or the timer
 	return nil
@@ -510,16 +510,17 @@ func (q *QP) onRead(h *header, src payloadSource) error {
 	return nil
 }
 
-// acknowledge records that the message psn was executed; the ACK leaves on the next frame
-// we send, or alone after ackDelay (or at once after ackEvery messages). The caller wakes
-// the engine if it has work (engineHasWork). q.mu is held.
-func (q *QP) acknowledge(psn uint32) {
+// acknowledge records that the message h was executed; the ACK leaves on the next frame
+// we send, or alone after ackDelay (or at once after ackEvery messages, or when h asks for
+// it). The caller wakes the engine if it has work (engineHasWork). q.mu is held.
+func (q *QP) acknowledge(h *header) {
+	psn := h.psn
 	q.ePSN = (psn + 1) & psnMask
 	if !q.ackPending {
 		q.ackPending, q.ackSince = true, q.lastRx.Load()
 	}
 	q.ackPSN = psn
-	if q.ackCount++; q.ackCount >= ackEvery {
+	if q.ackCount++; q.ackCount >= ackEvery || h.flags&flagAckReq != 0 {
 		q.ackDue = true
 	}
 	q.ackSeen = true

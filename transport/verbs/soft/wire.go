@@ -10,7 +10,8 @@ import (
 //
 //	0  op u8        what the frame is (opSend ... opBatch)
 //	1  syndrome u8  NAK reason (opNak only)
-//	2  flags u16    flagAck: the ack field is valid; flagPlaced (placed.go); other bits zero
+//	2  flags u16    flagAck: the ack field is valid; flagPlaced (placed.go); flagAckReq: ACK
+//	                at once; other bits zero
 //	4  psn u32      packet sequence number (24 bits used): one per message
 //	8  len u32      payload bytes that follow the header
 //	12 imm u32      immediate data (opSendImm, opWriteImm) or the rkey to invalidate (opSendInv)
@@ -51,9 +52,14 @@ var zeroPad [smallMax]byte
 
 // flagAck marks a frame that carries a piggybacked ACK. flagPlaced marks a placed READ
 // request or response, or a placed WRITE (placed.go), on a wire whose ends share memory.
+// flagAckReq, InfiniBand's AckReq bit, asks the responder to acknowledge at once rather
+// than after its coalescing (ackEvery, ackDelay): the requester sets it on a SEND or WRITE
+// that leaves half its send queue unacknowledged (ackReqAt), so that a queue shorter than
+// ackEvery keeps moving. Only the messages an ACK answers carry it.
 const (
 	flagAck    = 1
 	flagPlaced = 2
+	flagAckReq = 4
 )
 
 type opcode uint8
@@ -73,6 +79,10 @@ const (
 )
 
 var opNames = [...]string{"", "SEND", "SEND_IMM", "SEND_INV", "WRITE", "WRITE_IMM", "READ_REQ", "READ_RESP", "ACK", "NAK", "BATCH"}
+
+// acked reports whether an ACK answers the message (a READ request is answered by its
+// response).
+func (o opcode) acked() bool { return o >= opSend && o <= opWriteImm }
 
 func (o opcode) String() string {
 	if o > 0 && o < opMax {
@@ -142,8 +152,10 @@ func parseHeader(b []byte, h *header) ([]byte, error) {
 	switch {
 	case h.op == 0 || h.op >= opMax:
 		return b, fmt.Errorf("%w: unknown opcode %d", errFrame, b[0])
-	case h.flags&^(flagAck|flagPlaced) != 0:
+	case h.flags&^(flagAck|flagPlaced|flagAckReq) != 0:
 		return b, fmt.Errorf("%w: %v: reserved flags 0x%04x set", errFrame, h.op, h.flags)
+	case h.flags&flagAckReq != 0 && !h.op.acked():
+		return b, fmt.Errorf("%w: %v with the ACK request flag, which only a SEND or WRITE carries", errFrame, h.op)
 	case h.flags&flagPlaced != 0 && !placedShapeOK(h):
 		return b, fmt.Errorf("%w: placed %v with %d payload bytes, raddr 0x%x", errFrame, h.op, h.len, h.raddr)
 	case h.flags&flagAck == 0 && h.ack != 0, h.ack > psnMask:

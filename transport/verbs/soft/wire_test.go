@@ -36,7 +36,12 @@ func TestParseHeaderRejects(t *testing.T) {
 		{"short", valid[:31]},
 		{"opcode zero", mut(func(b []byte) { b[0] = 0 })},
 		{"opcode unknown", mut(func(b []byte) { b[0] = byte(opMax) })},
-		{"reserved flags", mut(func(b []byte) { b[2] = 4 })},
+		{"reserved flags", mut(func(b []byte) { b[2] = 8 })},
+		{"reserved flags, high byte", mut(func(b []byte) { b[3] = 1 })},
+		{"ack request on a READ request", mut(func(b []byte) { b[0] = byte(opReadReq); b[2] = flagAckReq; b[8] = 0 })},
+		{"ack request on a READ response", mut(func(b []byte) { b[0] = byte(opReadResp); b[2] = flagAckReq })},
+		{"ack request on an ACK", mut(func(b []byte) { b[0] = byte(opAck); b[2] = flagAckReq; b[8] = 0 })},
+		{"ack request on a NAK", mut(func(b []byte) { b[0] = byte(opNak); b[1] = byte(synRNR); b[2] = flagAckReq; b[8] = 0 })},
 		{"placed send", mut(func(b []byte) { b[2] = flagPlaced })},
 		{"placed read without placement", mut(func(b []byte) { b[0] = byte(opReadReq); b[2] = flagPlaced; b[8] = 0 })},
 		{"placed read, long placement", mut(func(b []byte) { b[0] = byte(opReadReq); b[2] = flagPlaced; b[8] = placementLen + 1 })},
@@ -84,6 +89,9 @@ func seedHeaders() []header {
 		{op: opReadResp, flags: flagPlaced | flagAck, psn: 11, rlen: 1 << 20, ack: 4},
 		{op: opWrite, flags: flagPlaced, psn: 12, len: placementLen, rkey: 0x100, raddr: 0x7f0000001000, rlen: 1 << 20},
 		{op: opSendInv, flags: flagPlaced, psn: 13, len: 2 * placementLen, imm: 0x4401, rlen: 4096 + 64},
+		{op: opSend, flags: flagAckReq, psn: 14, len: 64},
+		{op: opWriteImm, flags: flagAckReq | flagAck, psn: 15, len: 8, rkey: 0x100, raddr: 64, imm: 2, ack: 9},
+		{op: opWrite, flags: flagAckReq | flagPlaced, psn: 16, len: placementLen, rkey: 0x100, raddr: 0x7f0000001000, rlen: 4096},
 	}
 }
 
