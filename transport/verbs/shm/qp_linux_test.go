@@ -110,3 +110,39 @@ func TestQPFaultOnBrokenRing(t *testing.T) {
 		})
 	}
 }
+
+// TestAckRequestOverSHM: over the shm fabric as over sockets, a sender whose send queue
+// (4 here) is shorter than the responder's ACK coalescing asks for its ACK once half the
+// queue is unacknowledged, so that SENDs nobody answers keep completing: the receiver lets
+// at most the last ACK wait for its delayed-ACK timer (soft.Stats.DelayedAcks).
+func TestAckRequestOverSHM(t *testing.T) {
+	const sends = 64
+	p := newQPPairCap(t, Config{}, verbs.QPCap{MaxSendWR: 4, MaxRecvWR: sends, MaxSendSGE: 1, MaxRecvSGE: 1})
+	s := newSendSetup(t, p, 64*sends)
+	for i := range sends {
+		sge := verbs.SGE{Addr: s.dstMR.Addr() + uint64(64*i), Length: 64, LKey: s.dstMR.LKey()}
+		if err := p.qb.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{sge}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wr := verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: sges(s.srcMR, 16, 1)}
+	for posted, done := 0, 0; done < sends; {
+		for ; posted < sends && posted-done < 4; posted++ {
+			wr.WRID = uint64(posted)
+			if err := p.qa.PostSend([]verbs.SendWR{wr}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if wc := waitWC(t, p.cqs[0], 0); wc.WRID != uint64(done) {
+			t.Fatalf("SEND %d completed as %+v", done, wc)
+		}
+		// Acknowledged, so received: its completion was queued before the ACK left.
+		if wc := waitWC(t, p.cqs[1], 16); wc.WRID != uint64(done) || wc.ByteLen != 16 {
+			t.Fatalf("receive %d: %+v", done, wc)
+		}
+		done++
+	}
+	if n := p.devs[1].Stats().DelayedAcks; n > 1 {
+		t.Fatalf("%d SENDs through a send queue of 4: the receiver let %d ACKs wait for its timer, want at most the last", sends, n)
+	}
+}
