@@ -192,32 +192,16 @@ func TestPeerLeft(t *testing.T) {
 // returns that connection and the first PSN b expects of it.
 func handPeer(t *testing.T, b *host) (net.Conn, uint32) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			_, err = cm.Connect(ctx, c, b.qp, cm.DefaultParams())
-		}
-		errc <- err
-	}()
-	peer, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	peer, accepted := dialQP(ctx, t, b.qp, nil)
 	t.Cleanup(func() { peer.Close() })
 	const psn = 100
 	in := make([]byte, 32)
 	if err := cm.Exchange(ctx, peer, "endpoint", cm.AppendEndpoint(nil, verbs.Endpoint{QPN: 0x4242, PSN: psn}), in); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-errc; err != nil {
+	if err := accepted(); err != nil {
 		t.Fatal(err)
 	}
 	return peer, psn

@@ -102,22 +102,40 @@ func connect(t testing.TB, a, b *host) {
 // connectVia is connect with b's stream passed through wrap (when not nil).
 func connectVia(t testing.TB, a, b *host, wrap func(net.Conn) net.Conn) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, accepted := dialQP(ctx, t, b.qp, wrap)
+	if _, err := cm.Connect(ctx, c, a.qp, cm.DefaultParams()); err != nil {
+		t.Fatal(err)
+	}
+	if !a.qp.(*QP).NeedsStream() {
+		c.Close()
+	}
+	if err := accepted(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dialQP listens on loopback and, on a goroutine, connects qp with cm.Connect over the
+// connection it accepts (passed through wrap when not nil), closing that connection after
+// if qp's wire is not its stream. It returns the dialing end, for the other side's
+// handshake, and a func that waits for qp's side's result.
+func dialQP(ctx context.Context, t testing.TB, qp verbs.QP, wrap func(net.Conn) net.Conn) (net.Conn, func() error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	errc := make(chan error, 1)
 	go func() {
 		c, err := ln.Accept()
+		ln.Close()
 		if err == nil && wrap != nil {
 			c = wrap(c)
 		}
 		if err == nil {
-			_, err = cm.Connect(ctx, c, b.qp, cm.DefaultParams())
-			if !b.qp.(*QP).NeedsStream() {
+			_, err = cm.Connect(ctx, c, qp, cm.DefaultParams())
+			if !qp.(*QP).NeedsStream() {
 				c.Close()
 			}
 		}
@@ -127,15 +145,7 @@ func connectVia(t testing.TB, a, b *host, wrap func(net.Conn) net.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cm.Connect(ctx, c, a.qp, cm.DefaultParams()); err != nil {
-		t.Fatal(err)
-	}
-	if !a.qp.(*QP).NeedsStream() {
-		c.Close()
-	}
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
+	return c, func() error { return <-errc }
 }
 
 func fabrics(t testing.TB) map[string]func(string) *Device {
