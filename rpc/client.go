@@ -752,11 +752,12 @@ func (c *Client) callRegistered(ctx context.Context, conn *transport.Conn, metho
 	switch at := len(b); {
 	case req != nil:
 		b, err = cod.Append(b, req)
-	case cap(b)-at >= len(raw): // split over idle cores where the fabric makes that pay
+	case cap(b)-at < len(raw): // no room behind the envelope: the caller sends it the usual way
+		buf.Release()
+		return nil, 0, errSizeEstimate
+	default: // split over idle cores where the fabric makes that pay
 		b = b[:at+len(raw)]
 		conn.CopyIn(b[at:], raw)
-	default: // no room behind the envelope: errSizeEstimate below
-		b = append(b, raw...)
 	}
 	probe.Mark(probe.CopyInDone)
 	if err != nil {
