@@ -50,6 +50,11 @@ var (
 	procsAt   atomic.Int64
 )
 
+// MaxProcs returns GOMAXPROCS as of a reading at most procsRefresh old:
+// runtime.GOMAXPROCS takes the scheduler's lock, too dear for a wait that begins at every
+// call on many cores.
+func MaxProcs() int { return int(maxProcs(clock.Nanos())) }
+
 // Procs returns the Ps that neither run a goroutine nor have one waiting to run, as of a
 // reading at most refresh old, and never less than zero.
 func Procs() int {

@@ -39,6 +39,7 @@ type Conn struct {
 
 	rmu        sync.Mutex // a read in progress
 	rspin      waitSpin
+	rwatch     *watcher           // its polls, shared with the process's other readers (readers)
 	peerCopy   atomic.Int64       // bytes the peer copies before it answers (PeerCopies), for the next read's wait
 	readSleep  func(uintptr) bool // flagThenCheck of rx's data waiter and readReady
 	rx         *ring              // the ring this side created and reads
@@ -73,11 +74,12 @@ type Conn struct {
 
 var _ net.Conn = (*Conn)(nil)
 
-func newConn(sock *net.UnixConn, cfg Config, local, remote *Addr) *Conn {
+func newConn(sock *net.UnixConn, cfg Config, local, remote *Addr, readers *pollGroup) *Conn {
 	c := &Conn{cfg: cfg, sock: sock, local: local, remote: remote, shares: cfg.sharesWith(remote.UID, uint32(os.Geteuid())), rspin: readSpin(cfg), wspin: writeSpin(cfg), peerTxBell: -1, peerRxBell: -1}
 	// Made once: a wait hands its check to the poller, which would allocate a closure
 	// per sleep. The rings are read when a check runs, under rmu or wmu.
 	c.readSleep = flagThenCheck(func() *atomic.Uint32 { return c.rx.dataWaiter }, c.readReady)
+	c.rwatch = newWatcher(readers, c.readReady)
 	c.writeSleep = flagThenCheck(func() *atomic.Uint32 { return c.tx.spaceWaiter }, c.writeReady)
 	return c
 }
@@ -99,7 +101,7 @@ func Dial(ctx context.Context, path string, cfg Config) (*Conn, error) {
 		_ = uc.Close()
 		return nil, err
 	}
-	c := newConn(uc, cfg, &Addr{Path: path}, remote)
+	c := newConn(uc, cfg, &Addr{Path: path}, remote, &dialedReaders)
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
@@ -461,7 +463,7 @@ func (c *Conn) ringPeer(fd int) {
 
 // Stats returns the connection's counts so far.
 func (c *Conn) Stats() Stats {
-	return Stats{Doorbells: c.doorbells.Load(), Sleeps: c.sleeps.Load()}
+	return Stats{Doorbells: c.doorbells.Load(), Sleeps: c.sleeps.Load(), Watched: c.rwatch.watchedN.Load()}
 }
 
 // flagThenCheck returns the check a sleeper runs before each sleep on its doorbell: set
@@ -501,10 +503,8 @@ func (c *Conn) await(ws *waitSpin, reading bool, ready func() bool, b *bell, che
 			budget += copying
 		}
 		for {
-			// A clock read costs more than a poll: one per 64. The goroutine that will
-			// write may be this process's: Poll yields between. The quiet spin stops when
-			// the process is no longer quiet.
-			began, ok := idle.Poll(budget, 64, sp == &ws.quiet, ready)
+			// The quiet spin stops when the process is no longer quiet.
+			began, ok := c.poll(budget, sp.Max()+copying, sp == &ws.quiet, reading, ready)
 			if start.IsZero() {
 				start = began
 			}
@@ -534,12 +534,26 @@ func (c *Conn) await(ws *waitSpin, reading bool, ready func() bool, b *bell, che
 	return err
 }
 
+// poll polls ready for up to budget (while the process is quiet, with quiet) and reports
+// when it began and whether ready came: a reader in turn with the process's other readers
+// (pollGroup; watched for up to watchFor), a writer on its own (a full ring's writer waits
+// on one reader's copy).
+func (c *Conn) poll(budget, watchFor time.Duration, quiet, reading bool, ready func() bool) (time.Time, bool) {
+	if reading {
+		return c.rwatch.wait(budget, watchFor, quiet)
+	}
+	// A clock read costs more than a poll: one per 64. The goroutine that will read may
+	// be this process's: Poll yields between.
+	return idle.Poll(budget, 64, quiet, ready)
+}
+
 // Close closes the connection: a read or write in progress returns net.ErrClosed, the
 // peer sees the end, and the rings and doorbells are released once no read or write uses
 // them. Only the first call does anything.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
+		c.rwatch.quit()
 		_ = c.sock.Close() // the peer's watcher, and ours, see the end; a handshake stops
 		c.hsMu.Lock()      // a handshake in progress has ended
 		c.hsDone = true

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -881,5 +882,57 @@ func TestReadSpinCoversPeerCopy(t *testing.T) {
 			}
 			t.Fatalf("the reader slept through a wait its peer's copy covered, in 5 tries")
 		})
+	}
+}
+
+// TestReadersShareThePolling: of two connections a process dialed, read at once with one
+// reader of the group polling (GOMAXPROCS 2), the second waits watched, its ring polled by
+// the first, and each gets its own bytes; the second counts a watched wait.
+func TestReadersShareThePolling(t *testing.T) {
+	leakcheck.Check(t)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	time.Sleep(2 * time.Millisecond) // idle.MaxProcs reads GOMAXPROCS anew
+	long := Config{Spin: 10 * time.Second}
+	a, as := connPair(t, long, Config{})
+	b, bs := connPair(t, long, Config{})
+	read := func(c *Conn) <-chan string {
+		out := make(chan string, 1)
+		go func() {
+			p := make([]byte, 8)
+			n, err := c.Read(p)
+			if err != nil {
+				out <- err.Error()
+				return
+			}
+			out <- string(p[:n])
+		}()
+		return out
+	}
+	gotA := read(a)
+	waitFor(t, "the first reader polls", func() bool { return dialedReaders.pollingNow() == 1 })
+	gotB := read(b)
+	waitFor(t, "the second reader is watched", func() bool { return dialedReaders.watching() == 1 })
+	for _, m := range []struct {
+		to   *Conn
+		msg  string
+		from <-chan string
+	}{{bs, "to b", gotB}, {as, "to a", gotA}} {
+		if _, err := m.to.Write([]byte(m.msg)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-m.from:
+			if got != m.msg {
+				t.Fatalf("read %q, want %q", got, m.msg)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%q not read within 5s", m.msg)
+		}
+	}
+	if w := b.Stats().Watched; w != 1 {
+		t.Errorf("the second reader counted %d watched waits, want 1", w)
+	}
+	if p, w := dialedReaders.pollingNow(), dialedReaders.watching(); p != 0 || w != 0 {
+		t.Errorf("after both reads: %d polling, %d watched, want none", p, w)
 	}
 }

@@ -52,7 +52,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			l.refuse(err)
 			continue
 		}
-		return newConn(uc, l.cfg, l.addr, remote), nil
+		return newConn(uc, l.cfg, l.addr, remote, &acceptedReaders), nil
 	}
 }
 

@@ -47,6 +47,15 @@
 // machine a small call's answer then lands while the reader polls. An idle connection
 // costs no CPU and no OS thread.
 //
+// A process's readers share their polling (pollgroup.go), as a NIC's completion queue is
+// polled for many queue pairs: at most half of GOMAXPROCS of the readers of the
+// connections it dialed poll at once, and as many of those it accepted (one each on 2
+// cores); a reader that would be one more parks, watched: a polling reader looks at its
+// ring between polls of its own and wakes it (a goroutine made ready, no system call, no
+// doorbell from the peer) when its data comes, or sends it to sleep on its doorbell when
+// its spin is over. A server that many client processes reach, or a Client with several
+// lanes, so polls with a bounded number of cores, not one a connection.
+//
 // Linux only: elsewhere Dial and Listen fail with an error wrapping ErrUnsupported that
 // names the system.
 package shm
@@ -212,4 +221,8 @@ type Stats struct {
 	// Sleeps is how many times this side's reader or writer, having polled for its spin,
 	// went to sleep on its doorbell.
 	Sleeps uint64
+	// Watched is how many of this side's reads waited watched: parked while another
+	// reader of the process polled, its ring among theirs (at most half of GOMAXPROCS
+	// readers of a process poll at once, one on 2 cores).
+	Watched uint64
 }
