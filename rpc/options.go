@@ -263,9 +263,9 @@ func WithHealthCheck(service string) DialOption {
 func WithClientLogger(l *slog.Logger) DialOption { return WithLogger(l) }
 
 // WithLanes pins the number of connections (lanes) a client keeps to each endpoint; calls
-// and streams take the endpoint's first connection while it has fewer than two in flight,
-// and a lane drawn at random beyond that, so that under a light load the other lanes
-// idle and their readers sleep. Without it a client starts with one and
+// and streams take the endpoint's first connection while the endpoint has at most two
+// in flight, and a lane drawn at random beyond that, so that under a light load the
+// other lanes idle and their readers sleep. Without it a client starts with one and
 // opens another while its calls in flight pass two per lane, up to GOMAXPROCS lanes: on
 // many cores one connection's reader and socket are the queue every call waits in. Over
 // the shm fabric (shm:// targets), where each lane more adds a polling reader on each

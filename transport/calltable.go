@@ -1,7 +1,5 @@
 package transport
 
-import "sync/atomic"
-
 // callTable is the client side's calls in flight on a connection (calls, pings, and the
 // streams this side opened), by call id. An entry is added before its request is sent and
 // removed by whoever completes it first: the response or pong (take), the caller giving up
@@ -14,9 +12,9 @@ import "sync/atomic"
 // again (an allocation per call where large payloads make a collection run every call or
 // two).
 type callTable struct {
-	slots []callSlot   // by the low half of a call id
-	free  []uint32     // slots to give out again, the latest freed first (its lines are warm)
-	n     atomic.Int32 // calls in the table: written under Conn.mu, read without it (InFlight)
+	slots []callSlot // by the low half of a call id
+	free  []uint32   // slots to give out again, the latest freed first (its lines are warm)
+	n     int        // calls in the table
 	spare []*call
 }
 
@@ -59,7 +57,7 @@ func (t *callTable) addLocked(cl *call) {
 	s.gen++
 	s.cl = cl
 	cl.id = uint64(s.gen)<<32 | uint64(i)
-	t.n.Add(1)
+	t.n++
 }
 
 // lookupLocked returns the call with id, or nil. Conn.mu is held.
@@ -77,7 +75,7 @@ func (t *callTable) removeLocked(cl *call) {
 	i := uint32(cl.id)
 	t.slots[i].cl = nil
 	t.free = append(t.free, i)
-	t.n.Add(-1)
+	t.n--
 }
 
 // forgetLocked removes cl; false means it was already gone. Conn.mu is held.
@@ -98,13 +96,13 @@ func (t *callTable) takeLocked(id uint64) *call {
 	return cl
 }
 
-// count returns the calls in the table; it needs no lock (a change is made under Conn.mu).
-func (t *callTable) count() int { return int(t.n.Load()) }
+// lenLocked returns the calls in the table. Conn.mu is held.
+func (t *callTable) lenLocked() int { return t.n }
 
 // drainLocked empties the table and returns what it held: the connection failed, and
 // each call is the caller's to finish. Conn.mu is held.
 func (t *callTable) drainLocked() []*call {
-	calls := make([]*call, 0, t.n.Load())
+	calls := make([]*call, 0, t.n)
 	for i := range t.slots {
 		if cl := t.slots[i].cl; cl != nil {
 			calls = append(calls, cl)

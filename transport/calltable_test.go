@@ -39,12 +39,12 @@ func TestCallTable(t *testing.T) {
 		}
 	}
 	d := add()
-	if n := tb.count(); n != 2 {
+	if n := tb.lenLocked(); n != 2 {
 		t.Fatalf("%d calls in the table, want 2", n)
 	}
 	left := tb.drainLocked()
-	if len(left) != 2 || !(left[0] == c && left[1] == d || left[0] == d && left[1] == c) || tb.count() != 0 {
-		t.Fatalf("drain returned %d calls and left %d, want c and d, and none", len(left), tb.count())
+	if len(left) != 2 || !(left[0] == c && left[1] == d || left[0] == d && left[1] == c) || tb.lenLocked() != 0 {
+		t.Fatalf("drain returned %d calls and left %d, want c and d, and none", len(left), tb.lenLocked())
 	}
 	if tb.lookupLocked(c.id) != nil || tb.lookupLocked(d.id) != nil {
 		t.Fatal("a drained call is still found")

@@ -353,9 +353,12 @@ func (c *Conn) GoAway(ctx context.Context) error {
 	return err
 }
 
-// InFlight returns the calls (and pings, and the streams this side opened) waiting for
-// their answer on this connection. It takes no lock: a Client reads it at every call.
-func (c *Conn) InFlight() int { return c.calls.count() }
+// InFlight returns the calls (and pings) waiting for their answer on this connection.
+func (c *Conn) InFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls.lenLocked()
+}
 
 // GoingAway is closed when the peer sent GOAWAY.
 func (c *Conn) GoingAway() <-chan struct{} { return c.awayCh }

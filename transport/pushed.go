@@ -173,9 +173,9 @@ func (c *Conn) placeLarge(lone bool) {
 // Conn.mu is held.
 func (c *Conn) loneLocked(request bool) bool {
 	if request {
-		return c.calls.count() <= 1
+		return c.calls.lenLocked() <= 1
 	}
-	return c.serving.calls.len() <= 1 && len(c.serving.streams) == 0 && c.calls.count() == 0
+	return c.serving.calls.len() <= 1 && len(c.serving.streams) == 0 && c.calls.lenLocked() == 0
 }
 
 // placesTransfers reports whether the connection's READs and WRITEs are placed (the shm
