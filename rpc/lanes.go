@@ -72,7 +72,8 @@ func (ls *lanes) busy(ep *endpoint, n int32) bool {
 // shmCallLanes is the most lanes calls in flight open over the shm fabric for a client of
 // procs Ps: half of them. A lane there is a pair of rings with a polling reader on each
 // side; its calls share the connection's lock and its reader, so on many cores one lane is
-// the queue every call waits in, and each lane more is a reader more polling on each side.
+// the queue every call waits in, and each lane more is a reader more on each side (of a
+// process's readers, half of GOMAXPROCS poll at once: shm's pollGroup).
 // Two processes on 16 cores, 8 Ps each (2026-11-28, 67b94e9, one run; lanes pinned), 64 B
 // calls at 16 and 64 callers: one lane 205k and 223k calls/s, two 349k and 399k, four
 // 535k and 634k, eight 360k and 524k (the server's CPU per call 8.6 -> 18.5 µs at 16
