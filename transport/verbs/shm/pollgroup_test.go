@@ -39,17 +39,34 @@ func startWait(w *watcher, budget, watchFor time.Duration) <-chan waitResult {
 	return out
 }
 
+// twoReaders is a group where one reader may poll at a time, with a reader polling (a,
+// for up to 10 s) and a second watched (b, its own budget spent at once, watched for up to
+// 10 s). Each ring has data once its flag is set.
+type twoReaders struct {
+	g              *pollGroup
+	readyA, readyB atomic.Bool
+	b              *watcher
+	doneA, doneB   <-chan waitResult
+}
+
+func startTwoReaders(t *testing.T) *twoReaders {
+	t.Helper()
+	r := &twoReaders{g: &pollGroup{limit: 1}}
+	a := newWatcher(r.g, r.readyA.Load)
+	r.b = newWatcher(r.g, r.readyB.Load)
+	r.doneA = startWait(a, 10*time.Second, 0)
+	waitFor(t, "the first reader polls", func() bool { return r.g.pollingNow() == 1 })
+	r.doneB = startWait(r.b, time.Microsecond, 10*time.Second)
+	waitFor(t, "the second reader is watched", func() bool { return r.g.watching() == 1 })
+	return r
+}
+
 // TestPollGroupServesWatched: with one reader polling at a time, a second waits watched,
 // its ring polled by the first, and wakes with its data while the first goes on polling.
 func TestPollGroupServesWatched(t *testing.T) {
-	g := &pollGroup{limit: 1}
-	var readyA, readyB atomic.Bool
-	a, b := newWatcher(g, readyA.Load), newWatcher(g, readyB.Load)
-	doneA := startWait(a, 10*time.Second, 0)
-	waitFor(t, "the first reader polls", func() bool { return g.pollingNow() == 1 })
-	doneB := startWait(b, time.Microsecond, 10*time.Second) // its own budget is spent: only watching finds its data
-	waitFor(t, "the second reader is watched", func() bool { return g.watching() == 1 })
-	readyB.Store(true)
+	tr := startTwoReaders(t)
+	g, b, doneA, doneB := tr.g, tr.b, tr.doneA, tr.doneB
+	tr.readyB.Store(true) // only watching finds it: b's own budget is spent
 	select {
 	case r := <-doneB:
 		if !r.ok {
@@ -66,7 +83,7 @@ func TestPollGroupServesWatched(t *testing.T) {
 		t.Fatal("the poller stopped without its data")
 	default:
 	}
-	readyA.Store(true)
+	tr.readyA.Store(true)
 	if r := <-doneA; !r.ok {
 		t.Fatal("the poller's wait ended without its data")
 	}
@@ -78,14 +95,9 @@ func TestPollGroupServesWatched(t *testing.T) {
 // TestPollGroupHandsOver: a poller whose data came hands its turn to the watched reader,
 // which then polls its own ring for what is left of its wait.
 func TestPollGroupHandsOver(t *testing.T) {
-	g := &pollGroup{limit: 1}
-	var readyA, readyB atomic.Bool
-	a, b := newWatcher(g, readyA.Load), newWatcher(g, readyB.Load)
-	doneA := startWait(a, 10*time.Second, 0)
-	waitFor(t, "the first reader polls", func() bool { return g.pollingNow() == 1 })
-	doneB := startWait(b, time.Microsecond, 10*time.Second)
-	waitFor(t, "the second reader is watched", func() bool { return g.watching() == 1 })
-	readyA.Store(true)
+	tr := startTwoReaders(t)
+	g, doneA, doneB := tr.g, tr.doneA, tr.doneB
+	tr.readyA.Store(true)
 	if r := <-doneA; !r.ok {
 		t.Fatal("the poller's wait ended without its data")
 	}
@@ -96,7 +108,7 @@ func TestPollGroupHandsOver(t *testing.T) {
 		t.Fatal("the reader handed the turn stopped polling before its wait was over")
 	default:
 	}
-	readyB.Store(true)
+	tr.readyB.Store(true)
 	if r := <-doneB; !r.ok {
 		t.Fatal("the reader handed the turn ended without its data")
 	}
