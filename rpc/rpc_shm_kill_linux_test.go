@@ -20,9 +20,10 @@ import (
 )
 
 // The peer of TestSHMPeerKilled is this test binary run again with envKillPeer set to
-// "server:PATH" (serve the test services at shm://PATH) or "client:PATH" (call them there
-// without end). It says "ready" on stdout once it serves, or once its first call is
-// answered, and runs until it is killed.
+// "server:PATH" (serve the test services at shm://PATH), "client:PATH" (call them there
+// without end) or "client-lanes3:PATH" (the same over three pinned lanes). It says "ready"
+// on stdout once it serves, or once its first call is answered, and runs until it is
+// killed.
 const envKillPeer = "MWRPC_SHM_KILL_PEER"
 
 func init() { peerMain = runKillPeer }
@@ -47,6 +48,8 @@ func runKillPeer() bool {
 		err = srv.ListenAndServe("shm://" + path)
 	case "client":
 		err = callForever(path)
+	case "client-lanes3":
+		err = callForever(path, rpc.WithLanes(3))
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -97,9 +100,9 @@ func load(ctx context.Context, c *rpc.Client, first func()) []error {
 	return errs
 }
 
-func callForever(path string) error {
+func callForever(path string, opts ...rpc.DialOption) error {
 	ctx := context.Background()
-	c, err := rpc.Dial(ctx, "shm://"+path)
+	c, err := rpc.Dial(ctx, "shm://"+path, opts...)
 	if err != nil {
 		return err
 	}
@@ -159,78 +162,90 @@ func kill(t *testing.T, cmd *exec.Cmd) {
 // with every call ended by a status, no window bound, no pooled buffer held, no
 // descriptor (ring, doorbell, socket) open and no goroutine left behind. The survivor
 // splits its large copies over helpers (as a machine of eight or more Ps would), so a peer
-// that dies in the middle of one finds helpers copying from or into its memory.
+// that dies in the middle of one finds helpers copying from or into its memory. With three
+// pinned lanes the survivor's readers are more than may poll at once on 2 cores: some wait
+// watched by another when the peer dies.
 func TestSHMPeerKilled(t *testing.T) {
 	defer parcopy.SetHelpers(3)()
-	t.Run("server", func(t *testing.T) {
-		leakcheck.Check(t)
-		fds := countFDs(t)
-		path := filepath.Join(t.TempDir(), "srv.sock")
-		cmd := startPeer(t, "server", path)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c, err := rpc.Dial(ctx, "shm://"+path)
-		if err != nil {
-			t.Fatal(err)
+	t.Run("server", func(t *testing.T) { serverKilled(t) })
+	t.Run("server/lanes=3", func(t *testing.T) { serverKilled(t, rpc.WithLanes(3)) })
+	t.Run("client", func(t *testing.T) { clientKilled(t, "client") })
+	t.Run("client/lanes=3", func(t *testing.T) { clientKilled(t, "client-lanes3") })
+}
+
+// serverKilled is TestSHMPeerKilled with the server the peer that dies: the survivor is a
+// Client dialed with opts.
+func serverKilled(t *testing.T, opts ...rpc.DialOption) {
+	leakcheck.Check(t)
+	fds := countFDs(t)
+	path := filepath.Join(t.TempDir(), "srv.sock")
+	cmd := startPeer(t, "server", path)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := rpc.Dial(ctx, "shm://"+path, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	done := make(chan []error, 1)
+	go func() { done <- load(ctx, c, func() { close(started) }) }()
+	<-started
+	time.Sleep(50 * time.Millisecond) // 16 MiB messages are on their way
+	kill(t, cmd)
+	var errs []error
+	select {
+	case errs = <-done:
+	case <-time.After(8 * time.Second):
+		t.Fatal("calls still in flight 8s after the server was killed")
+	}
+	for i, err := range errs {
+		if code := rpc.CodeOf(err); code != rpc.Unavailable {
+			t.Errorf("caller %d ended with %v, want Unavailable", i, err)
 		}
-		started := make(chan struct{})
-		done := make(chan []error, 1)
-		go func() { done <- load(ctx, c, func() { close(started) }) }()
-		<-started
-		time.Sleep(50 * time.Millisecond) // 16 MiB messages are on their way
-		kill(t, cmd)
-		var errs []error
-		select {
-		case errs = <-done:
-		case <-time.After(8 * time.Second):
-			t.Fatal("calls still in flight 8s after the server was killed")
+	}
+	waitStats(t, "client", c.Stats)
+	c.Close()
+	waitFDs(t, fds)
+}
+
+// clientKilled is TestSHMPeerKilled with the client the peer that dies, started in role:
+// the survivor is a Server.
+func clientKilled(t *testing.T, role string) {
+	leakcheck.Check(t)
+	fds := countFDs(t)
+	path := filepath.Join(t.TempDir(), "srv.sock")
+	srv := rpc.NewServer()
+	srv.RegisterService(&svcDesc, &impl{slept: make(chan error, 1)})
+	srv.RegisterService(&streamsDesc, &streamsImpl{ended: make(chan error, 16)})
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe("shm://" + path) }()
+	for deadline := time.Now().Add(5 * time.Second); !exists(path); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server does not listen")
 		}
-		for i, err := range errs {
-			if code := rpc.CodeOf(err); code != rpc.Unavailable {
-				t.Errorf("caller %d ended with %v, want Unavailable", i, err)
-			}
+	}
+	// The socket is bound before Serve sets the transport up: the baseline is taken once
+	// it is (under load it was taken before, without the shared receive slots' 256
+	// buffers, which the comparison below then counted as held).
+	var base transport.Stats
+	for deadline := time.Now().Add(5 * time.Second); base.HandlersCap == 0; base = srv.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatal("the server's transport is not set up 5 s after it listens")
 		}
-		waitStats(t, "client", c.Stats)
-		c.Close()
-		waitFDs(t, fds)
-	})
-	t.Run("client", func(t *testing.T) {
-		leakcheck.Check(t)
-		fds := countFDs(t)
-		path := filepath.Join(t.TempDir(), "srv.sock")
-		srv := rpc.NewServer()
-		srv.RegisterService(&svcDesc, &impl{slept: make(chan error, 1)})
-		srv.RegisterService(&streamsDesc, &streamsImpl{ended: make(chan error, 16)})
-		served := make(chan error, 1)
-		go func() { served <- srv.ListenAndServe("shm://" + path) }()
-		for deadline := time.Now().Add(5 * time.Second); !exists(path); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the server does not listen")
-			}
-		}
-		// The socket is bound before Serve sets the transport up: the baseline is taken once
-		// it is (under load it was taken before, without the shared receive slots' 256
-		// buffers, which the comparison below then counted as held).
-		var base transport.Stats
-		for deadline := time.Now().Add(5 * time.Second); base.HandlersCap == 0; base = srv.Stats() {
-			if time.Now().After(deadline) {
-				t.Fatal("the server's transport is not set up 5 s after it listens")
-			}
-			time.Sleep(time.Millisecond)
-		}
-		cmd := startPeer(t, "client", path)
-		time.Sleep(50 * time.Millisecond) // 16 MiB messages are on their way
-		kill(t, cmd)
-		waitStats(t, "server", srv.Stats)
-		if st := srv.Stats(); buffersInUse(st.Pool.Classes) > buffersInUse(base.Pool.Classes) {
-			t.Errorf("the server holds %d pooled buffers, %d before the client came", buffersInUse(st.Pool.Classes), buffersInUse(base.Pool.Classes))
-		}
-		srv.Stop()
-		if err := <-served; err != nil {
-			t.Errorf("ListenAndServe: %v", err)
-		}
-		waitFDs(t, fds)
-	})
+		time.Sleep(time.Millisecond)
+	}
+	cmd := startPeer(t, role, path)
+	time.Sleep(50 * time.Millisecond) // 16 MiB messages are on their way
+	kill(t, cmd)
+	waitStats(t, "server", srv.Stats)
+	if st := srv.Stats(); buffersInUse(st.Pool.Classes) > buffersInUse(base.Pool.Classes) {
+		t.Errorf("the server holds %d pooled buffers, %d before the client came", buffersInUse(st.Pool.Classes), buffersInUse(base.Pool.Classes))
+	}
+	srv.Stop()
+	if err := <-served; err != nil {
+		t.Errorf("ListenAndServe: %v", err)
+	}
+	waitFDs(t, fds)
 }
 
 // waitStats waits until a side has no connection, no window exposed and no handler
