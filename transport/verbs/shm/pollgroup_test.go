@@ -39,6 +39,29 @@ func startWait(w *watcher, budget, watchFor time.Duration) <-chan waitResult {
 	return out
 }
 
+// stillWaiting fails t with why if the wait done reports on has ended.
+func stillWaiting(t *testing.T, done <-chan waitResult, why string) {
+	t.Helper()
+	select {
+	case <-done:
+		t.Fatal(why)
+	default:
+	}
+}
+
+// endsReady fails t unless the wait done reports on ends, within 5 s, with its ring ready.
+func endsReady(t *testing.T, done <-chan waitResult, what string) {
+	t.Helper()
+	select {
+	case r := <-done:
+		if !r.ok {
+			t.Fatalf("%s ended without its data", what)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s did not end within 5s of its data", what)
+	}
+}
+
 // twoReaders is a group where one reader may poll at a time, with a reader polling (a,
 // for up to 10 s) and a second watched (b, its own budget spent at once, watched for up to
 // 10 s). Each ring has data once its flag is set.
@@ -67,26 +90,13 @@ func TestPollGroupServesWatched(t *testing.T) {
 	tr := startTwoReaders(t)
 	g, b, doneA, doneB := tr.g, tr.b, tr.doneA, tr.doneB
 	tr.readyB.Store(true) // only watching finds it: b's own budget is spent
-	select {
-	case r := <-doneB:
-		if !r.ok {
-			t.Fatal("the watched reader's wait ended without its data")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the watched reader was not woken by the poller within 5s")
-	}
+	endsReady(t, doneB, "the watched reader's wait (woken by the poller)")
 	if got := b.watchedN.Load(); got != 1 {
 		t.Errorf("watched waits counted %d, want 1", got)
 	}
-	select {
-	case <-doneA:
-		t.Fatal("the poller stopped without its data")
-	default:
-	}
+	stillWaiting(t, doneA, "the poller stopped without its data")
 	tr.readyA.Store(true)
-	if r := <-doneA; !r.ok {
-		t.Fatal("the poller's wait ended without its data")
-	}
+	endsReady(t, doneA, "the poller's wait")
 	if p, w := g.pollingNow(), g.watching(); p != 0 || w != 0 {
 		t.Fatalf("after both waits: %d polling, %d watched, want none", p, w)
 	}
@@ -98,20 +108,12 @@ func TestPollGroupHandsOver(t *testing.T) {
 	tr := startTwoReaders(t)
 	g, doneA, doneB := tr.g, tr.doneA, tr.doneB
 	tr.readyA.Store(true)
-	if r := <-doneA; !r.ok {
-		t.Fatal("the poller's wait ended without its data")
-	}
+	endsReady(t, doneA, "the poller's wait")
 	waitFor(t, "the watched reader took the turn", func() bool { return g.watching() == 0 && g.pollingNow() == 1 })
 	time.Sleep(time.Millisecond) // past the watched reader's own budget: it polls on watchFor's
-	select {
-	case <-doneB:
-		t.Fatal("the reader handed the turn stopped polling before its wait was over")
-	default:
-	}
+	stillWaiting(t, doneB, "the reader handed the turn stopped polling before its wait was over")
 	tr.readyB.Store(true)
-	if r := <-doneB; !r.ok {
-		t.Fatal("the reader handed the turn ended without its data")
-	}
+	endsReady(t, doneB, "the wait of the reader handed the turn")
 	if p := g.pollingNow(); p != 0 {
 		t.Fatalf("%d readers still hold a turn, want none", p)
 	}
@@ -139,7 +141,7 @@ func TestPollGroupWatchEnds(t *testing.T) {
 		t.Fatal("a watched reader whose wait was over was not sent to sleep within 5s")
 	}
 	readyA.Store(true)
-	<-doneA
+	endsReady(t, doneA, "the poller's wait")
 }
 
 // TestPollGroupLimit: under many readers whose rings become ready at random, no more
@@ -213,9 +215,7 @@ func TestPollGroupUncrowded(t *testing.T) {
 		time.Sleep(100 * time.Microsecond)
 	}
 	ready.Store(true)
-	if r := <-done; !r.ok {
-		t.Fatal("the lone reader's wait ended without its data")
-	}
+	endsReady(t, done, "the lone reader's wait")
 	b := newWatcher(g, ready.Load)
 	if !g.crowded.Load() {
 		t.Fatal("two members of a group of one poller: not crowded")
