@@ -36,9 +36,22 @@ type stepResult uint8
 
 const (
 	stepMore  stepResult = iota // it did something; there may be more
-	stepIdle                    // nothing can be done now
+	stepIdle                    // nothing (more) can be done now
 	stepDefer                   // the next frame is too large for a poster: the engine's
 )
+
+// stepAfter is what a step that transmitted a frame returns: stepMore while the QP has
+// more that step would look at, else stepIdle, so that the transmitter's loop ends without
+// taking q.mu once more to find nothing (each frame cost two acquisitions of the lock
+// that the QP's posters and its reader share). What is posted after this look is not
+// lost: its poster finds txMu held and asks the holder for another round (takeTx). q.mu
+// is held.
+func (q *QP) stepAfter() stepResult {
+	if q.engineHasWork() {
+		return stepMore
+	}
+	return stepIdle
+}
 
 // step transmits one frame or executes one local work request; txMu is held. A poster
 // leaves frames with more than maxPayload bytes to the engine (0: the engine, no bound).
@@ -85,6 +98,7 @@ func (q *QP) stepOut(l link, maxPayload int) stepResult {
 	}
 	q.txHdr = f.h
 	q.piggyback(&q.txHdr)
+	next := q.stepAfter()
 	q.mu.Unlock()
 	segs := q.txSegs[:0]
 	if len(f.data) > 0 {
@@ -94,7 +108,7 @@ func (q *QP) stepOut(l link, maxPayload int) stepResult {
 	if f.mr != nil {
 		f.mr.release(q.stripe)
 	}
-	return stepMore
+	return next
 }
 
 // stepSQ transmits the send queue's next work request, or executes it where it is local
@@ -157,14 +171,15 @@ func (q *QP) stepSQ(l link, maxPayload int) stepResult {
 		q.txHdr.flags |= flagAckReq
 	}
 	q.armAckTimer()
+	next := q.stepAfter()
 	q.mu.Unlock()
 	if tl, ok := l.(*tcpLink); ok && maxPayload == 0 && tl.keepable(&q.txHdr) {
 		q.keepTx(tl, segs)
-		return stepMore
+		return next
 	}
 	q.transmit(l, &q.txHdr, segs)
 	q.releaseTx()
-	return stepMore
+	return next
 }
 
 // keepTx hands the engine's large frame in q.txHdr (a 1 MiB WRITE, say) to the link, with

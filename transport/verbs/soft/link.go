@@ -73,6 +73,8 @@ type sliceSource struct {
 	off  int
 }
 
+func (s *sliceSource) inMemory() bool { return true }
+
 func (s *sliceSource) fill(q *QP, dst []byte) error {
 	q.st.copied.Add(uint64(len(dst)))
 	for len(dst) > 0 {
@@ -1001,6 +1003,8 @@ func (q *QP) eachCQ(f func(*cq)) {
 // bufSource hands over a small frame's payload, which came with its header.
 type bufSource struct{ b []byte }
 
+func (s *bufSource) inMemory() bool { return true }
+
 func (s *bufSource) fill(q *QP, dst []byte) error {
 	if len(dst) > len(s.b) {
 		return io.ErrUnexpectedEOF
@@ -1020,6 +1024,8 @@ type connSource struct {
 	junk  []byte
 	guard *stallGuard
 }
+
+func (s *connSource) inMemory() bool { return false }
 
 func (s *connSource) fill(q *QP, dst []byte) error {
 	if int64(len(dst)) > s.left {

@@ -12,7 +12,15 @@ import (
 type payloadSource interface {
 	// fill moves the next len(dst) payload bytes into dst, counting them against q's device.
 	fill(q *QP, dst []byte) error
+	// inMemory reports whether the whole payload is in memory already (it came with its
+	// header, or is the in-process sender's), so that fill only copies and never waits.
+	inMemory() bool
 }
+
+// lockedScatterMax is the largest payload in memory that a receive takes with q.mu held
+// throughout (onRequest): copying 2 KiB takes well under 100 ns, less than letting go of
+// the lock and taking it again, which the QP's posters, waiting on that lock, pay for.
+const lockedScatterMax = 2 << 10
 
 // deliver handles one incoming frame, which arrived at at (clock.Nanos: when the
 // stream reader's read brought it, or when the in-process peer sent it). The caller
@@ -299,6 +307,9 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 	if !ok {
 		return nil // refused: the receive completed with the error, the QP is in ERR
 	}
+	if !placed && h.len <= lockedScatterMax && src.inMemory() {
+		return q.scatterLocked(h, src, segs, wmr, wc)
+	}
 	// The receive is this QP's now, whether it came from rq or the SRQ: a move to ERR
 	// while the payload is placed completes it first, flushed (toError).
 	q.rxTaken, q.rxWC = true, wc
@@ -323,6 +334,25 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 			wc.Status = verbs.WCWRFlushErr
 			q.rcq.push(wc)
 		}
+		q.mu.Unlock()
+		return err
+	}
+	q.completeRecv(h, wc)
+	return nil
+}
+
+// scatterLocked is the rest of onRequest for a small payload in memory: copied into the
+// receive with q.mu held, so that nothing can move the QP meanwhile, and completed. q.mu
+// is held on entry and released.
+func (q *QP) scatterLocked(h *header, src payloadSource, segs [][]byte, wmr *mr, wc verbs.WorkCompletion) error {
+	err := scatter(q, src, segs, h.len)
+	q.releaseRx()
+	if wmr != nil {
+		wmr.release(q.stripe)
+	}
+	if err != nil { // a frame shorter than its header said: the link fails, the receive is flushed
+		wc.Status = verbs.WCWRFlushErr
+		q.rcq.push(wc)
 		q.mu.Unlock()
 		return err
 	}
@@ -412,13 +442,33 @@ func (q *QP) completeRecv(h *header, wc verbs.WorkCompletion) {
 	q.unlockAndKick() // work the ACK it carried let go; the ACK of its own waits
 }
 
-// unlockAndKick releases q.mu and wakes the engine if it has something to do.
+// unlockAndKick releases q.mu and wakes the engine if it has something to do that no
+// transmitter will: a goroutine that holds txMu (a poster, or the engine) is asked for
+// another round instead (leaveToHolder). Under load a lane's send queue nearly always
+// holds a request some caller is about to transmit when a response comes in, and a kick
+// for it woke the engine only to wait for that caller's txMu.
 func (q *QP) unlockAndKick() {
 	kick := q.engineHasWork()
 	q.mu.Unlock()
-	if kick {
+	if kick && !q.leaveToHolder() {
 		q.kick()
 	}
+}
+
+// leaveToHolder asks the goroutine that holds txMu for another round (txAgain, as takeTx
+// does for a poster) and reports whether it still held txMu after that, so that it will
+// look again once it lets go (letGoTx). False when txMu is free: nobody transmits.
+func (q *QP) leaveToHolder() bool {
+	if q.txMu.TryLock() {
+		q.txMu.Unlock()
+		return false
+	}
+	q.txAgain.Store(true)
+	if q.txMu.TryLock() { // let go meanwhile, perhaps before it saw txAgain
+		q.txMu.Unlock()
+		return false
+	}
+	return true
 }
 
 // refuse completes the consumed receive with st, NAKs the message and moves the QP to ERR.

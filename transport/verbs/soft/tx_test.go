@@ -32,6 +32,31 @@ func TestPosterLeavesToHolder(t *testing.T) {
 	}
 }
 
+// TestReaderLeavesToHolder: a reader whose delivery leaves the QP work to transmit wakes
+// the engine only while nobody transmits: a goroutine that holds txMu is asked for another
+// round instead.
+func TestReaderLeavesToHolder(t *testing.T) {
+	q := bareQP()
+	q.wake = make(chan struct{}, 1)
+	q.outq = append(q.outq, outFrame{h: header{op: opAck}}) // work for whoever transmits
+
+	q.txMu.Lock() // a poster transmits
+	q.mu.Lock()
+	q.unlockAndKick()
+	if len(q.wake) != 0 {
+		t.Fatal("the reader woke the engine while a poster held txMu")
+	}
+	if !q.letGoTx() {
+		t.Fatal("the holder was not asked for another round")
+	}
+
+	q.mu.Lock()
+	q.unlockAndKick()
+	if len(q.wake) != 1 {
+		t.Fatal("with nobody transmitting, the reader did not wake the engine for the work it left")
+	}
+}
+
 // TestHeldResponsesGathered: requests that arrive together (one BATCH, one read) and are
 // answered from the armed queue's handler with PostSendHeld leave in one or two writes,
 // not one each. (With PostSend, logged for comparison, each answer is written at once.)
