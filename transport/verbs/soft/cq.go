@@ -15,10 +15,11 @@ type cq struct {
 
 	n       atomic.Int32 // completions queued
 	size    atomic.Int32 // len(ring), for Cap without mu
+	armed   atomic.Bool  // ReqNotify asked for the next completion's notification
+	gone    atomic.Bool  // destroyed: closed, for ReqNotify without mu
 	mu      sync.Mutex
 	ring    []verbs.WorkCompletion // grows by Resize
 	head    int
-	armed   bool
 	overrun atomic.Bool
 	users   int // QPs
 	closed  bool
@@ -26,10 +27,16 @@ type cq struct {
 
 	// An armed queue with a handler that a stream reader is filling does not send on
 	// notify: the reader runs the handler once it has let go of the QP (verbs.DirectCQ).
-	handler   func()
-	deferring int  // readers between beginDefer and endDefer
-	owed      bool // a completion found the queue armed while a reader was deferring
+	handler func()
+	// defers counts the readers between beginDefer and endDefer, with owedBit set when a
+	// completion found the queue armed while one was: atomic, so that bracketing a frame
+	// takes no lock (each delivered frame did twice, on every CQ its QP completes to).
+	defers atomic.Int64
 }
+
+// owedBit is the bit of cq.defers that says a deferring reader owes the armed queue's
+// notification.
+const owedBit = 1 << 62
 
 // SetArmedHandler implements verbs.DirectCQ: the handler runs on the TCP fabric's stream
 // readers. The in-process fabric has no goroutine of its own to lend, and keeps notifying.
@@ -41,25 +48,24 @@ func (c *cq) SetArmedHandler(fn func()) {
 
 // beginDefer and endDefer bracket a stream reader's delivery of one frame, less its waits
 // for payload bytes (it must not hold back, that long, completions others added). Whichever
-// deferring reader ends first after an armed completion runs the handler: owed is set and
-// taken under mu, and only while some reader is still to take it, so it is never lost.
-// The reader holds its QP's rxMu but not q.mu then: the handler may need q.mu.
-func (c *cq) beginDefer() {
-	c.mu.Lock()
-	c.deferring++
-	c.mu.Unlock()
-}
+// deferring reader ends first after an armed completion runs the handler: owedBit is set
+// (owe) only while the count of deferring readers is above zero, by a compare-and-swap, so
+// every reader that ends after it sees it and the first to clear it runs the handler; it
+// is never lost. The reader holds its QP's rxMu but not q.mu then: the handler may need
+// q.mu.
+func (c *cq) beginDefer() { c.defers.Add(1) }
 
 func (c *cq) endDefer() {
+	if c.defers.Add(-1)&owedBit == 0 || c.defers.And(^owedBit)&owedBit == 0 {
+		return // nothing owed, or another reader took it
+	}
 	c.mu.Lock()
-	c.deferring--
-	run, fn := c.owed, c.handler
-	c.owed = false
+	fn := c.handler
 	c.mu.Unlock()
 	switch {
-	case run && fn == nil: // the handler was removed meanwhile: the token it replaced
+	case fn == nil: // the handler was removed meanwhile: the token it replaced
 		c.signal()
-	case run:
+	default:
 		// A reader must never block on a socket: two readers each blocked writing to the
 		// other's full stream would deadlock. Work the handler posts is sent with writes that
 		// never wait, or left to the engines (QP.transmitTryOnce).
@@ -109,13 +115,14 @@ func (c *cq) Resize(cqe int) error {
 }
 func (c *cq) Notify() <-chan struct{} { return c.notify }
 
+// ReqNotify arms the queue. It takes no lock: push takes armed with a swap after it counts
+// its completion, so a poller that polls again after arming sees the completion, or push
+// sees the queue armed.
 func (c *cq) ReqNotify() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	if c.gone.Load() {
 		return fmt.Errorf("soft: req notify: %w", verbs.ErrClosed)
 	}
-	c.armed = true
+	c.armed.Store(true)
 	return nil
 }
 
@@ -160,14 +167,26 @@ func (c *cq) push(wc verbs.WorkCompletion) {
 	}
 	c.ring[i] = wc
 	c.n.Add(1)
-	fire := c.armed
-	c.armed = false
-	if fire && c.handler != nil && c.deferring > 0 {
-		c.owed, fire = true, false
+	fire := c.armed.Swap(false)
+	if fire && c.handler != nil && c.owe() {
+		fire = false
 	}
 	c.mu.Unlock()
 	if fire {
 		c.signal()
+	}
+}
+
+// owe sets owedBit while a reader is deferring, and reports whether it did. mu is held.
+func (c *cq) owe() bool {
+	for {
+		v := c.defers.Load()
+		if v&^owedBit == 0 {
+			return false
+		}
+		if c.defers.CompareAndSwap(v, v|owedBit) {
+			return true
+		}
 	}
 }
 
@@ -197,6 +216,7 @@ func (c *cq) Destroy() error {
 		return fmt.Errorf("soft: destroy CQ: %d QPs still use it: %w", c.users, verbs.ErrBusy)
 	}
 	c.closed = true
+	c.gone.Store(true)
 	c.dev.unuse()
 	return nil
 }

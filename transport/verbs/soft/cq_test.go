@@ -2,6 +2,9 @@ package soft
 
 import (
 	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/mwrpc/mwrpc/transport/verbs"
@@ -61,4 +64,69 @@ func TestCQResize(t *testing.T) {
 	if err := verbs.ResizeCQ(q, 16); !errors.Is(err, verbs.ErrClosed) {
 		t.Errorf("resize after destroy: %v, want ErrClosed", err)
 	}
+}
+
+// TestArmedNotificationNeverLost: an armed completion pushed while readers begin and end
+// their deliveries on other goroutines is announced exactly once: by the handler, run by
+// the first reader that ends after it, or on Notify when no reader was delivering. The
+// readers' bracket takes no lock, so this races them against push on purpose.
+func TestArmedNotificationNeverLost(t *testing.T) {
+	d := mustOpen(t)
+	defer d.Close()
+	q, err := d.CreateCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, q.Destroy()) }()
+	c := q.(*cq)
+	var ran atomic.Int32
+	c.SetArmedHandler(func() { ran.Add(1) })
+	wcs := make([]verbs.WorkCompletion, 4)
+	rounds := 20000
+	if testing.Short() {
+		rounds = 2000
+	}
+	byHandler, bySignal := 0, 0
+	for i := range rounds {
+		must(t, c.ReqNotify())
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				c.beginDefer()
+				for range i % 7 { // end at different times against the push
+					runtime.Gosched()
+				}
+				c.endDefer()
+			})
+		}
+		wg.Go(func() {
+			for range i % 3 {
+				runtime.Gosched()
+			}
+			c.push(verbs.WorkCompletion{WRID: uint64(i)})
+		})
+		wg.Wait()
+		signaled := false
+		select {
+		case <-c.Notify():
+			signaled = true
+		default:
+		}
+		handled := ran.Swap(0)
+		switch {
+		case handled == 1 && !signaled:
+			byHandler++
+		case handled == 0 && signaled:
+			bySignal++
+		default:
+			t.Fatalf("round %d: the handler ran %d times and Notify signaled %v, want one announcement", i, handled, signaled)
+		}
+		if n, _ := c.Poll(wcs); n != 1 {
+			t.Fatalf("round %d: polled %d completions, want 1", i, n)
+		}
+		if v := c.defers.Load(); v != 0 {
+			t.Fatalf("round %d: defers %#x after every reader ended, want 0", i, v)
+		}
+	}
+	t.Logf("%d rounds: %d announced by a reader's handler, %d on Notify", rounds, byHandler, bySignal)
 }
