@@ -27,7 +27,8 @@ type cq struct {
 
 	// An armed queue with a handler that a stream reader is filling does not send on
 	// notify: the reader runs the handler once it has let go of the QP (verbs.DirectCQ).
-	handler func()
+	// Atomic: the reader that owes the notification reads it without mu.
+	handler atomic.Pointer[func()]
 	// defers counts the readers between beginDefer and endDefer, with owedBit set when a
 	// completion found the queue armed while one was: atomic, so that bracketing a frame
 	// takes no lock (each delivered frame did twice, on every CQ its QP completes to).
@@ -41,9 +42,11 @@ const owedBit = 1 << 62
 // SetArmedHandler implements verbs.DirectCQ: the handler runs on the TCP fabric's stream
 // readers. The in-process fabric has no goroutine of its own to lend, and keeps notifying.
 func (c *cq) SetArmedHandler(fn func()) {
-	c.mu.Lock()
-	c.handler = fn
-	c.mu.Unlock()
+	if fn == nil {
+		c.handler.Store(nil)
+		return
+	}
+	c.handler.Store(&fn)
 }
 
 // beginDefer and endDefer bracket a stream reader's delivery of one frame, less its waits
@@ -59,10 +62,7 @@ func (c *cq) endDefer() {
 	if c.defers.Add(-1)&owedBit == 0 || c.defers.And(^owedBit)&owedBit == 0 {
 		return // nothing owed, or another reader took it
 	}
-	c.mu.Lock()
-	fn := c.handler
-	c.mu.Unlock()
-	switch {
+	switch fn := c.handler.Load(); {
 	case fn == nil: // the handler was removed meanwhile: the token it replaced
 		c.signal()
 	default:
@@ -70,7 +70,7 @@ func (c *cq) endDefer() {
 		// other's full stream would deadlock. Work the handler posts is sent with writes that
 		// never wait, or left to the engines (QP.transmitTryOnce).
 		c.dev.readersReaping.Add(1)
-		fn()
+		(*fn)()
 		c.dev.readersReaping.Add(-1)
 	}
 }
@@ -168,7 +168,7 @@ func (c *cq) push(wc verbs.WorkCompletion) {
 	c.ring[i] = wc
 	c.n.Add(1)
 	fire := c.armed.Swap(false)
-	if fire && c.handler != nil && c.owe() {
+	if fire && c.handler.Load() != nil && c.owe() {
 		fire = false
 	}
 	c.mu.Unlock()
