@@ -40,17 +40,28 @@ const (
 	stepDefer                   // the next frame is too large for a poster: the engine's
 )
 
-// stepAfter is what a step that transmitted a frame returns: stepMore while the QP has
-// more that step would look at, else stepIdle, so that the transmitter's loop ends without
-// taking q.mu once more to find nothing (each frame cost two acquisitions of the lock
-// that the QP's posters and its reader share). What is posted after this look is not
-// lost: its poster finds txMu held and asks the holder for another round (takeTx). q.mu
-// is held.
+// stepAfter is what a step that transmitted a frame returns, as the QP was before the
+// frame left: stepMore while it has more that step would look at, else stepIdle, so that
+// the transmitter's loop ends without taking q.mu once more to find nothing (each frame
+// cost two acquisitions of the lock that the QP's posters and its reader share). q.mu is
+// held. What is posted while the frame leaves is not lost: its poster finds txMu held and
+// asks the holder for more (takeTx), which orAsked sees.
 func (q *QP) stepAfter() stepResult {
 	if q.engineHasWork() {
 		return stepMore
 	}
 	return stepIdle
+}
+
+// orAsked is next (stepAfter's look, taken before the frame left), or stepMore where a
+// poster queued work requests meanwhile and left them to this transmitter (txAgain): the
+// next step takes them, where a round of its own (letGoTx, takeTx) would cost more, and
+// after txRounds a wake-up of the engine.
+func (q *QP) orAsked(next stepResult) stepResult {
+	if next == stepIdle && q.txAgain.Load() && q.txAgain.Swap(false) {
+		return stepMore
+	}
+	return next
 }
 
 // step transmits one frame or executes one local work request; txMu is held. A poster
@@ -108,7 +119,7 @@ func (q *QP) stepOut(l link, maxPayload int) stepResult {
 	if f.mr != nil {
 		f.mr.release(q.stripe)
 	}
-	return next
+	return q.orAsked(next)
 }
 
 // stepSQ transmits the send queue's next work request, or executes it where it is local
@@ -175,11 +186,11 @@ func (q *QP) stepSQ(l link, maxPayload int) stepResult {
 	q.mu.Unlock()
 	if tl, ok := l.(*tcpLink); ok && maxPayload == 0 && tl.keepable(&q.txHdr) {
 		q.keepTx(tl, segs)
-		return next
+		return q.orAsked(next)
 	}
 	q.transmit(l, &q.txHdr, segs)
 	q.releaseTx()
-	return next
+	return q.orAsked(next)
 }
 
 // keepTx hands the engine's large frame in q.txHdr (a 1 MiB WRITE, say) to the link, with
