@@ -278,8 +278,17 @@ func (c *Conn) Ping(ctx context.Context) error {
 
 // deliver completes the call a response answers.
 func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) {
-	cl := c.takeCall(h.CallID)
-	if cl == nil { // the caller gave up
+	c.mu.Lock()
+	flush, err := c.creditsLocked(h)
+	var cl *call
+	if err == nil {
+		cl = c.calls.takeLocked(h.CallID)
+	}
+	if cl != nil && cl.st == nil && slot >= 0 && !c.shared() {
+		c.in.slots[slot].held = true // until Release (see leaveSlot)
+	}
+	c.mu.Unlock()
+	if !c.afterCredits(flush, err) || cl == nil { // failed (every call with it), or the caller gave up
 		if buf != nil {
 			buf.Release()
 		} else {
@@ -299,11 +308,6 @@ func (c *Conn) deliver(h *wire.Header, payload []byte, slot int, buf *pool.Buf) 
 	}
 	if slot >= 0 {
 		c.out.heldResp.Add(1) // until Release (see leaveSlot)
-		if !c.shared() {
-			c.mu.Lock()
-			c.in.slots[slot].held = true
-			c.mu.Unlock()
-		}
 	}
 	cl.resp = Response{c: c, cl: cl, status: Code(h.Status), data: payload, slot: slot, buf: buf}
 	probe.Mark(probe.Deliver)

@@ -797,3 +797,68 @@ func dialPairOn(t *testing.T, cdev, sdev verbs.Device, scfg, ccfg Config) (*Tran
 	}
 	return server, c
 }
+
+// TestInflatedCredits: a request or a response that returns more credits than its sender
+// was given breaks the protocol wherever the credits are taken (a plain message's where it
+// is dispatched or delivered): the receiver's connection fails with ErrProtocol, counted
+// and logged, no handler runs, and nothing is left held.
+func TestInflatedCredits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kind wire.Kind
+	}{
+		{"request", wire.KindRequest},
+		{"response", wire.KindResponse},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var logged bytes.Buffer
+			var served atomic.Int32
+			h := HandlerFunc(func(ctx context.Context, req []byte, w *ResponseWriter) {
+				served.Add(1)
+				_ = w.Write(StatusOK, req)
+			})
+			logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))
+			e := newEnv(t, tcpFabric, h, Config{Logger: logger}, withClient(Config{Logger: logger}))
+			// The forger and the receiver: a request goes from the client to the server, a
+			// response the other way, to a call the client has in flight.
+			from, to, stats := e.conn, e.serverConn(t), e.server.Stats
+			var id uint64 = 9
+			if tc.kind == wire.KindResponse {
+				from, to, stats = to, e.conn, e.client.Stats
+				cl, err := e.conn.register()
+				if err != nil {
+					t.Fatal(err)
+				}
+				id = cl.id
+			}
+			before := stats().Protocol
+			buf, err := from.t.pool.TryGet(4096)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer buf.Release() // after the connections are gone: no transfer touches it then
+			hdr := wire.Header{Kind: tc.kind, CallID: id, Len: 4, Credits: 60000}
+			wire.PutHeader(buf.Bytes(), &hdr)
+			copy(buf.Bytes()[wire.HeaderLen:], "more")
+			sge := buf.SGE()
+			sge.Length = wire.HeaderLen + 4
+			if err := from.qp.PostSend([]verbs.SendWR{{WRID: 0x7f << 56, Opcode: verbs.WRSend, SGL: []verbs.SGE{sge}}}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the receiver to count the breach", func() bool { return stats().Protocol == before+1 })
+			if err := to.failure(); !errors.Is(err, ErrProtocol) {
+				t.Fatalf("the receiver's connection: %v, want ErrProtocol", err)
+			}
+			mu.Lock()
+			out := logged.String()
+			mu.Unlock()
+			if !strings.Contains(out, "returned more credits than it was given") {
+				t.Fatalf("the log does not say what was wrong:\n%s", out)
+			}
+			if n := served.Load(); n != 0 {
+				t.Fatalf("%d handlers ran for a message that broke the protocol", n)
+			}
+		})
+	}
+}

@@ -269,7 +269,11 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 		c.invalidated(wc.InvalidatedRKey)
 	}
 	counted := h.Kind != wire.KindRelease
-	if (h.Credits > 0 || h.CtrlCredits > 0) && !c.takeCredits(h) {
+	// A plain request or response returns its credits where it is dispatched or delivered,
+	// under that hold of Conn.mu (creditsLocked): one acquisition a message fewer.
+	plain := h.Flags&(wire.FlagLarge|wire.FlagWritten|wire.FlagPushed|wire.FlagStream) == 0 &&
+		(h.Kind == wire.KindRequest || h.Kind == wire.KindResponse)
+	if !plain && (h.Credits > 0 || h.CtrlCredits > 0) && !c.takeCredits(h) {
 		c.dropShared(i)
 		return
 	}
@@ -318,22 +322,43 @@ func (c *Conn) onRecv(i int, wc *verbs.WorkCompletion) {
 // failed.
 func (c *Conn) takeCredits(h *wire.Header) bool {
 	c.mu.Lock()
+	flush, err := c.creditsLocked(h)
+	c.mu.Unlock()
+	return c.afterCredits(flush, err)
+}
+
+// creditsLocked adds the credits h returns to the send queue, wakes the senders that wait
+// for one, and clears them from h, so that they count once whichever of takeCredits,
+// deliver and dispatch takes them. It reports whether queued control messages may go now
+// (flushCtrl), or the peer's breach of the protocol. Conn.mu is held.
+func (c *Conn) creditsLocked(h *wire.Header) (flush bool, err error) {
+	if h.Credits == 0 && h.CtrlCredits == 0 {
+		return false, nil
+	}
 	c.out.avail += int(h.Credits)
 	c.out.ctrlAvail += int(h.CtrlCredits)
 	if c.out.avail > c.out.credits || c.out.ctrlAvail > recvCtrlSlots {
-		c.mu.Unlock()
-		c.fail(fmt.Errorf("%w: it sent a bad message: %w: it returned more credits than it was given (%d of %d counted, %d of %d control)",
-			ErrProtocol, wire.ErrMalformed, c.out.avail, c.out.credits, c.out.ctrlAvail, recvCtrlSlots))
-		return false
+		return false, fmt.Errorf("%w: it sent a bad message: %w: it returned more credits than it was given (%d of %d counted, %d of %d control)",
+			ErrProtocol, wire.ErrMalformed, c.out.avail, c.out.credits, c.out.ctrlAvail, recvCtrlSlots)
 	}
 	if c.changed.waiters > 0 {
 		c.wakeLocked()
 	}
-	flush := len(c.out.ctrl) > 0 || h.CtrlCredits > 0 && (c.out.stalled || len(c.out.pendingInv) > 0 || c.owesCredits())
+	flush = len(c.out.ctrl) > 0 || h.CtrlCredits > 0 && (c.out.stalled || len(c.out.pendingInv) > 0 || c.owesCredits())
 	if h.CtrlCredits > 0 {
 		c.out.stalled = false
 	}
-	c.mu.Unlock()
+	h.Credits, h.CtrlCredits = 0, 0
+	return flush, nil
+}
+
+// afterCredits does, once Conn.mu is let go, what creditsLocked said: it fails the
+// connection on err (and reports false), or sends the control messages that may go.
+func (c *Conn) afterCredits(flush bool, err error) bool {
+	if err != nil {
+		c.fail(err)
+		return false
+	}
 	if flush {
 		c.flushCtrl()
 	}

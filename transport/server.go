@@ -534,6 +534,14 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 		sc.dst = writeDst{addr: h.Addr, rkey: h.RKey, n: h.Len}
 	}
 	c.mu.Lock()
+	flush, err := c.creditsLocked(h)
+	if err != nil {
+		c.mu.Unlock()
+		c.afterCredits(false, err)
+		sc.releaseRequest()
+		sc.recycle(sc.ctx) // never handed to a handler: its context is as it came from the pool
+		return
+	}
 	if c.serving.calls.get(h.CallID) != nil {
 		// Two calls under one id: the second would hide the first from the per-connection
 		// limit and from cancellation, and the first's end would drop the second.
@@ -552,6 +560,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	// No single connection, nor host, may take more than its share of the handlers.
 	crowded := c.serving.calls.len() > c.t.cfg.MaxCallsPerConn
 	c.mu.Unlock()
+	c.afterCredits(flush, nil)
 	limit, what := c.t.cfg.MaxCallsPerConn, "on this connection (Config.MaxCallsPerConn"
 	inline := !crowded && sc.st == nil && !dead && c.inlineOK(req) && c.reserveCredit()
 	if !crowded && !inline && c.overHost(sc) {
