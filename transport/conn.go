@@ -86,6 +86,9 @@ type Conn struct {
 	awayCh  chan struct{} // closed when the peer sent GOAWAY
 	awayErr error         // why, set before awayCh closes (GoAwayErr)
 
+	// tornDown is torn, for a sender leaving its slot without c.mu (postedSlot); set with it.
+	tornDown atomic.Bool
+
 	// Admission: from when it is published (admitted, Transport.mu) until teardown the
 	// connection counts against MaxConns, and against its host's limits when Serve
 	// accepted it (host; those are subject to IdleTimeout too).
@@ -413,6 +416,7 @@ func (c *Conn) releaseAll() {
 		_ = c.win.ws.Close() // reports the windows just released as bound; they are gone now
 	}
 	c.torn = true
+	c.tornDown.Store(true)
 	c.endGrantLocked() // its buffer went with its window, above
 	for i := range c.in.slots {
 		if s := &c.in.slots[i]; s.buf != nil && !s.held && !s.posting {
@@ -422,7 +426,7 @@ func (c *Conn) releaseAll() {
 	}
 	var recvs []int // receive slots responses gathered from: let go once c.mu is not held
 	for _, s := range c.out.slots {
-		if s != nil && !s.filling {
+		if s != nil && s.state.Load() == slotPosted { // else its sender releases it (postedSlot)
 			if r := s.release(); r > 0 {
 				recvs = append(recvs, r)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,7 +141,7 @@ func checkGathered(t *testing.T, c *Conn) {
 			if s == nil {
 				continue
 			}
-			if s.filling {
+			if s.state.Load() != slotPosted {
 				held++
 				continue
 			}
@@ -302,5 +303,58 @@ func TestCallBufEmpty(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d pool buffers in use, %d before the call: the empty request's buffer was not released", inUse(), before)
 		}
+	}
+}
+
+// TestSendSlotHandOver: a sender leaves its send slot without Conn.mu unless the SEND
+// completed meanwhile (then the sender frees it) or the connection was torn down; a
+// completion that comes after the sender left frees the slot itself.
+func TestSendSlotHandOver(t *testing.T) {
+	e := newEnv(t, tcpFabric, echo, Config{})
+	c := e.conn
+	take := func() (int, *sendSlot) {
+		t.Helper()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		i, s, err := c.takeSendLocked(context.Background(), 64, sendWait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i, s
+	}
+	free := func(i int) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return slices.Contains(c.out.free, i)
+	}
+
+	// Completed while its sender still filled it: the sender frees it.
+	i, s := take()
+	c.onSent(i)
+	if s.state.Load() != slotDone || free(i) {
+		t.Fatalf("a SEND completed during its filling: state %d, free %v; want slotDone, not free", s.state.Load(), free(i))
+	}
+	c.postedSlot(i, s)
+	if s.state.Load() != slotPosted || !free(i) {
+		t.Fatalf("its sender left it: state %d, free %v; want slotPosted and free", s.state.Load(), free(i))
+	}
+
+	// Left by its sender first, which takes no lock; then its completion frees it.
+	i, s = take()
+	c.mu.Lock()
+	left := make(chan struct{})
+	go func() { c.postedSlot(i, s); close(left) }()
+	select {
+	case <-left:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a sender leaving its slot waited for Conn.mu though its SEND was in flight")
+	}
+	c.mu.Unlock()
+	if free(i) {
+		t.Fatal("a slot whose SEND is in flight was freed")
+	}
+	c.onSent(i)
+	if !free(i) {
+		t.Fatal("the completion of a SEND whose sender had left did not free its slot")
 	}
 }

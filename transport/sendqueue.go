@@ -50,13 +50,24 @@ type sendQueue struct {
 const smallSendSlot = 4 << 10
 
 type sendSlot struct {
-	buf     *pool.Buf
-	g       gathered        // what the SEND carries behind buf's bytes, if anything
-	wrs     [3]verbs.SendWR // up to two work requests before the SEND: a bind, a WRITE
-	sge     [2]verbs.SGE
-	filling bool // c.mu: a sender is writing and posting it; teardown leaves it to the sender
-	done    bool // c.mu: its SEND completed while its sender was still filling: the sender frees it
+	buf *pool.Buf
+	g   gathered        // what the SEND carries behind buf's bytes, if anything
+	wrs [3]verbs.SendWR // up to two work requests before the SEND: a bind, a WRITE
+	sge [2]verbs.SGE
+	// state is slotFilling while a sender writes and posts it (teardown leaves it to the
+	// sender), slotDone when its SEND completed meanwhile (the sender frees it), else
+	// slotPosted. Set to slotFilling under c.mu; the sender leaves it with a
+	// compare-and-swap that takes no lock unless the SEND completed or the connection was
+	// torn down meanwhile (postedSlot); onSent's swap to slotDone is under c.mu.
+	state atomic.Uint32
 }
+
+// The states of a send slot (sendSlot.state).
+const (
+	slotPosted  = iota // its sender is done with it: free, or its SEND in flight
+	slotFilling        // a sender writes and posts it
+	slotDone           // its SEND completed while its sender was still filling it
+)
 
 type sendMode uint8
 
@@ -218,7 +229,7 @@ func (c *Conn) sendParts(ctx context.Context, h *wire.Header, payload, tail []by
 	if rv.rkey != 0 && time.Since(rv.at) >= c.t.cfg.Lease/2 {
 		if len(pre) > 0 && pre[len(pre)-1].Opcode == verbs.WRRDMAWrite {
 			c.out.refundLocked(i, mode)
-			s.filling = false
+			s.state.Store(slotPosted)
 			c.mu.Unlock()
 			g.drop(c)
 			return false, errLate
@@ -295,7 +306,7 @@ func (c *Conn) takeSendLocked(ctx context.Context, n int, mode sendMode) (int, *
 		return 0, nil, err
 	}
 	c.out.spendLocked(mode)
-	s.filling = true
+	s.state.Store(slotFilling)
 	return i, s, nil
 }
 
@@ -408,13 +419,18 @@ func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload, tail []byte
 
 // postedSlot ends the sender's hold on send slot i once its work requests are posted: a
 // SEND that completed meanwhile frees the slot now, and a teardown that ran meanwhile left
-// its buffer to us.
+// its buffer to us. Only those take c.mu: the SEND of a call is acknowledged with its
+// response, long after this. A teardown that looks at the slot after the swap releases
+// its buffers itself, and the release here under c.mu then finds nothing left.
 func (c *Conn) postedSlot(i int, s *sendSlot) {
+	done := !s.state.CompareAndSwap(slotFilling, slotPosted)
+	if !done && !c.tornDown.Load() {
+		return
+	}
 	c.mu.Lock()
-	s.filling = false
 	flush, recv, torn := false, 0, 0
-	if s.done { // completed already (reaped by a goroutine the queue was lent to): free it now
-		s.done = false
+	if done { // completed already (reaped by a goroutine the queue was lent to): free it now
+		s.state.Store(slotPosted)
 		flush, recv = c.freeSendLocked(i)
 	}
 	if c.torn { // torn down meanwhile: the slot is ours to release
@@ -449,8 +465,7 @@ func (c *Conn) popInvLocked() uint32 {
 // with it (the completion can be reaped that soon), the sender frees it.
 func (c *Conn) onSent(i int) {
 	c.mu.Lock()
-	if s := c.out.slots[i]; s != nil && s.filling {
-		s.done = true
+	if s := c.out.slots[i]; s != nil && s.state.CompareAndSwap(slotFilling, slotDone) {
 		c.mu.Unlock()
 		return
 	}
