@@ -307,13 +307,14 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 	if !ok {
 		return nil // refused: the receive completed with the error, the QP is in ERR
 	}
-	if !placed && h.len <= lockedScatterMax && src.inMemory() {
-		return q.scatterLocked(h, src, segs, wmr, wc)
+	// A small payload in memory is copied with q.mu held: nothing can move the QP
+	// meanwhile. Otherwise the receive is this QP's now, whether it came from rq or the
+	// SRQ: a move to ERR while the payload is placed completes it first, flushed (toError).
+	locked := !placed && h.len <= lockedScatterMax && src.inMemory()
+	if !locked {
+		q.rxTaken, q.rxWC = true, wc
+		q.mu.Unlock()
 	}
-	// The receive is this QP's now, whether it came from rq or the SRQ: a move to ERR
-	// while the payload is placed completes it first, flushed (toError).
-	q.rxTaken, q.rxWC = true, wc
-	q.mu.Unlock()
 	var err error
 	if placed {
 		err = q.pullSend(src, segs, h.len, n)
@@ -324,33 +325,24 @@ func (q *QP) onRequest(h *header, src payloadSource) error {
 	if wmr != nil {
 		wmr.release(q.stripe)
 	}
+	if locked {
+		return q.endRecv(h, wc, err, false)
+	}
 	q.mu.Lock()
 	taken := q.rxTaken
 	q.rxTaken = false
-	if !taken || err != nil || q.state == verbs.QPStateError {
-		// Flushed by toError meanwhile (or dropped by a reset); or the stream broke, which
-		// ends the QP: the receive completes flushed.
-		if taken {
-			wc.Status = verbs.WCWRFlushErr
-			q.rcq.push(wc)
-		}
+	if !taken { // flushed by toError meanwhile (or dropped by a reset)
 		q.mu.Unlock()
 		return err
 	}
-	q.completeRecv(h, wc)
-	return nil
+	return q.endRecv(h, wc, err, q.state == verbs.QPStateError)
 }
 
-// scatterLocked is the rest of onRequest for a small payload in memory: copied into the
-// receive with q.mu held, so that nothing can move the QP meanwhile, and completed. q.mu
-// is held on entry and released.
-func (q *QP) scatterLocked(h *header, src payloadSource, segs [][]byte, wmr *mr, wc verbs.WorkCompletion) error {
-	err := scatter(q, src, segs, h.len)
-	q.releaseRx()
-	if wmr != nil {
-		wmr.release(q.stripe)
-	}
-	if err != nil { // a frame shorter than its header said: the link fails, the receive is flushed
+// endRecv completes the receive a message consumed: flushed when its payload did not
+// come whole (err: the stream broke, which ends the QP) or the QP moved to ERR meanwhile
+// (flushed), else with the message. q.mu is held on entry and released.
+func (q *QP) endRecv(h *header, wc verbs.WorkCompletion, err error, flushed bool) error {
+	if err != nil || flushed {
 		wc.Status = verbs.WCWRFlushErr
 		q.rcq.push(wc)
 		q.mu.Unlock()

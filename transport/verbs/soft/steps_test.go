@@ -50,7 +50,7 @@ func TestStepSaysWhatIsLeft(t *testing.T) {
 }
 
 // TestSmallPayloadInMemory: a SEND whose payload is in memory and small enough is copied
-// into its receive with q.mu held (scatterLocked) and completes with its bytes; one whose
+// into its receive with q.mu held (onRequest) and completes with its bytes; one whose
 // frame holds fewer bytes than its header says completes its receive flushed and fails the
 // delivery, losing no receive to the next frame.
 func TestSmallPayloadInMemory(t *testing.T) {
