@@ -1,11 +1,13 @@
 package transport
 
+import "sync/atomic"
+
 // callTable is the client side's calls in flight on a connection (calls, pings, and the
 // streams this side opened), by call id. An entry is added before its request is sent and
 // removed by whoever completes it first: the response or pong (take), the caller giving up
 // (forget), or the connection's failure (drain), which finishes every call it took.
 //
-// Lock rules: guarded by Conn.mu. A call removed from the table belongs to whoever removed
+// Lock rules: guarded by Conn.mu, but for kept (atomic). A call removed from the table belongs to whoever removed
 // it; the others find it gone and wait on its done channel instead. Calls done with go
 // back to spare, up to maxSpareCalls, for the next ones: kept across garbage collections,
 // unlike in a sync.Pool, whose per-P cache a collection drops and the next use allocates
@@ -16,6 +18,10 @@ type callTable struct {
 	free  []uint32   // slots to give out again, the latest freed first (its lines are warm)
 	n     int        // calls in the table
 	spare []*call
+	// kept is a call done with, kept by recycle without Conn.mu for the next newLocked: a
+	// caller that released its response calls again at once, so most calls come back
+	// through it and their recycling takes no lock.
+	kept atomic.Pointer[call]
 }
 
 // callSlot is one place in the call table: the call in it, or nil, and how many times it
@@ -32,6 +38,9 @@ const maxSpareCalls = 64
 
 // newLocked returns a spare call, or a new one. Conn.mu is held.
 func (t *callTable) newLocked() *call {
+	if cl := t.kept.Swap(nil); cl != nil {
+		return cl
+	}
 	if n := len(t.spare); n > 0 {
 		cl := t.spare[n-1]
 		t.spare[n-1] = nil
@@ -125,8 +134,12 @@ func (c *Conn) register() (*call, error) {
 	return cl, nil
 }
 
-// recycle keeps cl, whose caller and signal are done with it, for a later call.
+// recycle keeps cl, whose caller and signal are done with it, for a later call: in
+// callTable.kept if it is empty, else in the spares under Conn.mu.
 func (c *Conn) recycle(cl *call) {
+	if c.calls.kept.CompareAndSwap(nil, cl) {
+		return
+	}
 	c.mu.Lock()
 	if len(c.calls.spare) < maxSpareCalls {
 		c.calls.spare = append(c.calls.spare, cl)

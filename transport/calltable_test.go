@@ -1,6 +1,9 @@
 package transport
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestCallTable: ids are unique while slots are reused; a call is found by its id until
 // it is taken or forgotten, and a late response's id (its call gone, its slot given to
@@ -62,5 +65,48 @@ func TestCallTable(t *testing.T) {
 	}
 	if len(tb.slots) > 4 {
 		t.Fatalf("%d slots after one call at a time, want the freed ones reused", len(tb.slots))
+	}
+}
+
+// TestRecycleKeepsWithoutLock: a call done with is kept without Conn.mu when the kept
+// place is empty, and the next call registered is that one; a second one goes to the
+// spares under the lock.
+func TestRecycleKeepsWithoutLock(t *testing.T) {
+	e := newEnv(t, tcpFabric, echo, Config{})
+	c := e.conn
+	a, err := c.register()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.forgetCall(a) {
+		t.Fatal("a registered call was not in the table")
+	}
+	c.mu.Lock()
+	kept := make(chan struct{})
+	go func() { c.recycle(a); close(kept) }()
+	select {
+	case <-kept:
+	case <-time.After(5 * time.Second):
+		t.Fatal("recycling a call into an empty kept place waited for Conn.mu")
+	}
+	spares := len(c.calls.spare)
+	c.mu.Unlock()
+	b, err := c.register()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b != a {
+		t.Fatal("the next call registered is not the call kept")
+	}
+	if !c.forgetCall(b) {
+		t.Fatal("a registered call was not in the table")
+	}
+	c.recycle(b)
+	other := &call{done: make(chan struct{}, 1)}
+	c.recycle(other) // the kept place is full: a spare
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.calls.spare) != spares+1 || c.calls.spare[len(c.calls.spare)-1] != other {
+		t.Fatalf("spares %d after a second recycle, want %d ending with it", len(c.calls.spare), spares+1)
 	}
 }
