@@ -347,6 +347,8 @@ func TestSendSlotHandOver(t *testing.T) {
 	select {
 	case <-left:
 	case <-time.After(5 * time.Second):
+		c.mu.Unlock() // let it finish, and the cleanup close the connection
+		<-left
 		t.Fatal("a sender leaving its slot waited for Conn.mu though its SEND was in flight")
 	}
 	c.mu.Unlock()
