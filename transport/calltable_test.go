@@ -1,9 +1,6 @@
 package transport
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
 // TestCallTable: ids are unique while slots are reused; a call is found by its id until
 // it is taken or forgotten, and a late response's id (its call gone, its slot given to
@@ -81,16 +78,8 @@ func TestRecycleKeepsWithoutLock(t *testing.T) {
 	if !c.forgetCall(a) {
 		t.Fatal("a registered call was not in the table")
 	}
+	doneWhileLocked(t, &c.mu, "recycling a call into an empty kept place", func() { c.recycle(a) })
 	c.mu.Lock()
-	kept := make(chan struct{})
-	go func() { c.recycle(a); close(kept) }()
-	select {
-	case <-kept:
-	case <-time.After(5 * time.Second):
-		c.mu.Unlock() // let it finish, and the cleanup close the connection
-		<-kept
-		t.Fatal("recycling a call into an empty kept place waited for Conn.mu")
-	}
 	spares := len(c.calls.spare)
 	c.mu.Unlock()
 	b, err := c.register()

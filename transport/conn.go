@@ -73,7 +73,7 @@ type Conn struct {
 	changed changeSignal
 	err     error                 // mu; set once: the connection failed or was closed
 	failed  atomic.Pointer[error] // err once set, for failure without mu (every call asks)
-	torn    bool                  // mu; resources released; holders release their own
+	torn    atomic.Bool           // set under mu: resources released; holders release their own
 	grant   grantState            // mu; written requests (pushed.go)
 
 	ready   atomic.Bool  // the QP reached RTS: sends may be posted
@@ -85,9 +85,6 @@ type Conn struct {
 	goAway  sync.Once
 	awayCh  chan struct{} // closed when the peer sent GOAWAY
 	awayErr error         // why, set before awayCh closes (GoAwayErr)
-
-	// tornDown is torn, for a sender leaving its slot without c.mu (postedSlot); set with it.
-	tornDown atomic.Bool
 
 	// Admission: from when it is published (admitted, Transport.mu) until teardown the
 	// connection counts against MaxConns, and against its host's limits when Serve
@@ -415,8 +412,7 @@ func (c *Conn) releaseAll() {
 		}
 		_ = c.win.ws.Close() // reports the windows just released as bound; they are gone now
 	}
-	c.torn = true
-	c.tornDown.Store(true)
+	c.torn.Store(true)
 	c.endGrantLocked() // its buffer went with its window, above
 	for i := range c.in.slots {
 		if s := &c.in.slots[i]; s.buf != nil && !s.held && !s.posting {

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,6 +212,24 @@ func (s *stallSnapshot) stop() string {
 	}
 	<-s.done
 	return s.text
+}
+
+// doneWhileLocked runs f on another goroutine while mu is held, and fails the test, naming
+// what f does, unless f returns within 5 s: f must not need mu. A failure lets go of mu
+// first, so that f and the test's cleanup finish rather than hang.
+func doneWhileLocked(t *testing.T, mu *sync.Mutex, what string, f func()) {
+	t.Helper()
+	mu.Lock()
+	done := make(chan struct{})
+	go func() { f(); close(done) }()
+	select {
+	case <-done:
+		mu.Unlock()
+	case <-time.After(5 * time.Second):
+		mu.Unlock()
+		<-done
+		t.Fatalf("%s waited for a lock it must not take", what)
+	}
 }
 
 // serverConn returns the server's side of the connection.

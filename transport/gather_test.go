@@ -341,17 +341,7 @@ func TestSendSlotHandOver(t *testing.T) {
 
 	// Left by its sender first, which takes no lock; then its completion frees it.
 	i, s = take()
-	c.mu.Lock()
-	left := make(chan struct{})
-	go func() { c.postedSlot(i, s); close(left) }()
-	select {
-	case <-left:
-	case <-time.After(5 * time.Second):
-		c.mu.Unlock() // let it finish, and the cleanup close the connection
-		<-left
-		t.Fatal("a sender leaving its slot waited for Conn.mu though its SEND was in flight")
-	}
-	c.mu.Unlock()
+	doneWhileLocked(t, &c.mu, "a sender leaving its slot whose SEND is in flight", func() { c.postedSlot(i, s) })
 	if free(i) {
 		t.Fatal("a slot whose SEND is in flight was freed")
 	}

@@ -111,7 +111,7 @@ func (c *Conn) grantFor(n int) {
 	if c.grant.out == rkey {
 		c.endGrantLocked()
 	}
-	if !c.torn {
+	if !c.torn.Load() {
 		_ = c.win.ws.Cancel(w)
 		buf.Release()
 	}
@@ -322,7 +322,7 @@ func (c *Conn) sendPushed(ctx context.Context, h *wire.Header, buf *pool.Buf, g 
 		return nil
 	}
 	c.mu.Lock() // as in sendLarge: we take the binding back, or teardown releases it
-	mine := !c.torn
+	mine := !c.torn.Load()
 	if mine {
 		_ = c.win.ws.Cancel(w)
 	}

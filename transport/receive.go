@@ -80,7 +80,7 @@ func (c *Conn) releaseSlot(i int, counted bool) {
 	c.mu.Lock()
 	s := &c.in.slots[i]
 	s.held = false
-	if c.torn {
+	if c.torn.Load() {
 		s.buf.Release()
 		s.buf = nil
 		c.mu.Unlock()
@@ -97,7 +97,7 @@ func (c *Conn) releaseSlot(i int, counted bool) {
 	err := c.postRecv(i)
 	c.mu.Lock()
 	s.posting = false
-	if c.torn { // torn down while we posted: the QP is gone, and the buffer ours
+	if c.torn.Load() { // torn down while we posted: the QP is gone, and the buffer ours
 		if !s.held { // (a message that came in it meanwhile: its holder releases it)
 			s.buf.Release()
 			s.buf = nil

@@ -424,7 +424,7 @@ func (c *Conn) fillSlot(i int, s *sendSlot, h *wire.Header, payload, tail []byte
 // its buffers itself, and the release here under c.mu then finds nothing left.
 func (c *Conn) postedSlot(i int, s *sendSlot) {
 	done := !s.state.CompareAndSwap(slotFilling, slotPosted)
-	if !done && !c.tornDown.Load() {
+	if !done && !c.torn.Load() {
 		return
 	}
 	c.mu.Lock()
@@ -433,7 +433,7 @@ func (c *Conn) postedSlot(i int, s *sendSlot) {
 		s.state.Store(slotPosted)
 		flush, recv = c.freeSendLocked(i)
 	}
-	if c.torn { // torn down meanwhile: the slot is ours to release
+	if c.torn.Load() { // torn down meanwhile: the slot is ours to release
 		torn = s.release()
 	}
 	if flush && !c.out.dirty { // what waited for a free slot is the poller's to send

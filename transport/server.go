@@ -537,7 +537,7 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	flush, err := c.creditsLocked(h)
 	if err != nil {
 		c.mu.Unlock()
-		c.afterCredits(false, err)
+		c.fail(err)
 		sc.releaseRequest()
 		sc.recycle(sc.ctx) // never handed to a handler: its context is as it came from the pool
 		return

@@ -83,7 +83,7 @@ func (c *Conn) sendLarge(ctx context.Context, h *wire.Header, buf *pool.Buf, rv 
 		// The binding records buf: either we take it back here or teardown releases it
 		// with the window, never both (c.mu and torn decide).
 		c.mu.Lock()
-		if !c.torn {
+		if !c.torn.Load() {
 			_ = c.win.ws.Cancel(w)
 			buf.Release()
 		}

@@ -51,7 +51,7 @@ type writeDst struct {
 // window of its own instead (sendLarge).
 func (c *Conn) sendWritten(ctx context.Context, h *wire.Header, buf *pool.Buf, rv revoke, dst writeDst, mode sendMode) error {
 	c.mu.Lock()
-	if len(c.rd.free) == 0 || c.rd.writing >= maxWriting || c.torn {
+	if len(c.rd.free) == 0 || c.rd.writing >= maxWriting || c.torn.Load() {
 		c.mu.Unlock()
 		return c.sendLarge(ctx, h, buf, rv, mode)
 	}
@@ -83,7 +83,7 @@ func (c *Conn) sendWritten(ctx context.Context, h *wire.Header, buf *pool.Buf, r
 	c.t.counters.written.Add(^uint64(0))
 	// Not posted: buf is ours again, unless teardown took it (c.mu and torn decide).
 	c.mu.Lock()
-	mine := !c.torn
+	mine := !c.torn.Load()
 	if mine {
 		r.buf, r.live = nil, false
 		c.rd.free = append(c.rd.free, i)

@@ -16,13 +16,12 @@ type cq struct {
 	n       atomic.Int32 // completions queued
 	size    atomic.Int32 // len(ring), for Cap without mu
 	armed   atomic.Bool  // ReqNotify asked for the next completion's notification
-	gone    atomic.Bool  // destroyed: closed, for ReqNotify without mu
+	closed  atomic.Bool  // destroyed: set under mu, read by ReqNotify without it
 	mu      sync.Mutex
 	ring    []verbs.WorkCompletion // grows by Resize
 	head    int
 	overrun atomic.Bool
 	users   int // QPs
-	closed  bool
 	notify  chan struct{}
 
 	// An armed queue with a handler that a stream reader is filling does not send on
@@ -99,7 +98,7 @@ func (c *cq) Resize(cqe int) error {
 	defer c.mu.Unlock()
 	n := int(c.n.Load())
 	switch {
-	case c.closed:
+	case c.closed.Load():
 		return fmt.Errorf("soft: resize CQ: %w", verbs.ErrClosed)
 	case cqe <= 0 || cqe > maxCQE || cqe < n:
 		return fmt.Errorf("soft: resize CQ to %d entries (%d queued, at most %d): %w", cqe, n, maxCQE, verbs.ErrInvalid)
@@ -119,7 +118,7 @@ func (c *cq) Notify() <-chan struct{} { return c.notify }
 // its completion, so a poller that polls again after arming sees the completion, or push
 // sees the queue armed.
 func (c *cq) ReqNotify() error {
-	if c.gone.Load() {
+	if c.closed.Load() {
 		return fmt.Errorf("soft: req notify: %w", verbs.ErrClosed)
 	}
 	c.armed.Store(true)
@@ -193,7 +192,7 @@ func (c *cq) owe() bool {
 func (c *cq) use() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed.Load() {
 		return fmt.Errorf("soft: CQ: %w", verbs.ErrClosed)
 	}
 	c.users++
@@ -209,14 +208,13 @@ func (c *cq) unuse() {
 func (c *cq) Destroy() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed.Load() {
 		return fmt.Errorf("soft: destroy CQ: %w", verbs.ErrClosed)
 	}
 	if c.users > 0 {
 		return fmt.Errorf("soft: destroy CQ: %d QPs still use it: %w", c.users, verbs.ErrBusy)
 	}
-	c.closed = true
-	c.gone.Store(true)
+	c.closed.Store(true)
 	c.dev.unuse()
 	return nil
 }

@@ -447,17 +447,11 @@ func (q *QP) unlockAndKick() {
 	}
 }
 
-// leaveToHolder asks the goroutine that holds txMu for another round (txAgain, as takeTx
-// does for a poster) and reports whether it still held txMu after that, so that it will
-// look again once it lets go (letGoTx). False when txMu is free: nobody transmits.
+// leaveToHolder asks the goroutine that holds txMu for another round, as a poster does
+// (takeTx), and reports whether it did: false when txMu was free, nobody transmits.
 func (q *QP) leaveToHolder() bool {
-	if q.txMu.TryLock() {
-		q.txMu.Unlock()
-		return false
-	}
-	q.txAgain.Store(true)
-	if q.txMu.TryLock() { // let go meanwhile, perhaps before it saw txAgain
-		q.txMu.Unlock()
+	if q.takeTx() {
+		q.txMu.Unlock() // the caller wakes the engine for the work, and what others asked
 		return false
 	}
 	return true
