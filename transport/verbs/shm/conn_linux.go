@@ -41,6 +41,7 @@ type Conn struct {
 	rspin      waitSpin
 	rwatch     *watcher           // its polls, shared with the process's other readers (readers)
 	peerCopy   atomic.Int64       // bytes the peer copies before it answers (PeerCopies), for the next read's wait
+	copyLate   time.Duration      // how much later than its copy the peer's last answer came (copyLateFit; rmu)
 	readSleep  func(uintptr) bool // flagThenCheck of rx's data waiter and readReady
 	rx         *ring              // the ring this side created and reads
 	rxMem      []byte
@@ -500,7 +501,9 @@ func (c *Conn) await(ws *waitSpin, reading bool, ready func() bool, b *bell, che
 			if announced = n; announced != 1 {
 				copying = 0
 			}
-			budget += copying
+			if copying > 0 {
+				budget = copying + max(budget, c.allowedLate())
+			}
 		}
 		for {
 			// The quiet spin stops when the process is no longer quiet.
@@ -510,6 +513,7 @@ func (c *Conn) await(ws *waitSpin, reading bool, ready func() bool, b *bell, che
 			}
 			if ok {
 				sp.Won()
+				c.fitCopyLate(copying, start)
 				return nil
 			}
 			if !reading || copying > 0 {
@@ -519,7 +523,7 @@ func (c *Conn) await(ws *waitSpin, reading bool, ready func() bool, b *bell, che
 			if announced += n; announced != 1 {
 				break
 			}
-			budget, copying = d, d
+			budget, copying = d+c.allowedLate(), d
 		}
 	}
 	c.sleeps.Add(1)
@@ -527,6 +531,9 @@ func (c *Conn) await(ws *waitSpin, reading bool, ready func() bool, b *bell, che
 	waiter.Store(0)
 	if !start.IsZero() {
 		sp.Lost(max(0, time.Since(start)-copying)) // the peer's copy is not its lateness
+		if err == nil {
+			c.fitCopyLate(copying, start)
+		}
 	}
 	if err != nil && (c.closed.Load() || errors.Is(err, os.ErrClosed)) {
 		return net.ErrClosed // the bell closed under a waiter: Close

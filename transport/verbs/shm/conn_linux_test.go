@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/idle"
 	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"golang.org/x/sys/unix"
@@ -882,6 +883,93 @@ func TestReadSpinCoversPeerCopy(t *testing.T) {
 			}
 			t.Fatalf("the reader slept through a wait its peer's copy covered, in 5 tries")
 		})
+	}
+}
+
+// TestReadSpinLearnsPeerLateness: a reader whose peer answered later than its announced
+// copy took (a caller copying its response out and its next request in) polls that much
+// longer behind the next announced copy while its process is quiet, and meets the answer;
+// an answer within the copy's time forgets it. A process that is not quiet learns it too,
+// but polls no longer: it sleeps again.
+func TestReadSpinLearnsPeerLateness(t *testing.T) {
+	leakcheck.Check(t)
+	checkFDs(t)
+	cfg := Config{Spin: 20 * time.Microsecond}
+	a, b := connPair(t, cfg, cfg)
+	const copyBytes = 2_000_000 // 200 µs at copyRate
+	i := 0
+	// answer announces a copy, has the peer answer after d, reads the answer and reports
+	// whether the reader slept.
+	answer := func(t *testing.T, d time.Duration) bool {
+		t.Helper()
+		i++
+		b.PeerCopies(copyBytes)
+		before := b.sleeps.Load()
+		go func(i int) {
+			time.Sleep(d)
+			_, _ = a.Write([]byte{byte(i)})
+		}(i)
+		_ = b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var m [1]byte
+		if _, err := io.ReadFull(b, m[:]); err != nil || m[0] != byte(i) {
+			t.Fatalf("read %d, %v", m[0], err)
+		}
+		return b.sleeps.Load() != before
+	}
+	// learn has the peer answer 1 ms behind a 200 µs copy, and reports whether the reader
+	// learned that lateness (a writer later than maxCopySpin past the copy teaches nothing).
+	learn := func(t *testing.T) bool {
+		t.Helper()
+		b.copyLate = 0 // the test's goroutine is the reader: rmu is free
+		if !answer(t, time.Millisecond) {
+			t.Fatalf("the reader met an answer 1 ms behind a 200 µs copy polling, with nothing learned")
+		}
+		late := b.copyLate
+		return late >= 800*time.Microsecond && late <= maxCopySpin
+	}
+	t.Run("quiet", func(t *testing.T) {
+		defer idle.ForceQuiet(true)()
+		// A few tries keep a descheduled writer on a loaded machine from failing it.
+		for range 5 {
+			if !learn(t) || answer(t, time.Millisecond) {
+				continue
+			}
+			if answer(t, 20*time.Microsecond); b.copyLate != 0 {
+				continue // the writer came past the copy's 200 µs
+			}
+			return
+		}
+		t.Fatalf("in 5 tries the reader did not poll through an answer as late as the last, or did not forget it after an early one")
+	})
+	t.Run("busy", func(t *testing.T) {
+		defer idle.ForceQuiet(false)()
+		for range 5 {
+			if !learn(t) {
+				continue
+			}
+			if !answer(t, time.Millisecond) {
+				t.Fatalf("a process with no cores to spare polled past the copy for a late answer")
+			}
+			return
+		}
+		t.Fatalf("in 5 tries the reader did not learn a late answer")
+	})
+}
+
+// TestCopyLateFit: how much lateness a reader allows the next answer behind a copy.
+func TestCopyLateFit(t *testing.T) {
+	for _, tc := range []struct {
+		was, late, want time.Duration
+	}{
+		{0, -time.Microsecond, 0},                                         // early: nothing to allow
+		{time.Millisecond, 0, 0},                                          // on time: forget
+		{0, 100 * time.Microsecond, 125 * time.Microsecond},               // a quarter more than seen
+		{0, 1900 * time.Microsecond, maxCopySpin},                         // at most maxCopySpin
+		{300 * time.Microsecond, maxCopySpin + 1, 300 * time.Microsecond}, // an idle peer: keep
+	} {
+		if got := copyLateFit(tc.was, tc.late); got != tc.want {
+			t.Errorf("copyLateFit(%v, %v) = %v, want %v", tc.was, tc.late, got, tc.want)
+		}
 	}
 }
 
