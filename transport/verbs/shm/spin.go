@@ -45,37 +45,6 @@ func copyTime(n int64) time.Duration {
 	return min(maxCopySpin, time.Duration(n/copyRate))
 }
 
-// fitCopyLate learns, after a wait for an answer behind an announced copy (copying
-// greater than zero) that began at start and ended with data, how much later than the copy
-// the answer came, for the next such wait (copyLate). The copy is not all the peer does
-// before it answers: a caller that copies the large response out of registered memory
-// into its own and its next large request in takes as long again as the copy it was
-// announced for (one caller's 1 MiB call with the bytes API over shm on 2 cores: a
-// 105 µs copy announced, the next request 200 µs later, past a 50 µs spin). A quarter
-// more than was seen, at most maxCopySpin; an answer within the copy's time sets it to
-// zero, and a wait past maxCopySpin beyond the copy (a caller gone idle) leaves it. rmu is
-// held.
-func (c *Conn) fitCopyLate(copying time.Duration, start time.Time) {
-	if copying > 0 {
-		c.copyLate = copyLateFit(c.copyLate, time.Since(start)-copying)
-	}
-}
-
-// allowedLate is how long past an announced copy's time a reader polls for the answer:
-// the lateness it learned (copyLate), while the process is quiet (idle.Quiet: cores
-// nobody wants); else none. Where the cores are all busy the polling takes the CPU the
-// peer answers with: on 2 cores (two processes), polling for a caller that copies its
-// 1 MiB response out and its next request in cut one caller's p50 from 443 to 364 µs,
-// but the polling took the core its copies and its collector needed, and it did 0.82x the
-// calls (0.79x at 16 callers, whose calls are often alone on their connection while
-// their callers copy). rmu is held.
-func (c *Conn) allowedLate() time.Duration {
-	if c.copyLate == 0 || !idle.Quiet() {
-		return 0
-	}
-	return c.copyLate
-}
-
 // copyLateFit is the lateness a reader allows the next answer behind a copy, having allowed
 // was and seen late (fitCopyLate).
 func copyLateFit(was, late time.Duration) time.Duration {
