@@ -7,12 +7,12 @@ import "sync/atomic"
 // removed by whoever completes it first: the response or pong (take), the caller giving up
 // (forget), or the connection's failure (drain), which finishes every call it took.
 //
-// Lock rules: guarded by Conn.mu, but for kept (atomic). A call removed from the table belongs to whoever removed
-// it; the others find it gone and wait on its done channel instead. Calls done with go
-// back to spare, up to maxSpareCalls, for the next ones: kept across garbage collections,
-// unlike in a sync.Pool, whose per-P cache a collection drops and the next use allocates
-// again (an allocation per call where large payloads make a collection run every call or
-// two).
+// Lock rules: guarded by Conn.mu, but for kept (atomic). A call removed from the table
+// belongs to whoever removed it; the others find it gone and wait on its done channel
+// instead. Calls done with go back to kept or spare (up to maxSpareCalls) for the next
+// ones: kept across garbage collections, unlike in a sync.Pool, whose per-P cache a
+// collection drops and the next use allocates again (an allocation per call where large
+// payloads make a collection run every call or two).
 type callTable struct {
 	slots []callSlot // by the low half of a call id
 	free  []uint32   // slots to give out again, the latest freed first (its lines are warm)

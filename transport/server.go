@@ -511,10 +511,11 @@ func (c *Conn) overHost(sc *serverCall) bool {
 	return hs.calls.Add(1) > int32(c.t.cfg.MaxCallsPerHost)
 }
 
-// refuseDuplicate fails the connection whose peer sent sc's request under the id of a
-// call still being served, and lets go of the request's memory.
-func (c *Conn) refuseDuplicate(sc *serverCall) {
-	c.fail(fmt.Errorf("%w: it sent a bad message: request %d, whose id a call being served has", ErrProtocol, sc.id))
+// refuseRequest fails with err the connection whose peer sent sc's request in breach of
+// the protocol (an id a call being served has, credits it was never given), and lets go
+// of the request's memory.
+func (c *Conn) refuseRequest(sc *serverCall, err error) {
+	c.fail(err)
 	sc.releaseRequest()
 	sc.recycle(sc.ctx) // never handed to a handler: its context is as it came from the pool
 }
@@ -537,16 +538,14 @@ func (c *Conn) dispatch(h *wire.Header, req []byte, slot int, buf *pool.Buf, at 
 	flush, err := c.creditsLocked(h)
 	if err != nil {
 		c.mu.Unlock()
-		c.fail(err)
-		sc.releaseRequest()
-		sc.recycle(sc.ctx) // never handed to a handler: its context is as it came from the pool
+		c.refuseRequest(sc, err)
 		return
 	}
 	if c.serving.calls.get(h.CallID) != nil {
 		// Two calls under one id: the second would hide the first from the per-connection
 		// limit and from cancellation, and the first's end would drop the second.
 		c.mu.Unlock()
-		c.refuseDuplicate(sc)
+		c.refuseRequest(sc, fmt.Errorf("%w: it sent a bad message: request %d, whose id a call being served has", ErrProtocol, sc.id))
 		return
 	}
 	if slot >= 0 && !c.shared() {
