@@ -53,8 +53,11 @@
 //
 // Outputs, in -out (results, or results/quick with -quick): latest.json, latest.md, and
 // the charts latency_p50.png, throughput_ops.png and throughput_mbps.png (the echo
-// matrix) and stream_mbps.png (the streaming cell). The markdown is printed to stdout as
-// well; progress goes to stderr (a bar on a terminal).
+// matrix) and stream_mbps.png (the streaming cell). In two-process mode latest.md ends
+// with the goals mwrpc is held to, evaluated on the run (bench.Report.Goals: one Client
+// over soft TCP against DRPC, Kitex and raw TCP, the shm fabric against shmipc-go and raw
+// TCP). The markdown is printed to stdout as well; progress goes to stderr (a bar on a
+// terminal).
 //
 //	cd benchmarks && go run ./cmd/mwrpcbench -quick   # 64 B, 64 KiB, 1 MiB at concurrency 1 and 16
 //	cd benchmarks && go run ./cmd/mwrpcbench          # the full matrix, a few minutes

@@ -96,6 +96,7 @@ func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 			ew.printf("- %s\n", n)
 		}
 		r.writeStreams(ew)
+		r.writeGoals(ew)
 		r.writeCharts(ew, charts)
 		return ew.err
 	}
@@ -141,6 +142,7 @@ func (r *Report) WriteMarkdown(w io.Writer, charts []string) error {
 	r.writeVersus(ew, "mwrpc-tcp", "grpc")
 	r.writeFloor(ew, "rawtcp")
 	r.writeStreams(ew)
+	r.writeGoals(ew)
 	r.writeCharts(ew, charts)
 	return ew.err
 }
@@ -300,7 +302,7 @@ func (r *Report) writeVersus(ew *errWriter, sys, base string) {
 	}
 	if ts := r.Targets(sys, base); len(ts) > 0 {
 		if r.Setup.Mode == ModeTwoProcess {
-			ew.printf("\nTargets (set for in-process figures; the two-process ones are in docs/performance.md):\n\n")
+			ew.printf("\nTargets (set for in-process figures; the two-process goals are in the Goals section below):\n\n")
 		} else {
 			ew.printf("\nTargets:\n\n")
 		}
