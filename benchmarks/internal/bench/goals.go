@@ -11,7 +11,7 @@ import (
 type Goal struct {
 	Area   string // what the goal is about: "soft TCP, one Client", "shm"
 	What   string // the figure, e.g. "calls/s, mwrpc-tcp ÷ max(drpc, kitex)"
-	Where  string // the cell or direction: "64 B c16", "server stream"
+	Where  string // the cell or the stream's direction: "64 B c16", DirServerStream
 	Want   float64
 	AtMost bool   // Got must be at most Want (a latency); else at least
 	Unit   string // "x" for a ratio, "µs" for a latency in microseconds
@@ -27,7 +27,8 @@ func (g Goal) Met() bool {
 }
 
 // loneCallerP50 is the one-caller 64 B p50 over soft TCP that mwrpc is to be no worse
-// than: its figure on the 16-core machine when its lanes were first measured there.
+// than: its own in its first two-process run on the 16-core machine, one connection a
+// Client, before lanes.
 const loneCallerP50 = 35 * time.Microsecond
 
 // Goals evaluates the two-process goals on the systems and cells the report has: one
