@@ -5,11 +5,12 @@ import (
 	"time"
 )
 
-// Goal is one of the goals mwrpc is held to in two processes: a figure of one mwrpc
-// system against a peer's, or a floor's, in the same run (Got, a ratio), at least or at
-// most Want. A latency goal with no peer (Unit "µs") compares a p50 with a fixed figure.
+// Goal is one of the goals mwrpc is held to: a figure of one mwrpc system against a
+// peer's, or a floor's, in the same run (Got, a ratio), at least or at most Want. A
+// latency goal with no peer (Unit "µs") compares a p50 with a fixed figure. Goals reads
+// the two-process goals, Targets the in-process ones, StreamTargets the streaming cell's.
 type Goal struct {
-	Area   string // what the goal is about: "soft TCP, one Client", "shm"
+	Area   string // what the goal is about: "soft TCP, one Client", "shm" (none in Targets and StreamTargets)
 	What   string // the figure, e.g. "calls/s, mwrpc-tcp ÷ max(drpc, kitex)"
 	Where  string // the cell or the stream's direction: "64 B c16", DirServerStream
 	Want   float64

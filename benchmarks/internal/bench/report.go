@@ -235,39 +235,28 @@ func (r *Report) cells() []Cell {
 	return cells
 }
 
-// Target is one of the goals set for mwrpc over soft TCP against gRPC-Go, as a factor
-// by which mwrpc must be better.
-type Target struct {
-	What string
-	Cell Cell    // the cell it is read at; for allocs, the worst cell
-	Want float64 // at least this factor
-	Got  float64
-}
-
-// Met reports whether the target is met.
-func (t Target) Met() bool { return t.Got >= t.Want }
-
-// Targets evaluates the goals of sys against base where the results have the cells.
-func (r *Report) Targets(sys, base string) []Target {
-	var ts []Target
+// Targets evaluates the in-process goals of sys against base (mwrpc over soft TCP
+// against gRPC-Go, factors by which sys must be better) where the results have the cells.
+func (r *Report) Targets(sys, base string) []Goal {
+	var ts []Goal
 	ratio := func(what string, c Cell, want float64, f func(s, b *Result) float64) {
 		s, b := r.find(sys, c), r.find(base, c)
 		if s != nil && b != nil {
-			ts = append(ts, Target{What: what, Cell: c, Want: want, Got: f(s, b)})
+			ts = append(ts, Goal{What: what, Where: c.String(), Want: want, Unit: "x", Got: f(s, b)})
 		}
 	}
 	lower := func(s, b *Result) float64 { return float64(b.P50Ns) / float64(s.P50Ns) }
 	ratio("p50 latency, "+base+" ÷ "+sys, Cell{64, 1}, 2, lower)
 	ratio("p50 latency, "+base+" ÷ "+sys, Cell{1 << 20, 1}, 3, lower)
 	ratio("ops/s, "+sys+" ÷ "+base, Cell{64, 64}, 2, func(s, b *Result) float64 { return s.OpsPerSec / b.OpsPerSec })
-	worst := Target{What: "allocs/op, " + base + " ÷ " + sys + " (worst cell)", Want: 10, Got: math.Inf(1)}
+	worst := Goal{What: "allocs/op, " + base + " ÷ " + sys + " (worst cell)", Want: 10, Unit: "x", Got: math.Inf(1)}
 	for _, c := range r.cells() {
 		s, b := r.find(sys, c), r.find(base, c)
 		if s == nil || b == nil {
 			continue
 		}
 		if g := b.AllocsPerOp / math.Max(s.AllocsPerOp, 0.001); g < worst.Got {
-			worst.Got, worst.Cell = g, c
+			worst.Got, worst.Where = g, c.String()
 		}
 	}
 	if !math.IsInf(worst.Got, 1) {
@@ -311,7 +300,7 @@ func (r *Report) writeVersus(ew *errWriter, sys, base string) {
 			if t.Met() {
 				verdict = "met"
 			}
-			ew.printf("- %s at %v: %.2fx, target at least %gx: %s\n", t.What, t.Cell, t.Got, t.Want, verdict)
+			ew.printf("- %s at %s: %.2fx, target at least %gx: %s\n", t.What, t.Where, t.Got, t.Want, verdict)
 		}
 	}
 }

@@ -35,8 +35,8 @@ func (r *Report) streamSystems() []string {
 
 // StreamTargets evaluates the streaming cell's goals for each of its mwrpc systems:
 // server-stream throughput at least 2x gRPC-Go's and at least 0.7x raw TCP's.
-func (r *Report) StreamTargets() []Target {
-	var ts []Target
+func (r *Report) StreamTargets() []Goal {
+	var ts []Goal
 	for _, sys := range r.streamSystems() {
 		if !strings.HasPrefix(sys, "mwrpc") {
 			continue
@@ -47,8 +47,8 @@ func (r *Report) StreamTargets() []Target {
 			want float64
 		}{{"grpc", 2}, {"rawtcp", 0.7}} {
 			if b := r.findStream(base.name, DirServerStream); s != nil && b != nil && b.MBPerSec > 0 {
-				ts = append(ts, Target{What: fmt.Sprintf("server-stream MB/s, %s ÷ %s", sys, base.name),
-					Want: base.want, Got: s.MBPerSec / b.MBPerSec})
+				ts = append(ts, Goal{What: fmt.Sprintf("server-stream MB/s, %s ÷ %s", sys, base.name),
+					Want: base.want, Unit: "x", Got: s.MBPerSec / b.MBPerSec})
 			}
 		}
 	}
