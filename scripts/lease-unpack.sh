@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # lease-unpack.sh: turns the lease.tgz of one many-core lease (scripts/manycore-lease.sh)
 # into a results directory to commit: each part's reports (latest.json, latest.md, ab.md,
-# stdout.md), its logs, the profiles as text (`go tool pprof -top`, flat and -cum; the
-# profiles themselves and the charts stay out: they are binary), and a README.md that
+# stdout.md), its logs, the profiles as text (`go tool pprof -top`, flat and -cum, and for
+# CPU profiles the split by mwrpc package, benchmarks/cmd/mwrpcsplit; the profiles
+# themselves and the charts stay out: they are binary), and a README.md that
 # gathers what a reader looks for first (the parts' exits and times, the A/B table, the
 # Goals sections with their verdicts) for its author to complete with the machine, the
 # date and what the figures say.
@@ -24,6 +25,9 @@ command -v go >/dev/null || die "go is not on PATH (go tool pprof reads the prof
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 tar xzf "$tgz" -C "$tmp"
+split=$tmp/.mwrpcsplit
+(cd "$(dirname "${BASH_SOURCE[0]}")/../benchmarks" && go build -o "$split" ./cmd/mwrpcsplit) ||
+	die "cannot build benchmarks/cmd/mwrpcsplit"
 mkdir -p "$dest"
 
 # The text a part wrote, where it wrote it.
@@ -33,13 +37,18 @@ mkdir -p "$dest"
 		cp "$tmp/$f" "$dest/$f"
 	done
 
-# Each profile as two text reports beside where it was: NAME-top.txt and NAME-cum.txt.
+# Each profile as text reports beside where it was: NAME-top.txt and NAME-cum.txt, and for
+# a CPU profile NAME-split.md.
 (cd "$tmp" && find . -type f -name '*.pprof' | sort) |
 	while read -r p; do
 		out=$dest/${p%.pprof}
 		mkdir -p "$(dirname "$out")"
 		go tool pprof -top -nodecount=40 "$tmp/$p" >"$out-top.txt" 2>/dev/null || echo "lease-unpack: $p: pprof failed" >&2
 		go tool pprof -top -cum -nodecount=40 "$tmp/$p" >"$out-cum.txt" 2>/dev/null || true
+		case $p in
+		*.mutex.pprof | *.block.pprof) ;;
+		*) (cd "$tmp" && "$split" "$p") >"$out-split.md" || echo "lease-unpack: $p: mwrpcsplit failed" >&2 ;;
+		esac
 	done
 
 # section FILE TITLE: FILE's lines from the heading TITLE to the next heading of its level.
@@ -82,7 +91,7 @@ section() {
 	if [ -d "$dest/profiles" ]; then
 		echo "## [profiles/](profiles/)"
 		echo
-		echo "Each run's CPU, mutex and block profiles of both processes as text (NAME-top.txt, NAME-cum.txt):"
+		echo "Each run's CPU, mutex and block profiles of both processes as text (NAME-top.txt, NAME-cum.txt; NAME-split.md, a CPU profile by mwrpc package):"
 		echo
 		(cd "$dest/profiles" && find . -mindepth 1 -maxdepth 1 -type d | sort | sed 's|^\./|- |')
 	fi
