@@ -6,9 +6,10 @@
 // a few percent each, this says which layer the time is in: the soft NIC, the transport,
 // the shm rings, the rpc layer.
 //
-//	mwrpcsplit PROFILE...
+//	mwrpcsplit [-by function] PROFILE...
 //
-// It prints a Markdown table per profile: package, seconds, share. The harness writes
+// It prints a Markdown table per profile: package (or, with -by function, the function
+// the sample was charged to), seconds, share. The harness writes
 // the profiles (mwrpcbench -cpuprofile and -server-cpuprofile); scripts/lease-unpack.sh
 // runs this on a many-core lease's.
 package main
@@ -16,6 +17,7 @@ package main
 import (
 	"cmp"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,20 +37,23 @@ const (
 )
 
 func main() {
-	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		fmt.Fprintln(os.Stderr, "usage: mwrpcsplit PROFILE...")
+	by := flag.String("by", "package", "what a sample is charged to: package or function (its innermost mwrpc frame outside internal/)")
+	flag.Parse()
+	if flag.NArg() == 0 || *by != "package" && *by != "function" {
+		fmt.Fprintln(os.Stderr, "usage: mwrpcsplit [-by package|function] PROFILE...")
 		os.Exit(2)
 	}
-	for _, path := range os.Args[1:] {
-		if err := report(os.Stdout, path); err != nil {
+	for _, path := range flag.Args() {
+		if err := report(os.Stdout, path, *by == "function"); err != nil {
 			fmt.Fprintln(os.Stderr, "mwrpcsplit:", err)
 			os.Exit(1)
 		}
 	}
 }
 
-// report prints the split of the CPU profile at path.
-func report(w io.Writer, path string) error {
+// report prints the split of the CPU profile at path, by function if byFunc, else by
+// package.
+func report(w io.Writer, path string, byFunc bool) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -58,47 +63,52 @@ func report(w io.Writer, path string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	shares, err := split(p)
+	shares, err := split(p, byFunc)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	fmt.Fprintf(w, "%s\n\n", path)
-	writeTable(w, shares)
+	writeTable(w, shares, map[bool]string{false: "package", true: "function"}[byFunc])
 	fmt.Fprintln(w)
 	return nil
 }
 
 // share is one package's CPU time in a profile.
 type share struct {
-	pkg  string
+	name string // a package, or a function
 	time time.Duration
 }
 
-// split charges each sample of p to its package (pkgOf) and returns the packages, most
-// time first.
-func split(p *profile.Profile) ([]share, error) {
+// split charges each sample of p to its package (or function, if byFunc) and returns
+// them, most time first.
+func split(p *profile.Profile, byFunc bool) ([]share, error) {
 	idx := slices.IndexFunc(p.SampleType, func(t *profile.ValueType) bool { return t.Type == "cpu" && t.Unit == "nanoseconds" })
 	if idx < 0 {
 		return nil, errors.New("not a CPU profile: no cpu/nanoseconds sample type")
 	}
 	by := map[string]time.Duration{}
 	for _, s := range p.Sample {
-		by[pkgOf(s.Location)] += time.Duration(s.Value[idx])
+		pkg, fn := chargedTo(s.Location)
+		if byFunc {
+			pkg = fn
+		}
+		by[pkg] += time.Duration(s.Value[idx])
 	}
 	shares := make([]share, 0, len(by))
-	for pkg, t := range by {
-		shares = append(shares, share{pkg, t})
+	for name, t := range by {
+		shares = append(shares, share{name, t})
 	}
 	slices.SortFunc(shares, func(a, b share) int {
-		return cmp.Or(cmp.Compare(b.time, a.time), strings.Compare(a.pkg, b.pkg))
+		return cmp.Or(cmp.Compare(b.time, a.time), strings.Compare(a.name, b.name))
 	})
 	return shares, nil
 }
 
-// pkgOf returns the mwrpc package of the innermost frame of a sample's stack (leaf first;
-// a location's lines innermost first, as inlined calls are) that lies in the module and
-// outside its helpers, or noFrame.
-func pkgOf(stack []*profile.Location) string {
+// chargedTo returns the innermost frame of a sample's stack (leaf first; a location's
+// lines innermost first, as inlined calls are) that lies in the module and outside its
+// helpers: its package and its function, both without the module's prefix; noFrame for
+// both if there is none.
+func chargedTo(stack []*profile.Location) (pkg, fn string) {
 	for _, loc := range stack {
 		for _, line := range loc.Line {
 			if line.Function == nil {
@@ -110,25 +120,26 @@ func pkgOf(stack []*profile.Location) string {
 			}
 			// A package path has no dot here; the first dot ends it (transport.(*Conn).call,
 			// transport/verbs/soft.(*QP).post, and generic names with paths in brackets).
-			pkg, _, _ := strings.Cut(name, ".")
+			pkg, _, _ = strings.Cut(name, ".")
 			if !strings.HasPrefix(pkg, helpers) {
-				return pkg
+				return pkg, name
 			}
 		}
 	}
-	return noFrame
+	return noFrame, noFrame
 }
 
-// writeTable prints shares as a Markdown table with their total.
-func writeTable(w io.Writer, shares []share) {
+// writeTable prints shares as a Markdown table with their total; what names the first
+// column.
+func writeTable(w io.Writer, shares []share, what string) {
 	var total time.Duration
 	for _, s := range shares {
 		total += s.time
 	}
-	fmt.Fprintln(w, "| package | CPU | share |")
+	fmt.Fprintf(w, "| %s | CPU | share |\n", what)
 	fmt.Fprintln(w, "|---|---:|---:|")
 	for _, s := range shares {
-		fmt.Fprintf(w, "| %s | %.2fs | %.1f%% |\n", s.pkg, s.time.Seconds(), 100*s.time.Seconds()/max(total.Seconds(), 1e-9))
+		fmt.Fprintf(w, "| %s | %.2fs | %.1f%% |\n", s.name, s.time.Seconds(), 100*s.time.Seconds()/max(total.Seconds(), 1e-9))
 	}
 	fmt.Fprintf(w, "| total | %.2fs | |\n", total.Seconds())
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func stack(frames ...string) []*profile.Location {
 	return locs
 }
 
-func TestPkgOf(t *testing.T) {
+func TestChargedTo(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		stack []*profile.Location
@@ -42,8 +43,8 @@ func TestPkgOf(t *testing.T) {
 		{"a location without a function", []*profile.Location{{ID: 1, Line: []profile.Line{{}}}}, noFrame},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := pkgOf(tc.stack); got != tc.want {
-				t.Errorf("pkgOf = %q, want %q", got, tc.want)
+			if got, _ := chargedTo(tc.stack); got != tc.want {
+				t.Errorf("chargedTo's package = %q, want %q", got, tc.want)
 			}
 		})
 	}
@@ -78,7 +79,7 @@ func TestSplitSumsAndOrders(t *testing.T) {
 		"runtime.gcBgMarkWorker":                        10e6,
 		module + "transport/verbs/shm.(*ring).readable": 20e6,
 	})
-	got, err := split(p)
+	got, err := split(p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestSplitSumsAndOrders(t *testing.T) {
 func TestSplitRefusesOtherProfiles(t *testing.T) {
 	p := cpuProfile(map[string]int64{"runtime.goexit": 1})
 	p.SampleType = []*profile.ValueType{{Type: "contentions", Unit: "count"}, {Type: "delay", Unit: "nanoseconds"}}
-	if _, err := split(p); err == nil || !strings.Contains(err.Error(), "not a CPU profile") {
+	if _, err := split(p, false); err == nil || !strings.Contains(err.Error(), "not a CPU profile") {
 		t.Fatalf("split of a mutex profile: err = %v, want one that says it is not a CPU profile", err)
 	}
 }
@@ -119,7 +120,7 @@ func TestReport(t *testing.T) {
 	}
 	f.Close()
 	var out bytes.Buffer
-	if err := report(&out, path); err != nil {
+	if err := report(&out, path, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, row := range []string{"| rpc | 0.03s | 75.0% |", "| " + noFrame + " | 0.01s | 25.0% |", "| total | 0.04s | |"} {
@@ -127,7 +128,32 @@ func TestReport(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", row, out.String())
 		}
 	}
-	if err := report(&out, filepath.Join(t.TempDir(), "none.pprof")); err == nil {
+	if err := report(&out, filepath.Join(t.TempDir(), "none.pprof"), false); err == nil {
 		t.Error("report of a missing file: no error")
+	}
+}
+
+func TestSplitByFunction(t *testing.T) {
+	p := cpuProfile(map[string]int64{
+		module + "transport.(*Conn).call":   30e6,
+		module + "transport.(*Conn).onRecv": 40e6,
+		"runtime.gcBgMarkWorker":            10e6,
+	})
+	got, err := split(p, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []share{
+		{"transport.(*Conn).onRecv", 40 * time.Millisecond},
+		{"transport.(*Conn).call", 30 * time.Millisecond},
+		{noFrame, 10 * time.Millisecond},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("split by function = %v, want %v", got, want)
+	}
+	var out bytes.Buffer
+	writeTable(&out, got, "function")
+	if !strings.HasPrefix(out.String(), "| function | CPU | share |") {
+		t.Errorf("table's header: %q", strings.SplitN(out.String(), "\n", 2)[0])
 	}
 }
