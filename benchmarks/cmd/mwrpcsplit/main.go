@@ -9,9 +9,9 @@
 //	mwrpcsplit [-by function] PROFILE...
 //
 // It prints a Markdown table per profile: package (or, with -by function, the function
-// the sample was charged to), seconds, share. The harness writes
-// the profiles (mwrpcbench -cpuprofile and -server-cpuprofile); scripts/lease-unpack.sh
-// runs this on a many-core lease's.
+// the sample was charged to), seconds, share. The harness writes the profiles
+// (mwrpcbench -cpuprofile and -server-cpuprofile); scripts/lease-unpack.sh runs this on
+// a many-core lease's.
 package main
 
 import (
@@ -67,13 +67,17 @@ func report(w io.Writer, path string, byFunc bool) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	what := "package"
+	if byFunc {
+		what = "function"
+	}
 	fmt.Fprintf(w, "%s\n\n", path)
-	writeTable(w, shares, map[bool]string{false: "package", true: "function"}[byFunc])
+	writeTable(w, shares, what)
 	fmt.Fprintln(w)
 	return nil
 }
 
-// share is one package's CPU time in a profile.
+// share is one package's (or function's) CPU time in a profile.
 type share struct {
 	name string // a package, or a function
 	time time.Duration

@@ -90,13 +90,8 @@ func TestSplitSumsAndOrders(t *testing.T) {
 		{"transport/verbs/shm", 20 * time.Millisecond},
 		{noFrame, 10 * time.Millisecond},
 	}
-	if len(got) != len(want) {
-		t.Fatalf("split = %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("split[%d] = %v, want %v", i, got[i], want[i])
-		}
+	if !slices.Equal(got, want) {
+		t.Errorf("split = %v, want %v", got, want)
 	}
 }
 
