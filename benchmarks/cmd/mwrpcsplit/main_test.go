@@ -70,28 +70,45 @@ func cpuProfile(samples map[string]int64) *profile.Profile {
 	return p
 }
 
-func TestSplitSumsAndOrders(t *testing.T) {
-	p := cpuProfile(map[string]int64{
+func TestSplit(t *testing.T) {
+	samples := map[string]int64{
 		module + "transport.(*Conn).call":               30e6,
 		module + "transport.(*Conn).onRecv":             40e6,
 		module + "transport/verbs/soft.(*QP).post":      50e6,
 		module + "rpc.(*Client).Invoke":                 20e6,
 		"runtime.gcBgMarkWorker":                        10e6,
 		module + "transport/verbs/shm.(*ring).readable": 20e6,
-	})
-	got, err := split(p, false)
-	if err != nil {
-		t.Fatal(err)
 	}
-	want := []share{
-		{"transport", 70 * time.Millisecond},
-		{"transport/verbs/soft", 50 * time.Millisecond},
-		{"rpc", 20 * time.Millisecond},
-		{"transport/verbs/shm", 20 * time.Millisecond},
-		{noFrame, 10 * time.Millisecond},
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("split = %v, want %v", got, want)
+	for _, tc := range []struct {
+		name   string
+		byFunc bool
+		want   []share // most time first, ties by name
+	}{
+		{"by package: summed", false, []share{
+			{"transport", 70 * time.Millisecond},
+			{"transport/verbs/soft", 50 * time.Millisecond},
+			{"rpc", 20 * time.Millisecond},
+			{"transport/verbs/shm", 20 * time.Millisecond},
+			{noFrame, 10 * time.Millisecond},
+		}},
+		{"by function", true, []share{
+			{"transport/verbs/soft.(*QP).post", 50 * time.Millisecond},
+			{"transport.(*Conn).onRecv", 40 * time.Millisecond},
+			{"transport.(*Conn).call", 30 * time.Millisecond},
+			{"rpc.(*Client).Invoke", 20 * time.Millisecond},
+			{"transport/verbs/shm.(*ring).readable", 20 * time.Millisecond},
+			{noFrame, 10 * time.Millisecond},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := split(cpuProfile(samples), tc.byFunc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("split = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -123,32 +140,14 @@ func TestReport(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", row, out.String())
 		}
 	}
-	if err := report(&out, filepath.Join(t.TempDir(), "none.pprof"), false); err == nil {
-		t.Error("report of a missing file: no error")
-	}
-}
-
-func TestSplitByFunction(t *testing.T) {
-	p := cpuProfile(map[string]int64{
-		module + "transport.(*Conn).call":   30e6,
-		module + "transport.(*Conn).onRecv": 40e6,
-		"runtime.gcBgMarkWorker":            10e6,
-	})
-	got, err := split(p, true)
-	if err != nil {
+	out.Reset()
+	if err := report(&out, path, true); err != nil {
 		t.Fatal(err)
 	}
-	want := []share{
-		{"transport.(*Conn).onRecv", 40 * time.Millisecond},
-		{"transport.(*Conn).call", 30 * time.Millisecond},
-		{noFrame, 10 * time.Millisecond},
+	if want := "| function | CPU | share |"; !strings.Contains(out.String(), want) {
+		t.Errorf("report -by function lacks its header %q:\n%s", want, out.String())
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("split by function = %v, want %v", got, want)
-	}
-	var out bytes.Buffer
-	writeTable(&out, got, "function")
-	if !strings.HasPrefix(out.String(), "| function | CPU | share |") {
-		t.Errorf("table's header: %q", strings.SplitN(out.String(), "\n", 2)[0])
+	if err := report(&out, filepath.Join(t.TempDir(), "none.pprof"), false); err == nil {
+		t.Error("report of a missing file: no error")
 	}
 }

@@ -140,8 +140,11 @@ func (r *Report) streamOver(sys, base, dir string) figure {
 // writeGoals writes the goals section of a two-process report that has any of the goals'
 // systems: a row a goal, with its verdict.
 func (r *Report) writeGoals(ew *errWriter) {
+	if r.Setup.Mode != ModeTwoProcess {
+		return
+	}
 	gs := r.Goals()
-	if r.Setup.Mode != ModeTwoProcess || len(gs) == 0 {
+	if len(gs) == 0 {
 		return
 	}
 	m := r.Machine
