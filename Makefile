@@ -5,7 +5,8 @@
 #   make fuzz          every native Fuzz target for FUZZTIME each (default 60s)
 #   make bench-verbs   verbs and pool micro-benchmarks, 5 runs each (for benchstat)
 #   make test-faults   the fault suite (netem, kill) in the rxe VM, soft TCP and ibv
-#   make soak          a long run on loopback: 1,000,000 calls, callers killed, leaks checked
+#   make soak          three long runs (soft TCP on adaptive and on 4 lanes, shm on 4):
+#                      1,000,000 calls each, callers killed, leaks checked
 #   make test-rxe      the ibv provider (cgo, libibverbs) on Soft-RoCE in a throw-away VM:
 #                      conformance suite, the transport's, rpc's and the KV example's tests
 #                      and gRPC-Go's interop cases over mwnet over it, latency against
@@ -273,15 +274,22 @@ test-faults:
 	 RXE_VM_TIMEOUT=1500 scripts/rxe-vm/run-in-vm.sh scripts/faults/guest-faults.sh $(FAULTS_BIN) \
 	   2> >(grep -v -e ' WARN mwrpc: connection' -e ' WARN mwrpc: connection setup failed' >&2)
 
-# soak: 1,000,000 calls of mixed sizes from 8 caller processes on loopback, one SIGKILLed
-# and replaced every 3 s; samples the server's RSS and goroutines each second and checks
-# at the end that no window stays bound, no pooled buffer is held and RSS is within 10% of
-# where it was after warm-up. Writes benchmarks/results/soak/ (JSON, CSV, soak.png). Not
-# part of `make test`; bounded by -max-time (15 min).
+# soak: three soaks of 1,000,000 calls of mixed sizes from 8 caller processes, one
+# SIGKILLed and replaced every 3 s: over soft TCP on loopback with each caller's Client on
+# its adaptive lanes, then on four pinned lanes, then over the shm fabric on four lanes.
+# Each samples the server's RSS, goroutines, connections, descriptors and memfd mappings
+# each second and checks at the end that no window stays bound, no pooled buffer is held,
+# no descriptor or mapping of a dead caller's is left and RSS is within 10% of where it was
+# after warm-up. Writes benchmarks/results/soak/{tcp,tcp-lanes4,shm-lanes4}/ (JSON, CSV,
+# soak.png). Not part of `make test`; each bounded by -max-time (15 min).
+SOAK_BIN := /var/tmp/mwrpcload-soak
 .PHONY: soak
 soak:
-	@$(call header,soak: benchmarks/cmd/mwrpcload soak)
-	cd benchmarks && $(GO) run ./cmd/mwrpcload soak -out results/soak
+	@$(call header,soak: benchmarks/cmd/mwrpcload soak over soft TCP and shm)
+	cd benchmarks && $(GO) build -o $(SOAK_BIN) ./cmd/mwrpcload
+	cd benchmarks && $(SOAK_BIN) soak -out results/soak/tcp
+	cd benchmarks && $(SOAK_BIN) soak -lanes 4 -out results/soak/tcp-lanes4
+	cd benchmarks && $(SOAK_BIN) soak -fabric shm -lanes 4 -out results/soak/shm-lanes4
 
 clean:
 	rm -rf "$(BIN)"

@@ -43,7 +43,7 @@ const HangBound = 2 * time.Second
 // cycling through -sizes, and prints a Summary.
 func call(args []string) error {
 	fs := flag.NewFlagSet("call", flag.ExitOnError)
-	target := fs.String("target", "127.0.0.1:7000", "server address")
+	target := fs.String("target", "127.0.0.1:7000", "server address: host:port, or shm:///path/to.sock")
 	dev := fs.String("device", "", "RDMA device (ibv provider); empty: the soft TCP fabric")
 	duration := fs.Duration("duration", 10*time.Second, "how long to keep calling (bounded: calls stop by themselves)")
 	maxCalls := fs.Int64("max-calls", 0, "stop after this many calls (0: only -duration bounds them)")
@@ -55,6 +55,7 @@ func call(args []string) error {
 	delay := fs.Duration("delay", 0, "how long the server holds each call (calls are mid-flight when a fault strikes)")
 	backoff := fs.Duration("backoff-max", time.Second, "the reconnection backoff's ceiling")
 	keepalive := fs.Duration("keepalive-timeout", 3*time.Second, "drop a connection whose ping (every second without a response) gets no answer in this")
+	lanes := fs.Int("lanes", 0, "connections to the server (rpc.WithLanes); 0: as many as the client's adaptive default opens")
 	_ = fs.Parse(args)
 	sizes, err := load.ParseSizes(*sizeList)
 	if err != nil {
@@ -71,8 +72,11 @@ func call(args []string) error {
 	base := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), *duration+*deadline)
 	defer cancel()
-	client, err := rpc.Dial(ctx, *target, dialOptions(d, rpc.WithBackoff(50*time.Millisecond, *backoff),
-		rpc.WithKeepalive(time.Second, *keepalive))...)
+	opts := []rpc.DialOption{rpc.WithBackoff(50*time.Millisecond, *backoff), rpc.WithKeepalive(time.Second, *keepalive)}
+	if *lanes > 0 {
+		opts = append(opts, rpc.WithLanes(*lanes))
+	}
+	client, err := rpc.Dial(ctx, *target, dialOptions(d, opts...)...)
 	if err != nil {
 		return err
 	}

@@ -112,6 +112,9 @@ var faults = []fault{
 type Row struct {
 	Fabric, Fault string
 	Client        Summary
+	// CallerConns is how many connections the server held for the caller just before the
+	// fault (the stats connection not counted): its lanes.
+	CallerConns int
 	// After the fault, once the callers are gone: the server's windows still bound,
 	// pooled buffers and goroutines above what it held before the fault (with only the
 	// stats connection), and whether it got there within the settle bound.
@@ -128,6 +131,7 @@ func faultsCmd(args []string) error {
 	only := fs.String("only", "", "run only the faults whose name contains this")
 	sizes := fs.String("sizes", "64,4KiB,64KiB,1MiB", "request sizes, in turn")
 	callers := fs.Int("callers", 4, "concurrent callers")
+	lanes := fs.Int("lanes", 0, "the caller's connections to the server (call -lanes); 0: its adaptive default")
 	_ = fs.Parse(args)
 	if runtime.GOOS != "linux" {
 		return fmt.Errorf("faults: not on %s: needs Linux (netem, veth pairs, network namespaces), root, inside the rxe VM (make test-faults)", runtime.GOOS)
@@ -138,6 +142,9 @@ func faultsCmd(args []string) error {
 	n, err := netFor(*fabric)
 	if err != nil {
 		return err
+	}
+	if *lanes > 0 {
+		n.name += fmt.Sprintf(", %d lanes", *lanes)
 	}
 	for _, c := range n.setup {
 		if err := run(c...); err != nil {
@@ -155,7 +162,7 @@ func faultsCmd(args []string) error {
 		if *only != "" && !strings.Contains(f.name, *only) {
 			continue
 		}
-		r := runFault(n, f, workload{*deadline, *sizes, *callers}, *recoverBound)
+		r := runFault(n, f, workload{*deadline, *sizes, *callers, *lanes}, *recoverBound)
 		if len(r.Problems) > 0 {
 			failed = true
 		}
@@ -239,7 +246,8 @@ func caller(n *fabricNet, d time.Duration, l workload, out *bytes.Buffer, untilH
 	}
 	args := append(append([]string{}, n.cliPrefix...), self, "call", "-target", srvAddr+":"+port,
 		"-duration", d.String(), "-deadline", l.deadline.String(), "-callers", strconv.Itoa(l.callers), "-sizes", l.sizes,
-		"-delay", "50ms", "-backoff-max", "1s", "-after-heal", callerAfterHeal.String(), "-until-heal="+strconv.FormatBool(untilHeal))
+		"-delay", "50ms", "-backoff-max", "1s", "-after-heal", callerAfterHeal.String(), "-until-heal="+strconv.FormatBool(untilHeal),
+		"-lanes", strconv.Itoa(l.lanes))
 	if n.cliDevice != "" {
 		args = append(args, "-device", n.cliDevice)
 	}
@@ -278,6 +286,7 @@ type workload struct {
 	deadline time.Duration
 	sizes    string
 	callers  int
+	lanes    int // the caller's connections to the server; 0: its adaptive default
 }
 
 func runFault(n *fabricNet, f fault, l workload, recoverBound time.Duration) (r Row) {
@@ -356,6 +365,7 @@ func (fr *faultRun) strike(f fault, l workload, before **load.Stats) (cl *caller
 		return nil, nil, false
 	}
 	time.Sleep(lead)
+	fr.countCallerConns(l.lanes)
 	switch {
 	case f.netem != "":
 		if err := netem(n, f.netem); err != nil {
@@ -396,6 +406,20 @@ func (fr *faultRun) strike(f fault, l workload, before **load.Stats) (cl *caller
 		}
 	}
 	return cl, out, true
+}
+
+// countCallerConns records how many connections the server holds for the caller, and a
+// problem if that is fewer than the lanes it was asked to keep.
+func (fr *faultRun) countCallerConns(lanes int) {
+	st, err := statsFromClientSide(fr.n)
+	if err != nil {
+		fr.problem("counting the caller's connections: %v", err)
+		return
+	}
+	fr.row.CallerConns = st.Conns - 1 // the stats connection's own
+	if fr.row.CallerConns < lanes {
+		fr.problem("the caller had %d connections to the server, not the %d lanes asked for", fr.row.CallerConns, lanes)
+	}
 }
 
 // checkClient reads the caller's summary into the row and records what it shows wrong:
@@ -450,8 +474,8 @@ func (fr *faultRun) checkServer(before *load.Stats) {
 
 // printTable writes the rows as a markdown table.
 func printTable(w *os.File, rows []Row) {
-	fmt.Fprintln(w, "| fabric | fault | calls ok | failed by status | wrong call | hung | max call / deadline (ms) | windows bound after (client, server) | server pool, goroutines after | recovered after heal (ms) | result |")
-	fmt.Fprintln(w, "|---|---|---:|---|---:|---:|---|---|---|---:|---|")
+	fmt.Fprintln(w, "| fabric | fault | caller's conns | calls ok | failed by status | wrong call | hung | max call / deadline (ms) | windows bound after (client, server) | server pool, goroutines after | recovered after heal (ms) | result |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---|---:|---:|---|---|---|---:|---|")
 	for _, r := range rows {
 		var failed []string
 		for k, v := range r.Client.Failed {
@@ -466,8 +490,8 @@ func printTable(w *os.File, rows []Row) {
 		if len(r.Problems) > 0 {
 			result = "FAIL: " + strings.Join(r.Problems, "; ")
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %d | %d | %.0f / %.0f | %d, %d | %+d, %+d | %s | %s |\n",
-			r.Fabric, r.Fault, r.Client.OK, strings.Join(failed, ", "), r.Client.Mismatched, r.Client.Hung,
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %s | %d | %d | %.0f / %.0f | %d, %d | %+d, %+d | %s | %s |\n",
+			r.Fabric, r.Fault, r.CallerConns, r.Client.OK, strings.Join(failed, ", "), r.Client.Mismatched, r.Client.Hung,
 			r.Client.MaxCallMs, r.Client.DeadlineMs, r.Client.WindowsExposedAfter, r.ServerWindows,
 			r.ServerPoolDelta, r.ServerGoroutineDelta, rec, result)
 	}

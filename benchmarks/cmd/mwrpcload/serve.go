@@ -15,6 +15,7 @@ import (
 	"github.com/mwrpc/mwrpc/rpc"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs"
+	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 )
 
 // openDevice, when the ibverbs build sets it, opens the named RDMA device; nil means the
@@ -48,7 +49,7 @@ func dialOptions(d verbs.Device, opts ...rpc.DialOption) []rpc.DialOption {
 // "listening ADDR" on stdout once it accepts.
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
-	listen := fs.String("listen", "127.0.0.1:0", "address to serve on")
+	listen := fs.String("listen", "127.0.0.1:0", "address to serve on: host:port, or shm:///path/to.sock for the same host's shm fabric")
 	dev := fs.String("device", "", "RDMA device (ibv provider); empty: the soft TCP fabric")
 	_ = fs.Parse(args)
 	d, done, err := withDevice(*dev)
@@ -64,21 +65,35 @@ func serve(args []string) error {
 	}
 	srv := rpc.NewServer(sopts...)
 	load.RegisterLoad(srv, load.Server{Srv: srv})
-	ln, err := net.Listen("tcp", *listen)
+	ln, addr, err := listenOn(*listen)
 	if err != nil {
 		return err
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	go func() { <-stop; srv.GracefulStop() }()
-	fmt.Printf("listening %s\n", ln.Addr())
+	fmt.Printf("listening %s\n", addr)
 	return srv.Serve(ln)
+}
+
+// listenOn listens on address (host:port, or an shm:// target) and returns the listener
+// with the target callers dial to reach it.
+func listenOn(address string) (net.Listener, string, error) {
+	if path, ok := shm.ParseTarget(address); ok {
+		ln, err := shm.Listen(path, transport.Config{}.SHM())
+		return ln, address, err
+	}
+	ln, err := net.Listen("tcp", address)
+	if err != nil {
+		return nil, "", err
+	}
+	return ln, ln.Addr().String(), nil
 }
 
 // stats prints the server's Stats as JSON.
 func stats(args []string) error {
 	fs := flag.NewFlagSet("stats", flag.ExitOnError)
-	target := fs.String("target", "127.0.0.1:7000", "server address")
+	target := fs.String("target", "127.0.0.1:7000", "server address: host:port, or shm:///path/to.sock")
 	dev := fs.String("device", "", "RDMA device (ibv provider); empty: the soft TCP fabric")
 	_ = fs.Parse(args)
 	d, done, err := withDevice(*dev)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/mwrpc/mwrpc/benchmarks/internal/load"
+	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 )
 
 // Sample is the server's state at one moment of the soak.
@@ -31,20 +33,29 @@ type Sample struct {
 
 // SoakResult is what the soak writes to soak.json.
 type SoakResult struct {
-	Calls           uint64   `json:"calls"` // served by the server
-	Seconds         float64  `json:"seconds"`
-	Kills           int      `json:"client_kills"`
-	RSSStart        int64    `json:"rss_start"`
-	RSSWarm         int64    `json:"rss_after_warmup"`
-	RSSEnd          int64    `json:"rss_end"`
-	GoroutinesStart int      `json:"goroutines_start"`
-	GoroutinesEnd   int      `json:"goroutines_end"`
-	WindowsEnd      int      `json:"windows_exposed_end"`
-	PoolInUseStart  int      `json:"pool_in_use_start"` // the stats connection's own slots
-	PoolInUseEnd    int      `json:"pool_in_use_end"`
-	Reclaimed       uint64   `json:"windows_reclaimed"`
-	Problems        []string `json:"problems"` // what failed the soak's checks; empty: passed
-	Samples         []Sample `json:"samples"`
+	Fabric          string  `json:"fabric"` // tcp or shm
+	Lanes           int     `json:"lanes"`  // each caller's (0: the adaptive default)
+	Calls           uint64  `json:"calls"`  // served by the server
+	Seconds         float64 `json:"seconds"`
+	Kills           int     `json:"client_kills"`
+	RSSStart        int64   `json:"rss_start"`
+	RSSWarm         int64   `json:"rss_after_warmup"`
+	RSSEnd          int64   `json:"rss_end"`
+	GoroutinesStart int     `json:"goroutines_start"`
+	GoroutinesEnd   int     `json:"goroutines_end"`
+	WindowsEnd      int     `json:"windows_exposed_end"`
+	PoolInUseStart  int     `json:"pool_in_use_start"` // the stats connection's own slots
+	PoolInUseEnd    int     `json:"pool_in_use_end"`
+	Reclaimed       uint64  `json:"windows_reclaimed"`
+	MaxConns        int     `json:"max_conns"` // the most connections the server held at a sample
+	// Descriptors and memfd mappings beyond the server's pool slabs (load.Stats.PeerFDs,
+	// PeerMaps): sockets, and over shm rings, doorbells and peers' regions.
+	PeerFDsStart  int      `json:"peer_fds_start"`
+	PeerFDsEnd    int      `json:"peer_fds_end"`
+	PeerMapsStart int      `json:"peer_maps_start"`
+	PeerMapsEnd   int      `json:"peer_maps_end"`
+	Problems      []string `json:"problems"` // what failed the soak's checks; empty: passed
+	Samples       []Sample `json:"samples"`
 }
 
 // soak runs a server and -clients callers as processes of this program until the server
@@ -60,8 +71,14 @@ func soak(args []string) error {
 	maxTime := fs.Duration("max-time", 15*time.Minute, "stop by then whatever the count")
 	warmup := fs.Float64("warmup", 0.3, "the fraction of -calls after which RSS has settled: the reference for the end (the pool grows to the peak of large messages in flight, the heap to its GC target)")
 	sizes := fs.String("sizes", "64,64,64,4KiB,4KiB,64KiB,1MiB", "request sizes, in turn")
+	fabric := fs.String("fabric", "tcp", "tcp (soft TCP on loopback) or shm (the same host's shm fabric)")
+	lanes := fs.Int("lanes", 0, "connections of each caller process to the server (rpc.WithLanes); 0: the adaptive default")
 	out := fs.String("out", "results/soak", "output directory")
 	_ = fs.Parse(args)
+	listen, err := soakListen(*fabric)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
@@ -69,18 +86,20 @@ func soak(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv, addr, err := startSoakServer(self)
+	srv, addr, err := startSoakServer(self, listen)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-	r := &soakRun{self: self, addr: addr, sizes: *sizes, maxTime: *maxTime}
+	r := &soakRun{self: self, addr: addr, sizes: *sizes, lanes: *lanes, maxTime: *maxTime,
+		res: SoakResult{Fabric: *fabric, Lanes: *lanes}}
 	begin := time.Now()
 	first, err := r.sample() // before any caller: the sampling connection's own slots
 	if err != nil {
 		return err
 	}
 	r.res.RSSStart, r.res.GoroutinesStart = first.RSSBytes, first.Goroutines
+	r.res.PeerFDsStart, r.res.PeerMapsStart = first.PeerFDs(), first.PeerMaps()
 	r.res.Samples = append(r.res.Samples, Sample{Stats: *first})
 	r.callers = make([]*exec.Cmd, *clients)
 	for i := range r.callers {
@@ -99,10 +118,26 @@ func soak(args []string) error {
 	return r.report(*out)
 }
 
-// startSoakServer starts `self serve` on a loopback port of its choosing and returns it
-// with the address it says it listens on.
-func startSoakServer(self string) (*exec.Cmd, string, error) {
-	srv := exec.Command(self, "serve", "-listen", "127.0.0.1:0")
+// soakListen is where the soak's server listens on fabric: a loopback port of its
+// choosing, or a socket in a new directory of the system's temporary one (which the
+// server removes when it stops, and the directory stays empty).
+func soakListen(fabric string) (string, error) {
+	switch fabric {
+	case "tcp":
+		return "127.0.0.1:0", nil
+	case "shm":
+		if runtime.GOOS != "linux" {
+			return "", fmt.Errorf("-fabric shm: the shm fabric is Linux's alone, not %s's", runtime.GOOS)
+		}
+		return shm.Scheme + filepath.Join(os.TempDir(), fmt.Sprintf("mwrpcload-soak-%d.sock", os.Getpid())), nil
+	}
+	return "", fmt.Errorf("-fabric %q: want tcp or shm", fabric)
+}
+
+// startSoakServer starts `self serve` listening at listen and returns it with the target
+// it says it listens at.
+func startSoakServer(self, listen string) (*exec.Cmd, string, error) {
+	srv := exec.Command(self, "serve", "-listen", listen)
 	srv.Stderr = os.Stderr
 	srv.SysProcAttr = childSysProcAttr()
 	stdout, err := srv.StdoutPipe()
@@ -125,6 +160,7 @@ func startSoakServer(self string) (*exec.Cmd, string, error) {
 // soakRun is one soak: the server's address, the caller processes and the result.
 type soakRun struct {
 	self, addr, sizes string
+	lanes             int // each caller's, passed on as call's -lanes
 	maxTime           time.Duration
 	callers           []*exec.Cmd // nil entries: a caller that did not start
 	res               SoakResult
@@ -133,7 +169,7 @@ type soakRun struct {
 // startCaller starts a caller process (`self call`), or returns nil (and says so).
 func (r *soakRun) startCaller() *exec.Cmd {
 	c := exec.Command(r.self, "call", "-target", r.addr, "-duration", r.maxTime.String(), "-deadline", "5s",
-		"-callers", "2", "-sizes", r.sizes)
+		"-callers", "2", "-sizes", r.sizes, "-lanes", strconv.Itoa(r.lanes))
 	c.SysProcAttr = childSysProcAttr()
 	if err := c.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "mwrpcload soak: starting a caller:", err)
@@ -177,12 +213,13 @@ func (r *soakRun) run(begin time.Time, calls uint64, killEvery time.Duration, wa
 				return fmt.Errorf("sampling the server: %w", err)
 			}
 			last = st
+			r.res.MaxConns = max(r.res.MaxConns, st.Conns)
 			r.res.Samples = append(r.res.Samples, Sample{Seconds: time.Since(begin).Seconds(), Stats: *st})
 			if r.res.RSSWarm == 0 && float64(st.Served) >= warmup*float64(calls) {
 				r.res.RSSWarm = st.RSSBytes
 			}
-			fmt.Fprintf(os.Stderr, "soak: %5.0fs %9d calls, RSS %6.1f MiB, %4d goroutines, %2d windows, %d conns\n",
-				time.Since(begin).Seconds(), st.Served, float64(st.RSSBytes)/(1<<20), st.Goroutines, st.WindowsExposed, st.Conns)
+			fmt.Fprintf(os.Stderr, "soak: %5.0fs %9d calls, RSS %6.1f MiB, %4d goroutines, %2d windows, %d conns, %d fds, %d memfd maps\n",
+				time.Since(begin).Seconds(), st.Served, float64(st.RSSBytes)/(1<<20), st.Goroutines, st.WindowsExposed, st.Conns, st.FDs, st.MemfdMaps)
 			if st.Served >= calls {
 				return nil
 			}
@@ -209,7 +246,8 @@ func (r *soakRun) settle(first *load.Stats) (*load.Stats, error) {
 		if err != nil {
 			return nil, err
 		}
-		if end.Conns <= 1 && end.WindowsExposed == 0 && end.PoolInUse <= first.PoolInUse && end.Goroutines <= first.Goroutines+2 || time.Now().After(wait) {
+		if end.Conns <= 1 && end.WindowsExposed == 0 && end.PoolInUse <= first.PoolInUse && end.Goroutines <= first.Goroutines+2 &&
+			end.PeerFDs() <= first.PeerFDs() && end.PeerMaps() <= first.PeerMaps() || time.Now().After(wait) {
 			return end, nil
 		}
 	}
@@ -221,12 +259,17 @@ func (r *soakRun) finish(begin time.Time, first, end *load.Stats) {
 	res.Calls, res.Seconds = end.Served, time.Since(begin).Seconds()
 	res.RSSEnd, res.GoroutinesEnd, res.WindowsEnd = end.RSSBytes, end.Goroutines, end.WindowsExposed
 	res.PoolInUseStart, res.PoolInUseEnd, res.Reclaimed = first.PoolInUse, end.PoolInUse, end.Reclaimed
+	res.PeerFDsEnd, res.PeerMapsEnd = end.PeerFDs(), end.PeerMaps()
 	res.Samples = append(res.Samples, Sample{Seconds: res.Seconds, Stats: *end})
 	if end.WindowsExposed != 0 {
 		res.Problems = append(res.Problems, fmt.Sprintf("%d windows still bound", end.WindowsExposed))
 	}
 	if end.PoolInUse > first.PoolInUse {
 		res.Problems = append(res.Problems, fmt.Sprintf("%d pooled buffers held, %d at the start", end.PoolInUse, first.PoolInUse))
+	}
+	if res.PeerFDsEnd > res.PeerFDsStart || res.PeerMapsEnd > res.PeerMapsStart {
+		res.Problems = append(res.Problems, fmt.Sprintf("%d descriptors and %d memfd mappings beyond the pool's slabs, %d and %d at the start",
+			res.PeerFDsEnd, res.PeerMapsEnd, res.PeerFDsStart, res.PeerMapsStart))
 	}
 	if end.Goroutines > first.Goroutines+2 {
 		res.Problems = append(res.Problems, fmt.Sprintf("%d goroutines, %d at the start", end.Goroutines, first.Goroutines))
@@ -242,8 +285,10 @@ func (r *soakRun) report(out string) error {
 	if err := writeSoak(out, res); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "soak: %d calls in %.0f s, %d callers killed; RSS %.1f MiB at start, %.1f after warm-up, %.1f at the end; goroutines %d -> %d; windows bound at the end %d; pooled buffers %d -> %d\n",
-		res.Calls, res.Seconds, res.Kills, mib(res.RSSStart), mib(res.RSSWarm), mib(res.RSSEnd), res.GoroutinesStart, res.GoroutinesEnd, res.WindowsEnd, res.PoolInUseStart, res.PoolInUseEnd)
+	fmt.Fprintf(os.Stderr, "soak: %s, lanes %s: %d calls in %.0f s, %d callers killed, at most %d connections; RSS %.1f MiB at start, %.1f after warm-up, %.1f at the end; goroutines %d -> %d; windows bound at the end %d; pooled buffers %d -> %d; descriptors and memfd mappings beyond the pool %d, %d -> %d, %d\n",
+		res.Fabric, lanesName(res.Lanes), res.Calls, res.Seconds, res.Kills, res.MaxConns, mib(res.RSSStart), mib(res.RSSWarm), mib(res.RSSEnd),
+		res.GoroutinesStart, res.GoroutinesEnd, res.WindowsEnd, res.PoolInUseStart, res.PoolInUseEnd,
+		res.PeerFDsStart, res.PeerMapsStart, res.PeerFDsEnd, res.PeerMapsEnd)
 	if len(res.Problems) > 0 {
 		return fmt.Errorf("soak failed: %s", strings.Join(res.Problems, "; "))
 	}
@@ -252,6 +297,14 @@ func (r *soakRun) report(out string) error {
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// lanesName is how a soak names its callers' lanes: a count, or "adaptive" for 0.
+func lanesName(n int) string {
+	if n == 0 {
+		return "adaptive"
+	}
+	return strconv.Itoa(n)
+}
 
 // writeSoak writes soak.json, soak.csv and soak.png (RSS and goroutines over time).
 func writeSoak(dir string, res *SoakResult) error {
@@ -278,28 +331,27 @@ func writeSoak(dir string, res *SoakResult) error {
 		return err
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("mwrpc soak: %d calls, %d callers killed (server process)", res.Calls, res.Kills)
+	p.Title.Text = fmt.Sprintf("mwrpc soak over %s, lanes %s: %d calls, %d callers killed (server process)", res.Fabric, lanesName(res.Lanes), res.Calls, res.Kills)
 	p.X.Label.Text = "seconds"
-	p.Y.Label.Text = "RSS (MiB) / goroutines"
+	p.Y.Label.Text = "RSS (MiB) / goroutines / connections"
 	p.Add(plotter.NewGrid())
-	rss, gor := make(plotter.XYs, len(res.Samples)), make(plotter.XYs, len(res.Samples))
+	rss, gor, conns := make(plotter.XYs, len(res.Samples)), make(plotter.XYs, len(res.Samples)), make(plotter.XYs, len(res.Samples))
 	for i, s := range res.Samples {
 		rss[i] = plotter.XY{X: s.Seconds, Y: mib(s.RSSBytes)}
 		gor[i] = plotter.XY{X: s.Seconds, Y: float64(s.Goroutines)}
+		conns[i] = plotter.XY{X: s.Seconds, Y: float64(s.Conns)}
 	}
 	for _, l := range []struct {
 		name string
 		xys  plotter.XYs
-		dash bool
-	}{{"RSS (MiB)", rss, false}, {"goroutines", gor, true}} {
+		dash []vg.Length // nil: solid
+	}{{"RSS (MiB)", rss, nil}, {"goroutines", gor, []vg.Length{vg.Points(4), vg.Points(3)}}, {"connections", conns, []vg.Length{vg.Points(1), vg.Points(2)}}} {
 		line, err := plotter.NewLine(l.xys)
 		if err != nil {
 			return err
 		}
 		line.Width = vg.Points(1.5)
-		if l.dash {
-			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		}
+		line.Dashes = l.dash
 		p.Add(line)
 		p.Legend.Add(l.name, line)
 	}

@@ -42,7 +42,21 @@ type Stats struct {
 	PoolBytesInUse int64 // and their bytes
 	Served         uint64
 	Reclaimed      uint64
+	// What a peer's connection holds of the process itself, for the soak to check after
+	// its callers die (Linux; 0 elsewhere): open file descriptors, and mappings of memfds
+	// (each pool slab is one, and over shm each ring and each peer region mapped is one).
+	FDs       int
+	MemfdMaps int
+	PoolSlabs int // slabs of the server's pool: one memfd and one mapping each
 }
+
+// PeerFDs is what the process's descriptors are beyond its pool's slabs: the sockets,
+// and over shm the rings, doorbells and peer regions of its connections.
+func (s *Stats) PeerFDs() int { return s.FDs - s.PoolSlabs }
+
+// PeerMaps is what the process's memfd mappings are beyond its pool's slabs: over shm,
+// each connection's rings and the peer regions it has mapped.
+func (s *Stats) PeerMaps() int { return s.MemfdMaps - s.PoolSlabs }
 
 // RequestHeader is the length of the identity and delay at the front of every request.
 const RequestHeader = 12
@@ -88,8 +102,29 @@ func (s Server) Stats(context.Context, *StatsRequest) (*Stats, error) {
 	for _, c := range st.Pool.Classes {
 		out.PoolInUse += c.InUse
 		out.PoolBytesInUse += c.BytesInUse
+		out.PoolSlabs += c.Slabs
 	}
+	out.FDs, out.MemfdMaps = openFDs(), memfdMaps()
 	return out, nil
+}
+
+// openFDs counts this process's open file descriptors from /proc (0 where there is none).
+func openFDs() int {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	return len(fds) - 1 // the directory's own, open while it is read
+}
+
+// memfdMaps counts this process's mappings of memfds from /proc (0 where there is none):
+// the lines of /proc/self/maps whose file is "/memfd:NAME (deleted)".
+func memfdMaps() int {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), " /memfd:")
 }
 
 // RSS returns this process's resident set size from /proc (0 where there is none).
