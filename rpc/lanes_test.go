@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mwrpc/mwrpc/rpc"
+	"github.com/mwrpc/mwrpc/transport"
 )
 
 // peersSeen returns a server option that records the address of every call's caller, and
@@ -185,4 +186,27 @@ func total(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// TestLanesOverHostLimit: each lane is a connection to the server's limits. A client
+// pinned to four lanes against a server that takes two connections from a host calls over
+// the two it has, every call answered; the server turns the other lanes away and counts
+// them, and the client keeps asking for them (with its backoff) without failing a call.
+func TestLanesOverHostLimit(t *testing.T) {
+	opt, seen := peersSeen()
+	limit := rpc.WithTransport(transport.Config{MaxConnsPerHost: 2})
+	e := start(t, []rpc.ServerOption{opt, limit}, rpc.WithLanes(4), rpc.WithBackoff(5*time.Millisecond, 20*time.Millisecond))
+	waitLanes(t, e.client, 2)
+	callMany(t, e.svc, 8, 25, 100*time.Microsecond) // each failed call is an error
+	if got := seen(); len(got) != 2 {
+		t.Errorf("200 calls came from %d connections (%v), want the 2 the server takes", len(got), got)
+	}
+	if got := e.client.Lanes(); !slices.Equal(got, []int{2}) {
+		t.Errorf("the client holds %v lanes, want [2]: the server's limit", got)
+	}
+	for deadline := time.Now().Add(10 * time.Second); e.srv.Stats().Refused < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server refused %d connections, want the lanes beyond its limit, again and again", e.srv.Stats().Refused)
+		}
+	}
 }
