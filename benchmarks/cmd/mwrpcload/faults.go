@@ -115,7 +115,7 @@ type Row struct {
 	// CallerConns is how many connections the server held for the caller just before the
 	// fault (the stats connection not counted): its lanes.
 	CallerConns int
-	// After the fault, once the callers are gone: the server's windows still bound,
+	// After the fault, once the callers are gone: the server's windows still bound or granted,
 	// pooled buffers and goroutines above what it held before the fault (with only the
 	// stats connection), and whether it got there within the settle bound.
 	ServerWindows, ServerPoolDelta, ServerGoroutineDelta int
@@ -461,20 +461,20 @@ func (fr *faultRun) checkServer(before *load.Stats) {
 			fr.problem("after: %v", err)
 			return
 		}
-		if after.WindowsExposed == 0 && after.PoolInUse <= before.PoolInUse && after.Goroutines <= before.Goroutines+2 || time.Now().After(wait) {
+		if after.WindowsExposed+after.Grants == 0 && after.PoolInUse <= before.PoolInUse && after.Goroutines <= before.Goroutines+2 || time.Now().After(wait) {
 			break
 		}
 	}
 	r := fr.row
-	r.ServerWindows, r.ServerPoolDelta, r.ServerGoroutineDelta = after.WindowsExposed, after.PoolInUse-before.PoolInUse, after.Goroutines-before.Goroutines
+	r.ServerWindows, r.ServerPoolDelta, r.ServerGoroutineDelta = after.WindowsExposed+after.Grants, after.PoolInUse-before.PoolInUse, after.Goroutines-before.Goroutines
 	if r.ServerWindows != 0 || r.ServerPoolDelta > 0 || r.ServerGoroutineDelta > 2 {
-		fr.problem("the server kept %d windows bound, %d pooled buffers and %d goroutines", r.ServerWindows, r.ServerPoolDelta, r.ServerGoroutineDelta)
+		fr.problem("the server kept %d windows bound or granted, %d pooled buffers and %d goroutines", r.ServerWindows, r.ServerPoolDelta, r.ServerGoroutineDelta)
 	}
 }
 
 // printTable writes the rows as a markdown table.
 func printTable(w *os.File, rows []Row) {
-	fmt.Fprintln(w, "| fabric | fault | caller's conns | calls ok | failed by status | wrong call | hung | max call / deadline (ms) | windows bound after (client, server) | server pool, goroutines after | recovered after heal (ms) | result |")
+	fmt.Fprintln(w, "| fabric | fault | caller's conns | calls ok | failed by status | wrong call | hung | max call / deadline (ms) | windows bound after (client, server's bound or granted) | server pool, goroutines after | recovered after heal (ms) | result |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---|---:|---:|---|---|---|---:|---|")
 	for _, r := range rows {
 		var failed []string

@@ -44,6 +44,7 @@ type SoakResult struct {
 	GoroutinesStart int     `json:"goroutines_start"`
 	GoroutinesEnd   int     `json:"goroutines_end"`
 	WindowsEnd      int     `json:"windows_exposed_end"`
+	GrantsEnd       int     `json:"grants_end"`
 	PoolInUseStart  int     `json:"pool_in_use_start"` // the stats connection's own slots
 	PoolInUseEnd    int     `json:"pool_in_use_end"`
 	Reclaimed       uint64  `json:"windows_reclaimed"`
@@ -218,8 +219,8 @@ func (r *soakRun) run(begin time.Time, calls uint64, killEvery time.Duration, wa
 			if r.res.RSSWarm == 0 && float64(st.Served) >= warmup*float64(calls) {
 				r.res.RSSWarm = st.RSSBytes
 			}
-			fmt.Fprintf(os.Stderr, "soak: %5.0fs %9d calls, RSS %6.1f MiB, %4d goroutines, %2d windows, %d conns, %d fds, %d memfd maps\n",
-				time.Since(begin).Seconds(), st.Served, float64(st.RSSBytes)/(1<<20), st.Goroutines, st.WindowsExposed, st.Conns, st.FDs, st.MemfdMaps)
+			fmt.Fprintf(os.Stderr, "soak: %5.0fs %9d calls, RSS %6.1f MiB, %4d goroutines, %2d windows, %2d grants, %d conns, %d fds, %d memfd maps\n",
+				time.Since(begin).Seconds(), st.Served, float64(st.RSSBytes)/(1<<20), st.Goroutines, st.WindowsExposed, st.Grants, st.Conns, st.FDs, st.MemfdMaps)
 			if st.Served >= calls {
 				return nil
 			}
@@ -246,7 +247,7 @@ func (r *soakRun) settle(first *load.Stats) (*load.Stats, error) {
 		if err != nil {
 			return nil, err
 		}
-		if end.Conns <= 1 && end.WindowsExposed == 0 && end.PoolInUse <= first.PoolInUse && end.Goroutines <= first.Goroutines+2 &&
+		if end.Conns <= 1 && end.WindowsExposed == 0 && end.Grants == 0 && end.PoolInUse <= first.PoolInUse && end.Goroutines <= first.Goroutines+2 &&
 			end.PeerFDs() <= first.PeerFDs() && end.PeerMaps() <= first.PeerMaps() || time.Now().After(wait) {
 			return end, nil
 		}
@@ -257,12 +258,15 @@ func (r *soakRun) settle(first *load.Stats) (*load.Stats, error) {
 func (r *soakRun) finish(begin time.Time, first, end *load.Stats) {
 	res := &r.res
 	res.Calls, res.Seconds = end.Served, time.Since(begin).Seconds()
-	res.RSSEnd, res.GoroutinesEnd, res.WindowsEnd = end.RSSBytes, end.Goroutines, end.WindowsExposed
+	res.RSSEnd, res.GoroutinesEnd, res.WindowsEnd, res.GrantsEnd = end.RSSBytes, end.Goroutines, end.WindowsExposed, end.Grants
 	res.PoolInUseStart, res.PoolInUseEnd, res.Reclaimed = first.PoolInUse, end.PoolInUse, end.Reclaimed
 	res.PeerFDsEnd, res.PeerMapsEnd = end.PeerFDs(), end.PeerMaps()
 	res.Samples = append(res.Samples, Sample{Seconds: res.Seconds, Stats: *end})
 	if end.WindowsExposed != 0 {
 		res.Problems = append(res.Problems, fmt.Sprintf("%d windows still bound", end.WindowsExposed))
+	}
+	if end.Grants != 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("%d grants still given", end.Grants))
 	}
 	if end.PoolInUse > first.PoolInUse {
 		res.Problems = append(res.Problems, fmt.Sprintf("%d pooled buffers held, %d at the start", end.PoolInUse, first.PoolInUse))
@@ -285,9 +289,9 @@ func (r *soakRun) report(out string) error {
 	if err := writeSoak(out, res); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "soak: %s, lanes %s: %d calls in %.0f s, %d callers killed, at most %d connections; RSS %.1f MiB at start, %.1f after warm-up, %.1f at the end; goroutines %d -> %d; windows bound at the end %d; pooled buffers %d -> %d; descriptors and memfd mappings beyond the pool %d, %d -> %d, %d\n",
+	fmt.Fprintf(os.Stderr, "soak: %s, lanes %s: %d calls in %.0f s, %d callers killed, at most %d connections; RSS %.1f MiB at start, %.1f after warm-up, %.1f at the end; goroutines %d -> %d; windows bound and grants given at the end %d, %d; pooled buffers %d -> %d; descriptors and memfd mappings beyond the pool %d, %d -> %d, %d\n",
 		res.Fabric, lanesName(res.Lanes), res.Calls, res.Seconds, res.Kills, res.MaxConns, mib(res.RSSStart), mib(res.RSSWarm), mib(res.RSSEnd),
-		res.GoroutinesStart, res.GoroutinesEnd, res.WindowsEnd, res.PoolInUseStart, res.PoolInUseEnd,
+		res.GoroutinesStart, res.GoroutinesEnd, res.WindowsEnd, res.GrantsEnd, res.PoolInUseStart, res.PoolInUseEnd,
 		res.PeerFDsStart, res.PeerMapsStart, res.PeerFDsEnd, res.PeerMapsEnd)
 	if len(res.Problems) > 0 {
 		return fmt.Errorf("soak failed: %s", strings.Join(res.Problems, "; "))
@@ -320,11 +324,11 @@ func writeSoak(dir string, res *SoakResult) error {
 		return err
 	}
 	w := csv.NewWriter(f)
-	_ = w.Write([]string{"seconds", "served", "rss_bytes", "goroutines", "conns", "windows_exposed", "pool_in_use"})
+	_ = w.Write([]string{"seconds", "served", "rss_bytes", "goroutines", "conns", "windows_exposed", "grants", "pool_in_use", "fds", "memfd_maps"})
 	for _, s := range res.Samples {
 		_ = w.Write([]string{strconv.FormatFloat(s.Seconds, 'f', 1, 64), strconv.FormatUint(s.Served, 10),
 			strconv.FormatInt(s.RSSBytes, 10), strconv.Itoa(s.Goroutines), strconv.Itoa(s.Conns),
-			strconv.Itoa(s.WindowsExposed), strconv.Itoa(s.PoolInUse)})
+			strconv.Itoa(s.WindowsExposed), strconv.Itoa(s.Grants), strconv.Itoa(s.PoolInUse), strconv.Itoa(s.FDs), strconv.Itoa(s.MemfdMaps)})
 	}
 	w.Flush()
 	if err := errors.Join(w.Error(), f.Close()); err != nil {

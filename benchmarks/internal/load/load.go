@@ -38,6 +38,7 @@ type Stats struct {
 	RSSBytes       int64
 	Conns          int
 	WindowsExposed int   // windows bound now
+	Grants         int   // grants to callers not yet used, revoked or reclaimed
 	PoolInUse      int   // pooled buffers held
 	PoolBytesInUse int64 // and their bytes
 	Served         uint64
@@ -98,7 +99,7 @@ func (s Server) Echo(ctx context.Context, req []byte) ([]byte, error) {
 func (s Server) Stats(context.Context, *StatsRequest) (*Stats, error) {
 	st := s.Srv.Stats()
 	out := &Stats{Goroutines: runtime.NumGoroutine(), RSSBytes: RSS(), Conns: st.Conns,
-		WindowsExposed: st.WindowsExposed, Served: st.Served, Reclaimed: st.Reclaimed}
+		WindowsExposed: st.WindowsExposed, Grants: st.Grants, Served: st.Served, Reclaimed: st.Reclaimed}
 	for _, c := range st.Pool.Classes {
 		out.PoolInUse += c.InUse
 		out.PoolBytesInUse += c.BytesInUse
