@@ -24,26 +24,35 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openFDs counts this process's open descriptors.
-func openFDs(t testing.TB) int {
+// held is what this process holds that a connection may leave behind: open descriptors
+// (rings, doorbells, sockets, the memfds of regions) and memfd mappings (rings and the
+// peer's regions: a mapping outlives the descriptor it was made from).
+type held struct{ fds, maps int }
+
+func countHeld(t testing.TB) held {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(ents)
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held{fds: len(ents), maps: strings.Count(string(maps), " /memfd:")}
 }
 
-// checkFDs fails t at cleanup if descriptors are still open that were not before: a ring
-// memfd, a doorbell or a socket of a connection left behind. Call it after leakcheck.Check.
-func checkFDs(t testing.TB) {
+// checkHeld fails t at cleanup if descriptors are still open, or memfds still mapped,
+// that were not before: a ring, a doorbell, a socket or a peer's region of a connection
+// left behind. Call it after leakcheck.Check.
+func checkHeld(t testing.TB) {
 	t.Helper()
-	base := openFDs(t)
+	base := countHeld(t)
 	t.Cleanup(func() {
 		deadline := time.Now().Add(5 * time.Second)
-		for n := openFDs(t); n > base; n = openFDs(t) {
+		for h := countHeld(t); h.fds > base.fds || h.maps > base.maps; h = countHeld(t) {
 			if time.Now().After(deadline) {
-				t.Errorf("%d descriptors leaked", n-base)
+				t.Errorf("%d descriptors and %d memfd mappings leaked", h.fds-base.fds, h.maps-base.maps)
 				return
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -93,7 +102,7 @@ func TestConnStream(t *testing.T) {
 	for _, spin := range []time.Duration{-1, 0} {
 		t.Run("spin="+spin.String(), func(t *testing.T) {
 			leakcheck.Check(t)
-			checkFDs(t)
+			checkHeld(t)
 			cfg := Config{RingSize: 64 << 10, Spin: spin}
 			a, b := connPair(t, cfg, cfg)
 			const n = 8 << 20
@@ -150,7 +159,7 @@ func TestConnStream(t *testing.T) {
 // with os.ErrDeadlineExceeded; a deadline moved into the past wakes one waiting.
 func TestConnDeadlines(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	a, b := connPair(t, Config{RingSize: MinRingSize}, Config{RingSize: MinRingSize})
 	_ = b.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
 	start := time.Now()
@@ -179,7 +188,7 @@ func TestConnDeadlines(t *testing.T) {
 // written before the close, then io.EOF, and its writes fail with EPIPE.
 func TestConnEnds(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	a, b := connPair(t, Config{}, Config{})
 	errc := make(chan error, 1)
 	go func() { _, err := a.Read(make([]byte, 10)); errc <- err }()
@@ -208,7 +217,7 @@ func TestConnEnds(t *testing.T) {
 // ErrCredentials. Nothing leaks on either side.
 func TestCredentials(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	other := []uint32{uint32(os.Geteuid()) + 1}
 	path := filepath.Join(t.TempDir(), "s.sock")
 	ln, err := Listen(path, Config{PeerUIDs: other})
@@ -270,7 +279,7 @@ func TestHostileRing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			checkFDs(t)
+			checkHeld(t)
 			attacker, victim := connPair(t, Config{}, Config{})
 			ok1, ok2 := connPair(t, Config{}, Config{})
 			tc.poke(attacker)
@@ -379,7 +388,7 @@ func TestHostileHello(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			checkFDs(t)
+			checkHeld(t)
 			path := filepath.Join(t.TempDir(), "s.sock")
 			ln, err := Listen(path, Config{RingSize: MinRingSize})
 			if err != nil {
@@ -446,7 +455,7 @@ func TestTargets(t *testing.T) {
 // for room or for a write in progress; the peer reads exactly what it took.
 func TestTryWrite(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	a, b := connPair(t, Config{RingSize: MinRingSize}, Config{RingSize: MinRingSize})
 	n, err := a.TryWrite(make([]byte, MinRingSize+100))
 	if err != nil || n != MinRingSize {
@@ -473,7 +482,7 @@ func TestTryWrite(t *testing.T) {
 // after the spin: the process uses (almost) no CPU while they wait.
 func TestIdleCostsNothing(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	a, b := connPair(t, Config{}, Config{})
 	done := make(chan error, 2)
 	for _, c := range []*Conn{a, b} {
@@ -553,7 +562,7 @@ func pingPong(t *testing.T, a, b *Conn, rounds int) {
 // run it many times, as go test -race -count=50 -run 'Wakeup|Waiter|FlagBefore|Doorbell'.
 func TestNoLostWakeup(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	cfg := Config{Spin: -1}
 	a, b := connPair(t, cfg, cfg)
 	rounds := 10000
@@ -570,7 +579,7 @@ func TestNoLostWakeup(t *testing.T) {
 // find none, ring nothing, and the sleeper would sleep until its deadline.
 func TestFlagBeforeCheck(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	a, b := connPair(t, Config{Spin: -1}, Config{Spin: -1})
 	sp := readSpin(Config{Spin: -1})
 	for i := range 20 {
@@ -615,7 +624,7 @@ func TestFlagBeforeCheck(t *testing.T) {
 // once per wait would sleep through that entry until its deadline.
 func TestWakeRearms(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	a, b := connPair(t, Config{Spin: -1}, Config{Spin: -1})
 	for i := range 20 {
 		got := make(chan error, 1)
@@ -658,7 +667,7 @@ func waitFlag(t *testing.T, f *atomic.Uint32) {
 // reader asleep: a doorbell each, and no more.
 func TestDoorbellOnlyForSleepers(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	a, b := connPair(t, Config{Spin: 10 * time.Second}, Config{Spin: 10 * time.Second})
 	const n = 1000
 	got := make(chan error, 1)
@@ -694,7 +703,7 @@ func TestDoorbellOnlyForSleepers(t *testing.T) {
 // fits now and leaves the rest in v.
 func TestWriteBuffersWhole(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	const ringSize = 16 << 10
 	a, b := connPair(t, Config{Spin: -1, RingSize: ringSize}, Config{Spin: -1, RingSize: ringSize})
 	frame := func(i int) [][]byte {
@@ -766,7 +775,7 @@ func waitSleeping(t *testing.T, c *Conn) {
 // in the ring.)
 func TestLyingWaiterFlags(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	cfg := Config{Spin: -1, RingSize: MinRingSize}
 	a, b := connPair(t, cfg, cfg)
 	stop := make(chan struct{})
@@ -796,7 +805,7 @@ func TestLyingWaiterFlags(t *testing.T) {
 // returns: this side's own rings of its doorbells empty a full counter first.
 func TestFullDoorbellCloses(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	cfg := Config{Spin: -1, RingSize: MinRingSize}
 	a, _ := connPair(t, cfg, cfg)
 	full := binary.NativeEndian.AppendUint64(nil, 0xfffffffffffffffe)
@@ -831,7 +840,7 @@ func TestFullDoorbellCloses(t *testing.T) {
 // before.
 func TestReadSpinCoversPeerCopy(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	cfg := Config{Spin: 20 * time.Microsecond}
 	a, b := connPair(t, cfg, cfg)
 	read := func(t *testing.T, i int) {
@@ -893,7 +902,7 @@ func TestReadSpinCoversPeerCopy(t *testing.T) {
 // but polls no longer: it sleeps again.
 func TestReadSpinLearnsPeerLateness(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	cfg := Config{Spin: 20 * time.Microsecond}
 	a, b := connPair(t, cfg, cfg)
 	const copyBytes = 2_000_000 // 200 µs at copyRate

@@ -10,6 +10,7 @@ import (
 	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/transport/verbs"
 	"github.com/mwrpc/mwrpc/transport/verbs/soft"
+	"golang.org/x/sys/unix"
 )
 
 // readSetup is a registered source on qb's side and a registered destination on qa's.
@@ -87,7 +88,7 @@ func TestPlacedRead(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			checkFDs(t)
+			checkHeld(t)
 			p := newQPPairWith(t, tc.cfg)
 			if tc.otherUID {
 				// A second user needs root and a test binary that user may run; the
@@ -140,7 +141,7 @@ func waitMapped(t *testing.T, c *Conn, shared bool) {
 // ErrProtocol (the soft QP then takes the link down), and nothing is copied.
 func TestPlacedReadOutOfRange(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
 	a, b := connPair(t, Config{}, Config{})
 	mem, err := verbs.Map(1<<16, verbs.MapOptions{Shared: true})
 	if err != nil {
@@ -186,7 +187,7 @@ func TestPlacedWrite(t *testing.T) {
 	}{{"shared source", true}, {"private source", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			checkFDs(t)
+			checkHeld(t)
 			p := newQPPair(t)
 			const n = 1 << 20
 			srcMem, err := verbs.Map(n, verbs.MapOptions{Shared: tc.shared})
@@ -364,7 +365,7 @@ func TestPlacedSend(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			checkFDs(t)
+			checkHeld(t)
 			p := newQPPairCap(t, Config{}, verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 8, MaxRecvSGE: 8})
 			s := newSendSetup(t, p, 64<<10)
 			s.send(t, p, soft.PlacedSendMin, 1, 1, 1) // announces the source's region
@@ -390,7 +391,18 @@ func TestPlacedSend(t *testing.T) {
 // flushed and nothing copied; the sender's SEND never completes successfully.
 func TestPlacedSendOutOfRange(t *testing.T) {
 	leakcheck.Check(t)
-	checkFDs(t)
+	checkHeld(t)
+	var whole []byte // the receiver's mapping of the sender's region
+	t.Cleanup(func() {
+		// The connection's close could not unmap the shortened view below (unix.Munmap
+		// takes a mapping only whole, as it was mapped): the mapping is this test's to
+		// unmap, once the connection is closed.
+		if whole != nil {
+			if err := unix.Munmap(whole); err != nil {
+				t.Errorf("unmapping the receiver's mapping of the region: %v", err)
+			}
+		}
+	})
 	p := newQPPair(t)
 	s := newSendSetup(t, p, 64<<10)
 	s.send(t, p, soft.PlacedSendMin, 1, 1, 1)
@@ -398,7 +410,8 @@ func TestPlacedSendOutOfRange(t *testing.T) {
 	// The receiver's view of the sender's region shrinks to 1 KiB: the sender's next
 	// placement, of 4 KiB, now names memory it did not share.
 	p.b.peerMu.Lock()
-	p.b.peerRegions[0].mem = p.b.peerRegions[0].mem[:1<<10]
+	whole = p.b.peerRegions[0].mem
+	p.b.peerRegions[0].mem = whole[:1<<10]
 	p.b.peerMu.Unlock()
 	clear(s.dst)
 	if err := p.qb.PostRecv([]verbs.RecvWR{{WRID: 9, SGL: sges(s.dstMR, len(s.dst), 1)}}); err != nil {
