@@ -33,6 +33,11 @@ type Summary struct {
 	// exposed just before Close, and goroutines above the count before Dial.
 	WindowsExposedAfter int `json:"windows_exposed_after"`
 	GoroutinesLeaked    int `json:"goroutines_leaked"`
+	// CloseError is what Client.Close returned, if anything: a pooled buffer never
+	// returned to the client's pool is a pool.LeakError there.
+	CloseError string `json:"close_error,omitempty"`
+	// ReleaseFailed counts lent responses (-lent) that Client.Release refused.
+	ReleaseFailed int64 `json:"release_failed"`
 }
 
 // HangBound is how long past its deadline a call may take before it counts as hung: a
@@ -56,6 +61,7 @@ func call(args []string) error {
 	backoff := fs.Duration("backoff-max", time.Second, "the reconnection backoff's ceiling")
 	keepalive := fs.Duration("keepalive-timeout", 3*time.Second, "drop a connection whose ping (every second without a response) gets no answer in this")
 	lanes := fs.Int("lanes", 0, "connections to the server (rpc.WithLanes); 0: as many as the client's adaptive default opens")
+	lent := fs.Bool("lent", false, "build each request in the client's registered memory (rpc.Client.Buffer) and take each response lent (rpc.WithLentResponses), released once checked")
 	_ = fs.Parse(args)
 	sizes, err := load.ParseSizes(*sizeList)
 	if err != nil {
@@ -76,11 +82,14 @@ func call(args []string) error {
 	if *lanes > 0 {
 		opts = append(opts, rpc.WithLanes(*lanes))
 	}
+	if *lent {
+		opts = append(opts, rpc.WithLentResponses())
+	}
 	client, err := rpc.Dial(ctx, *target, dialOptions(d, opts...)...)
 	if err != nil {
 		return err
 	}
-	r := &callRun{svc: load.NewLoadClient(client), sizes: sizes, deadline: *deadline, delay: *delay, maxCalls: *maxCalls,
+	r := &callRun{client: client, lent: *lent, svc: load.NewLoadClient(client), sizes: sizes, deadline: *deadline, delay: *delay, maxCalls: *maxCalls,
 		sum: Summary{Failed: map[string]int64{}, DeadlineMs: ms(*deadline), RecoverMs: -1}}
 	bound := time.Now().Add(*duration)
 	r.endAt.Store(bound.UnixNano())
@@ -103,6 +112,8 @@ func call(args []string) error {
 
 // callRun is one run of call: its callers' shared counts and bounds.
 type callRun struct {
+	client   *rpc.Client
+	lent     bool // requests built in client.Buffer, responses lent
 	svc      *load.LoadClient
 	sizes    []int
 	deadline time.Duration // each call's
@@ -147,17 +158,45 @@ func (r *callRun) caller(c int) {
 		cctx, ccancel := context.WithTimeout(context.Background(), r.deadline)
 		t0 := time.Now()
 		r.inCall.Add(1)
-		resp, err := r.svc.Echo(cctx, req)
+		resp, err := r.echo(cctx, req)
 		r.inCall.Add(-1)
 		took := time.Since(t0)
 		ccancel()
 		if err == nil {
 			err = load.Check(req, resp)
+			r.release(resp)
 		}
 		r.record(err, t0, took)
 		if err != nil && took < 10*time.Millisecond {
 			time.Sleep(10 * time.Millisecond) // a fast failure (no connection): do not spin
 		}
+	}
+}
+
+// echo calls Echo with req: as it is, or with -lent a copy of it built in the client's
+// registered memory, which the call takes (req stays the caller's, to check the response
+// against).
+func (r *callRun) echo(ctx context.Context, req []byte) ([]byte, error) {
+	if !r.lent {
+		return r.svc.Echo(ctx, req)
+	}
+	buf, err := r.client.Buffer(ctx, len(req))
+	if err != nil {
+		return nil, err
+	}
+	copy(buf, req)
+	return r.svc.Echo(ctx, buf)
+}
+
+// release gives a lent response back (-lent), counting a refusal.
+func (r *callRun) release(resp []byte) {
+	if !r.lent {
+		return
+	}
+	if err := r.client.Release(resp); err != nil {
+		r.mu.Lock()
+		r.sum.ReleaseFailed++
+		r.mu.Unlock()
 	}
 }
 
@@ -203,7 +242,7 @@ func (r *callRun) wait(running *sync.WaitGroup) {
 
 // closeClient closes the client once its windows are released (boundedly), stops the
 // heal watch, and records what the client held: windows still exposed just before Close,
-// and goroutines above base after.
+// what Close said (a pooled buffer never returned), and goroutines above base after.
 func (r *callRun) closeClient(client *rpc.Client, base int, stopHeal chan<- struct{}) {
 	// The client's own windows (large requests) are revoked by the responses, or
 	// released when a connection fails: wait for that, boundedly.
@@ -211,7 +250,9 @@ func (r *callRun) closeClient(client *rpc.Client, base int, stopHeal chan<- stru
 		time.Sleep(10 * time.Millisecond)
 	}
 	r.sum.WindowsExposedAfter = client.Stats().WindowsExposed
-	_ = client.Close()
+	if err := client.Close(); err != nil {
+		r.sum.CloseError = err.Error()
+	}
 	close(stopHeal)
 	for wait := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > base && time.Now().Before(wait); {
 		time.Sleep(10 * time.Millisecond)

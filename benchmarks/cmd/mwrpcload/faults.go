@@ -132,6 +132,7 @@ func faultsCmd(args []string) error {
 	sizes := fs.String("sizes", "64,4KiB,64KiB,1MiB", "request sizes, in turn")
 	callers := fs.Int("callers", 4, "concurrent callers")
 	lanes := fs.Int("lanes", 0, "the caller's connections to the server (call -lanes); 0: its adaptive default")
+	lent := fs.Bool("lent", false, "the caller builds its requests in registered memory and takes its responses lent (call -lent)")
 	_ = fs.Parse(args)
 	if runtime.GOOS != "linux" {
 		return fmt.Errorf("faults: not on %s: needs Linux (netem, veth pairs, network namespaces), root, inside the rxe VM (make test-faults)", runtime.GOOS)
@@ -145,6 +146,9 @@ func faultsCmd(args []string) error {
 	}
 	if *lanes > 0 {
 		n.name += fmt.Sprintf(", %d lanes", *lanes)
+	}
+	if *lent {
+		n.name += ", lent"
 	}
 	for _, c := range n.setup {
 		if err := run(c...); err != nil {
@@ -162,7 +166,7 @@ func faultsCmd(args []string) error {
 		if *only != "" && !strings.Contains(f.name, *only) {
 			continue
 		}
-		r := runFault(n, f, workload{*deadline, *sizes, *callers, *lanes}, *recoverBound)
+		r := runFault(n, f, workload{*deadline, *sizes, *callers, *lanes, *lent}, *recoverBound)
 		if len(r.Problems) > 0 {
 			failed = true
 		}
@@ -247,7 +251,7 @@ func caller(n *fabricNet, d time.Duration, l workload, out *bytes.Buffer, untilH
 	args := append(append([]string{}, n.cliPrefix...), self, "call", "-target", srvAddr+":"+port,
 		"-duration", d.String(), "-deadline", l.deadline.String(), "-callers", strconv.Itoa(l.callers), "-sizes", l.sizes,
 		"-delay", "50ms", "-backoff-max", "1s", "-after-heal", callerAfterHeal.String(), "-until-heal="+strconv.FormatBool(untilHeal),
-		"-lanes", strconv.Itoa(l.lanes))
+		"-lanes", strconv.Itoa(l.lanes), "-lent="+strconv.FormatBool(l.lent))
 	if n.cliDevice != "" {
 		args = append(args, "-device", n.cliDevice)
 	}
@@ -286,7 +290,8 @@ type workload struct {
 	deadline time.Duration
 	sizes    string
 	callers  int
-	lanes    int // the caller's connections to the server; 0: its adaptive default
+	lanes    int  // the caller's connections to the server; 0: its adaptive default
+	lent     bool // the caller's requests built in registered memory, its responses lent
 }
 
 func runFault(n *fabricNet, f fault, l workload, recoverBound time.Duration) (r Row) {
@@ -443,6 +448,10 @@ func (fr *faultRun) checkClient(out *bytes.Buffer, f fault, recoverBound time.Du
 		fr.problem("no call succeeded")
 	case c.WindowsExposedAfter != 0 || c.GoroutinesLeaked != 0:
 		fr.problem("the client kept %d windows bound and %d goroutines", c.WindowsExposedAfter, c.GoroutinesLeaked)
+	case c.CloseError != "":
+		fr.problem("the client's Close: %s", c.CloseError)
+	case c.ReleaseFailed != 0:
+		fr.problem("%d lent responses refused by Release", c.ReleaseFailed)
 	}
 	if f.length > 0 && (c.RecoverMs < 0 || c.RecoverMs > float64(recoverBound/time.Millisecond)) {
 		fr.problem("service resumed %.0f ms after the heal (bound %v)", c.RecoverMs, recoverBound)
