@@ -5,7 +5,7 @@
 #   make fuzz          every native Fuzz target for FUZZTIME each (default 60s)
 #   make bench-verbs   verbs and pool micro-benchmarks, 5 runs each (for benchstat)
 #   make test-faults   the fault suite (netem, kill) in the rxe VM: soft TCP (adaptive lanes,
-#                      then three) and ibv
+#                      then three with lent memory) and ibv
 #   make soak          three long runs (soft TCP on adaptive and on 4 lanes, shm on 4):
 #                      1,000,000 calls each, callers killed, leaks checked
 #   make test-rxe      the ibv provider (cgo, libibverbs) on Soft-RoCE in a throw-away VM:
