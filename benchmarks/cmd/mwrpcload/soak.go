@@ -100,7 +100,6 @@ func soak(args []string) error {
 		return err
 	}
 	r.res.RSSStart, r.res.GoroutinesStart = first.RSSBytes, first.Goroutines
-	r.res.PeerFDsStart, r.res.PeerMapsStart = first.PeerFDs(), first.PeerMaps()
 	r.res.Samples = append(r.res.Samples, Sample{Stats: *first})
 	r.callers = make([]*exec.Cmd, *clients)
 	for i := range r.callers {
@@ -260,6 +259,7 @@ func (r *soakRun) finish(begin time.Time, first, end *load.Stats) {
 	res.Calls, res.Seconds = end.Served, time.Since(begin).Seconds()
 	res.RSSEnd, res.GoroutinesEnd, res.WindowsEnd, res.GrantsEnd = end.RSSBytes, end.Goroutines, end.WindowsExposed, end.Grants
 	res.PoolInUseStart, res.PoolInUseEnd, res.Reclaimed = first.PoolInUse, end.PoolInUse, end.Reclaimed
+	res.PeerFDsStart, res.PeerMapsStart = first.PeerFDs(), first.PeerMaps()
 	res.PeerFDsEnd, res.PeerMapsEnd = end.PeerFDs(), end.PeerMaps()
 	res.Samples = append(res.Samples, Sample{Seconds: res.Seconds, Stats: *end})
 	if end.WindowsExposed != 0 {
