@@ -81,7 +81,10 @@ func serve(args []string) error {
 func listenOn(address string) (net.Listener, string, error) {
 	if path, ok := shm.ParseTarget(address); ok {
 		ln, err := shm.Listen(path, transport.Config{}.SHM())
-		return ln, address, err
+		if err != nil {
+			return nil, "", err
+		}
+		return ln, address, nil
 	}
 	ln, err := net.Listen("tcp", address)
 	if err != nil {

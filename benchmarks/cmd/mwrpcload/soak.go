@@ -91,7 +91,13 @@ func soak(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	defer func() {
+		_ = srv.Process.Kill()
+		_ = srv.Wait()
+		if path, ok := shm.ParseTarget(listen); ok {
+			_ = os.Remove(path) // a killed server leaves its socket behind
+		}
+	}()
 	r := &soakRun{self: self, addr: addr, sizes: *sizes, lanes: *lanes, maxTime: *maxTime,
 		res: SoakResult{Fabric: *fabric, Lanes: *lanes}}
 	begin := time.Now()
@@ -119,8 +125,7 @@ func soak(args []string) error {
 }
 
 // soakListen is where the soak's server listens on fabric: a loopback port of its
-// choosing, or a socket in a new directory of the system's temporary one (which the
-// server removes when it stops, and the directory stays empty).
+// choosing, or a socket in the system's temporary directory named after this process.
 func soakListen(fabric string) (string, error) {
 	switch fabric {
 	case "tcp":
@@ -310,7 +315,8 @@ func lanesName(n int) string {
 	return strconv.Itoa(n)
 }
 
-// writeSoak writes soak.json, soak.csv and soak.png (RSS and goroutines over time).
+// writeSoak writes soak.json, soak.csv and soak.png (RSS, goroutines and connections over
+// time).
 func writeSoak(dir string, res *SoakResult) error {
 	j, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
