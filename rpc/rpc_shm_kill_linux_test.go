@@ -177,7 +177,7 @@ func TestSHMPeerKilled(t *testing.T) {
 // Client dialed with opts.
 func serverKilled(t *testing.T, opts ...rpc.DialOption) {
 	leakcheck.Check(t)
-	held := countHeld(t)
+	held := leakcheck.CountHeld(t)
 	path := filepath.Join(t.TempDir(), "srv.sock")
 	cmd := startPeer(t, "server", path)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -205,14 +205,14 @@ func serverKilled(t *testing.T, opts ...rpc.DialOption) {
 	}
 	waitStats(t, "client", c.Stats)
 	c.Close()
-	waitHeld(t, held)
+	leakcheck.WaitHeld(t, held)
 }
 
 // clientKilled is TestSHMPeerKilled with the client the peer that dies, started in role:
 // the survivor is a Server.
 func clientKilled(t *testing.T, role string) {
 	leakcheck.Check(t)
-	held := countHeld(t)
+	held := leakcheck.CountHeld(t)
 	path := filepath.Join(t.TempDir(), "srv.sock")
 	srv := rpc.NewServer()
 	srv.RegisterService(&svcDesc, &impl{slept: make(chan error, 1)})
@@ -245,7 +245,7 @@ func clientKilled(t *testing.T, role string) {
 	if err := <-served; err != nil {
 		t.Errorf("ListenAndServe: %v", err)
 	}
-	waitHeld(t, held)
+	leakcheck.WaitHeld(t, held)
 }
 
 // waitStats waits until a side has no connection, no window exposed and no handler
@@ -272,37 +272,4 @@ func buffersInUse(classes []pool.ClassStats) int {
 		n += c.InUse
 	}
 	return n
-}
-
-// held is what a process holds of the shm fabric's: open descriptors (sockets, rings,
-// doorbells, region memfds) and memfd mappings (rings and regions, its own and its
-// peers': a mapping outlives the descriptor it was made from).
-type held struct{ fds, maps int }
-
-func countHeld(t *testing.T) held {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	maps, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return held{fds: len(ents), maps: strings.Count(string(maps), " /memfd:")}
-}
-
-// waitHeld fails t unless this process is back to base open descriptors and memfd
-// mappings within 5 s.
-func waitHeld(t *testing.T, base held) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for h := countHeld(t); h.fds > base.fds || h.maps > base.maps; h = countHeld(t) {
-		if time.Now().After(deadline) {
-			t.Errorf("%d descriptors and %d memfd mappings more than before the test (rings, doorbells, sockets or regions left open or mapped)",
-				h.fds-base.fds, h.maps-base.maps)
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

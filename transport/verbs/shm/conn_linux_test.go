@@ -24,42 +24,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// held is what this process holds that a connection may leave behind: open descriptors
-// (rings, doorbells, sockets, the memfds of regions) and memfd mappings (rings and the
-// peer's regions: a mapping outlives the descriptor it was made from).
-type held struct{ fds, maps int }
-
-func countHeld(t testing.TB) held {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	maps, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return held{fds: len(ents), maps: strings.Count(string(maps), " /memfd:")}
-}
-
-// checkHeld fails t at cleanup if descriptors are still open, or memfds still mapped,
-// that were not before: a ring, a doorbell, a socket or a peer's region of a connection
-// left behind. Call it after leakcheck.Check.
-func checkHeld(t testing.TB) {
-	t.Helper()
-	base := countHeld(t)
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for h := countHeld(t); h.fds > base.fds || h.maps > base.maps; h = countHeld(t) {
-			if time.Now().After(deadline) {
-				t.Errorf("%d descriptors and %d memfd mappings leaked", h.fds-base.fds, h.maps-base.maps)
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
-}
-
 // connPair sets up a connection through a listener of its own; the server's end has run
 // its setup. Both ends are closed at cleanup.
 func connPair(t testing.TB, ccfg, scfg Config) (client, server *Conn) {
@@ -102,7 +66,7 @@ func TestConnStream(t *testing.T) {
 	for _, spin := range []time.Duration{-1, 0} {
 		t.Run("spin="+spin.String(), func(t *testing.T) {
 			leakcheck.Check(t)
-			checkHeld(t)
+			leakcheck.CheckHeld(t)
 			cfg := Config{RingSize: 64 << 10, Spin: spin}
 			a, b := connPair(t, cfg, cfg)
 			const n = 8 << 20
@@ -159,7 +123,7 @@ func TestConnStream(t *testing.T) {
 // with os.ErrDeadlineExceeded; a deadline moved into the past wakes one waiting.
 func TestConnDeadlines(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	a, b := connPair(t, Config{RingSize: MinRingSize}, Config{RingSize: MinRingSize})
 	_ = b.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
 	start := time.Now()
@@ -188,7 +152,7 @@ func TestConnDeadlines(t *testing.T) {
 // written before the close, then io.EOF, and its writes fail with EPIPE.
 func TestConnEnds(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	a, b := connPair(t, Config{}, Config{})
 	errc := make(chan error, 1)
 	go func() { _, err := a.Read(make([]byte, 10)); errc <- err }()
@@ -217,7 +181,7 @@ func TestConnEnds(t *testing.T) {
 // ErrCredentials. Nothing leaks on either side.
 func TestCredentials(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	other := []uint32{uint32(os.Geteuid()) + 1}
 	path := filepath.Join(t.TempDir(), "s.sock")
 	ln, err := Listen(path, Config{PeerUIDs: other})
@@ -279,7 +243,7 @@ func TestHostileRing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			checkHeld(t)
+			leakcheck.CheckHeld(t)
 			attacker, victim := connPair(t, Config{}, Config{})
 			ok1, ok2 := connPair(t, Config{}, Config{})
 			tc.poke(attacker)
@@ -388,7 +352,7 @@ func TestHostileHello(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			checkHeld(t)
+			leakcheck.CheckHeld(t)
 			path := filepath.Join(t.TempDir(), "s.sock")
 			ln, err := Listen(path, Config{RingSize: MinRingSize})
 			if err != nil {
@@ -455,7 +419,7 @@ func TestTargets(t *testing.T) {
 // for room or for a write in progress; the peer reads exactly what it took.
 func TestTryWrite(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	a, b := connPair(t, Config{RingSize: MinRingSize}, Config{RingSize: MinRingSize})
 	n, err := a.TryWrite(make([]byte, MinRingSize+100))
 	if err != nil || n != MinRingSize {
@@ -482,7 +446,7 @@ func TestTryWrite(t *testing.T) {
 // after the spin: the process uses (almost) no CPU while they wait.
 func TestIdleCostsNothing(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	a, b := connPair(t, Config{}, Config{})
 	done := make(chan error, 2)
 	for _, c := range []*Conn{a, b} {
@@ -562,7 +526,7 @@ func pingPong(t *testing.T, a, b *Conn, rounds int) {
 // run it many times, as go test -race -count=50 -run 'Wakeup|Waiter|FlagBefore|Doorbell'.
 func TestNoLostWakeup(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	cfg := Config{Spin: -1}
 	a, b := connPair(t, cfg, cfg)
 	rounds := 10000
@@ -579,7 +543,7 @@ func TestNoLostWakeup(t *testing.T) {
 // find none, ring nothing, and the sleeper would sleep until its deadline.
 func TestFlagBeforeCheck(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	a, b := connPair(t, Config{Spin: -1}, Config{Spin: -1})
 	sp := readSpin(Config{Spin: -1})
 	for i := range 20 {
@@ -624,7 +588,7 @@ func TestFlagBeforeCheck(t *testing.T) {
 // once per wait would sleep through that entry until its deadline.
 func TestWakeRearms(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	a, b := connPair(t, Config{Spin: -1}, Config{Spin: -1})
 	for i := range 20 {
 		got := make(chan error, 1)
@@ -667,7 +631,7 @@ func waitFlag(t *testing.T, f *atomic.Uint32) {
 // reader asleep: a doorbell each, and no more.
 func TestDoorbellOnlyForSleepers(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	a, b := connPair(t, Config{Spin: 10 * time.Second}, Config{Spin: 10 * time.Second})
 	const n = 1000
 	got := make(chan error, 1)
@@ -703,7 +667,7 @@ func TestDoorbellOnlyForSleepers(t *testing.T) {
 // fits now and leaves the rest in v.
 func TestWriteBuffersWhole(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	const ringSize = 16 << 10
 	a, b := connPair(t, Config{Spin: -1, RingSize: ringSize}, Config{Spin: -1, RingSize: ringSize})
 	frame := func(i int) [][]byte {
@@ -775,7 +739,7 @@ func waitSleeping(t *testing.T, c *Conn) {
 // in the ring.)
 func TestLyingWaiterFlags(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	cfg := Config{Spin: -1, RingSize: MinRingSize}
 	a, b := connPair(t, cfg, cfg)
 	stop := make(chan struct{})
@@ -805,7 +769,7 @@ func TestLyingWaiterFlags(t *testing.T) {
 // returns: this side's own rings of its doorbells empty a full counter first.
 func TestFullDoorbellCloses(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	cfg := Config{Spin: -1, RingSize: MinRingSize}
 	a, _ := connPair(t, cfg, cfg)
 	full := binary.NativeEndian.AppendUint64(nil, 0xfffffffffffffffe)
@@ -840,7 +804,7 @@ func TestFullDoorbellCloses(t *testing.T) {
 // before.
 func TestReadSpinCoversPeerCopy(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	cfg := Config{Spin: 20 * time.Microsecond}
 	a, b := connPair(t, cfg, cfg)
 	read := func(t *testing.T, i int) {
@@ -902,7 +866,7 @@ func TestReadSpinCoversPeerCopy(t *testing.T) {
 // but polls no longer: it sleeps again.
 func TestReadSpinLearnsPeerLateness(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	cfg := Config{Spin: 20 * time.Microsecond}
 	a, b := connPair(t, cfg, cfg)
 	const copyBytes = 2_000_000 // 200 µs at copyRate

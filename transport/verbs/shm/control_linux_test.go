@@ -50,7 +50,7 @@ func TestHostileRegion(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			checkHeld(t)
+			leakcheck.CheckHeld(t)
 			attacker, victim := connPair(t, Config{}, Config{})
 			ok1, ok2 := connPair(t, Config{}, Config{})
 			var oob []byte

@@ -88,7 +88,7 @@ func TestPlacedRead(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			checkHeld(t)
+			leakcheck.CheckHeld(t)
 			p := newQPPairWith(t, tc.cfg)
 			if tc.otherUID {
 				// A second user needs root and a test binary that user may run; the
@@ -141,7 +141,7 @@ func waitMapped(t *testing.T, c *Conn, shared bool) {
 // ErrProtocol (the soft QP then takes the link down), and nothing is copied.
 func TestPlacedReadOutOfRange(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	a, b := connPair(t, Config{}, Config{})
 	mem, err := verbs.Map(1<<16, verbs.MapOptions{Shared: true})
 	if err != nil {
@@ -187,7 +187,7 @@ func TestPlacedWrite(t *testing.T) {
 	}{{"shared source", true}, {"private source", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			checkHeld(t)
+			leakcheck.CheckHeld(t)
 			p := newQPPair(t)
 			const n = 1 << 20
 			srcMem, err := verbs.Map(n, verbs.MapOptions{Shared: tc.shared})
@@ -365,7 +365,7 @@ func TestPlacedSend(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			checkHeld(t)
+			leakcheck.CheckHeld(t)
 			p := newQPPairCap(t, Config{}, verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 8, MaxRecvSGE: 8})
 			s := newSendSetup(t, p, 64<<10)
 			s.send(t, p, soft.PlacedSendMin, 1, 1, 1) // announces the source's region
@@ -391,7 +391,7 @@ func TestPlacedSend(t *testing.T) {
 // flushed and nothing copied; the sender's SEND never completes successfully.
 func TestPlacedSendOutOfRange(t *testing.T) {
 	leakcheck.Check(t)
-	checkHeld(t)
+	leakcheck.CheckHeld(t)
 	var whole []byte // the receiver's mapping of the sender's region
 	t.Cleanup(func() {
 		// The connection's close could not unmap the shortened view below (unix.Munmap

@@ -93,7 +93,7 @@ func TestQPFaultOnBrokenRing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakcheck.Check(t)
-			checkHeld(t)
+			leakcheck.CheckHeld(t)
 			victim, other := newQPPair(t), newQPPair(t)
 			tc.poke(victim.a) // the dialer's end speaks for qa: qb reads the garbage
 			fault := waitErr(t, victim.qb)
