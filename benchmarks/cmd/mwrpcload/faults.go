@@ -414,18 +414,29 @@ func (fr *faultRun) strike(f fault, l workload, before **load.Stats) (cl *caller
 }
 
 // countCallerConns records how many connections the server holds for the caller, and a
-// problem if that is fewer than the lanes it was asked to keep.
+// problem if that stays fewer than the lanes it was asked to keep for callerLanesBound
+// (a lane may be between connections when first counted: the emulated guest is slow
+// enough for a keepalive to give up on a busy one).
 func (fr *faultRun) countCallerConns(lanes int) {
-	st, err := statsFromClientSide(fr.n)
-	if err != nil {
-		fr.problem("counting the caller's connections: %v", err)
-		return
-	}
-	fr.row.CallerConns = st.Conns - 1 // the stats connection's own
-	if fr.row.CallerConns < lanes {
-		fr.problem("the caller had %d connections to the server, not the %d lanes asked for", fr.row.CallerConns, lanes)
+	for deadline := time.Now().Add(callerLanesBound); ; time.Sleep(200 * time.Millisecond) {
+		st, err := statsFromClientSide(fr.n)
+		if err != nil {
+			fr.problem("counting the caller's connections: %v", err)
+			return
+		}
+		fr.row.CallerConns = st.Conns - 1 // the stats connection's own
+		if fr.row.CallerConns >= lanes {
+			return
+		}
+		if time.Now().After(deadline) {
+			fr.problem("the caller had %d connections to the server, not the %d lanes asked for, for %v", fr.row.CallerConns, lanes, callerLanesBound)
+			return
+		}
 	}
 }
+
+// callerLanesBound is how long a caller may take to hold the lanes it was asked for.
+const callerLanesBound = 5 * time.Second
 
 // checkClient reads the caller's summary into the row and records what it shows wrong:
 // hung or misdelivered calls, a call past its deadline, no success, what the client kept,
