@@ -13,18 +13,29 @@ import (
 // descriptor it was made from. It is read from /proc: Linux only.
 type Held struct{ FDs, Maps int }
 
-// CountHeld returns what this process holds now; it fails t where /proc cannot say.
-func CountHeld(t testing.TB) Held {
-	t.Helper()
+// ReadHeld returns what this process holds now, or an error where /proc cannot say. The
+// load harness's server reports it (benchmarks/internal/load) for its soak to check.
+func ReadHeld() (Held, error) {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		t.Fatal(err)
+		return Held{}, err
 	}
 	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
+		return Held{}, err
+	}
+	// Less the directory's own descriptor, open while it was read.
+	return Held{FDs: len(ents) - 1, Maps: strings.Count(string(maps), " /memfd:")}, nil
+}
+
+// CountHeld returns what this process holds now; it fails t where /proc cannot say.
+func CountHeld(t testing.TB) Held {
+	t.Helper()
+	h, err := ReadHeld()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return Held{FDs: len(ents), Maps: strings.Count(string(maps), " /memfd:")}
+	return h
 }
 
 // CheckHeld records what this process holds now and, at the test's cleanup, fails it if

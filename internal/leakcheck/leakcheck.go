@@ -1,6 +1,7 @@
-// Package leakcheck fails a test that leaves goroutines behind. It is for this module's
-// tests only: every package that starts goroutines runs its tests through Main (in its
-// TestMain), and a test that must prove it stops its own goroutines calls Check.
+// Package leakcheck fails a test that leaves goroutines behind, or descriptors and memfd
+// mappings (Held). It is for this module's tests (and Held for its load harness): every
+// package that starts goroutines runs its tests through Main (in its TestMain), and a test
+// that must prove it stops its own goroutines calls Check.
 package leakcheck
 
 import (

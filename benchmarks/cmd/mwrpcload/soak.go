@@ -251,11 +251,35 @@ func (r *soakRun) settle(first *load.Stats) (*load.Stats, error) {
 		if err != nil {
 			return nil, err
 		}
-		if end.Conns <= 1 && end.WindowsExposed == 0 && end.Grants == 0 && end.PoolInUse <= first.PoolInUse && end.Goroutines <= first.Goroutines+2 &&
-			end.PeerFDs() <= first.PeerFDs() && end.PeerMaps() <= first.PeerMaps() || time.Now().After(wait) {
+		if end.Conns <= 1 && len(leftBehind(first, end)) == 0 || time.Now().After(wait) {
 			return end, nil
 		}
 	}
+}
+
+// leftBehind says what the server holds at end beyond what it held at first, which settle
+// waits to see go and finish counts as the soak's failures: windows bound, grants given,
+// pooled buffers, descriptors and memfd mappings beyond its pool's slabs, and more than 2
+// goroutines.
+func leftBehind(first, end *load.Stats) []string {
+	var held []string
+	if end.WindowsExposed != 0 {
+		held = append(held, fmt.Sprintf("%d windows still bound", end.WindowsExposed))
+	}
+	if end.Grants != 0 {
+		held = append(held, fmt.Sprintf("%d grants still given", end.Grants))
+	}
+	if end.PoolInUse > first.PoolInUse {
+		held = append(held, fmt.Sprintf("%d pooled buffers held, %d at the start", end.PoolInUse, first.PoolInUse))
+	}
+	if end.PeerFDs() > first.PeerFDs() || end.PeerMaps() > first.PeerMaps() {
+		held = append(held, fmt.Sprintf("%d descriptors and %d memfd mappings beyond the pool's slabs, %d and %d at the start",
+			end.PeerFDs(), end.PeerMaps(), first.PeerFDs(), first.PeerMaps()))
+	}
+	if end.Goroutines > first.Goroutines+2 {
+		held = append(held, fmt.Sprintf("%d goroutines, %d at the start", end.Goroutines, first.Goroutines))
+	}
+	return held
 }
 
 // finish records the end of the soak against its start, and what failed its checks.
@@ -267,22 +291,7 @@ func (r *soakRun) finish(begin time.Time, first, end *load.Stats) {
 	res.PeerFDsStart, res.PeerMapsStart = first.PeerFDs(), first.PeerMaps()
 	res.PeerFDsEnd, res.PeerMapsEnd = end.PeerFDs(), end.PeerMaps()
 	res.Samples = append(res.Samples, Sample{Seconds: res.Seconds, Stats: *end})
-	if end.WindowsExposed != 0 {
-		res.Problems = append(res.Problems, fmt.Sprintf("%d windows still bound", end.WindowsExposed))
-	}
-	if end.Grants != 0 {
-		res.Problems = append(res.Problems, fmt.Sprintf("%d grants still given", end.Grants))
-	}
-	if end.PoolInUse > first.PoolInUse {
-		res.Problems = append(res.Problems, fmt.Sprintf("%d pooled buffers held, %d at the start", end.PoolInUse, first.PoolInUse))
-	}
-	if res.PeerFDsEnd > res.PeerFDsStart || res.PeerMapsEnd > res.PeerMapsStart {
-		res.Problems = append(res.Problems, fmt.Sprintf("%d descriptors and %d memfd mappings beyond the pool's slabs, %d and %d at the start",
-			res.PeerFDsEnd, res.PeerMapsEnd, res.PeerFDsStart, res.PeerMapsStart))
-	}
-	if end.Goroutines > first.Goroutines+2 {
-		res.Problems = append(res.Problems, fmt.Sprintf("%d goroutines, %d at the start", end.Goroutines, first.Goroutines))
-	}
+	res.Problems = append(res.Problems, leftBehind(first, end)...)
 	if res.RSSWarm > 0 && float64(end.RSSBytes) > 1.1*float64(res.RSSWarm) {
 		res.Problems = append(res.Problems, fmt.Sprintf("RSS %d bytes, more than 10%% over %d after warm-up", end.RSSBytes, res.RSSWarm))
 	}

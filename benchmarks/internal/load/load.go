@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/rpc"
 )
 
@@ -105,27 +106,10 @@ func (s Server) Stats(context.Context, *StatsRequest) (*Stats, error) {
 		out.PoolBytesInUse += c.BytesInUse
 		out.PoolSlabs += c.Slabs
 	}
-	out.FDs, out.MemfdMaps = openFDs(), memfdMaps()
+	if h, err := leakcheck.ReadHeld(); err == nil { // Linux: /proc
+		out.FDs, out.MemfdMaps = h.FDs, h.Maps
+	}
 	return out, nil
-}
-
-// openFDs counts this process's open file descriptors from /proc (0 where there is none).
-func openFDs() int {
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return 0
-	}
-	return len(fds) - 1 // the directory's own, open while it is read
-}
-
-// memfdMaps counts this process's mappings of memfds from /proc (0 where there is none):
-// the lines of /proc/self/maps whose file is "/memfd:NAME (deleted)".
-func memfdMaps() int {
-	b, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		return 0
-	}
-	return strings.Count(string(b), " /memfd:")
 }
 
 // RSS returns this process's resident set size from /proc (0 where there is none).
