@@ -375,6 +375,7 @@ func (c *Client) connected(ep *endpoint, nc *transport.Conn) {
 		go c.watchHealth(ep, nc)
 	}
 	c.signalUp()
+	ep.lanes.wake() // its lanes follow it
 	if c.resolver != nil {
 		c.settle() // endpoints removed from the answer may wait for this one
 	}

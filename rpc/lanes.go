@@ -166,13 +166,16 @@ func (c *Client) lane(ep *endpoint, first *transport.Conn) *transport.Conn {
 // maintainLanes keeps ep's lanes at what it wants: it dials one at a time with the
 // reconnection backoff after a failure (an adaptive endpoint gives up the lane it asked
 // for then, and may ask again after the backoff), and when ep is removed or the client
-// closes, it retires them.
+// closes, it retires them. It dials only while the endpoint's own connection is up
+// (connected wakes it): against a server that limits the connections from a host, lanes
+// dialed beside the first could take every place and leave the endpoint down for good,
+// its lanes up and unused.
 func (c *Client) maintainLanes(ep *endpoint) {
 	defer c.wg.Done()
 	ls := &ep.lanes
 	backoff := c.opts.backoffBase
 	for {
-		for int32(len(*ls.conns.Load())) < ls.want.Load() && ep.ctx.Err() == nil {
+		for int32(len(*ls.conns.Load())) < ls.want.Load() && ep.conn.Load() != nil && ep.ctx.Err() == nil {
 			ctx, cancel := context.WithTimeout(ep.ctx, 10*time.Second)
 			conn, err := c.tr.Dial(ctx, ep.addr)
 			cancel()

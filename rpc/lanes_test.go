@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mwrpc/mwrpc/internal/leakcheck"
 	"github.com/mwrpc/mwrpc/rpc"
 	"github.com/mwrpc/mwrpc/transport"
 )
@@ -209,4 +210,51 @@ func TestLanesOverHostLimit(t *testing.T) {
 			t.Fatalf("the server refused %d connections, want the lanes beyond its limit, again and again", e.srv.Stats().Refused)
 		}
 	}
+}
+
+// TestLanesFollowTheEndpoint: lanes are dialed only once the endpoint's own connection is
+// up. A server that never answers a handshake holds the first dial; a client pinned to
+// four lanes must not dial the others beside it (against a server limiting connections
+// from a host, lanes dialed first could take every place and keep the endpoint down).
+func TestLanesFollowTheEndpoint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, nc) // never answered: the dial waits for its handshake
+			mu.Unlock()
+		}
+	}()
+	base := runtime.NumGoroutine()
+	client, err := rpc.NewClient(ln.Addr().String(), rpc.WithLanes(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	n := len(held)
+	mu.Unlock()
+	if n != 1 {
+		t.Errorf("the client dialed %d connections while its first was not up, want 1", n)
+	}
+	if err := client.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	_ = ln.Close()
+	<-accepted
+	for _, nc := range held {
+		_ = nc.Close()
+	}
+	leakcheck.Wait(t, base)
 }
