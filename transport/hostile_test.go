@@ -65,11 +65,17 @@ func hostileConfig(logs io.Writer) Config {
 // server's per-host limits tell it from the good client.
 var attackerIP = net.IPv4(127, 0, 0, 2)
 
+// goodLanes is how many connections the good client holds and takes in turn, as a
+// Client's lanes are: each one is a connection to every limit and counter of the server,
+// so the attacks meet a good host holding several.
+const goodLanes = 3
+
 // hostile is the suite's fixture: newEnv's server (hostileConfig, serving echo on the soft
 // TCP fabric) and its client, the good client, which keeps calling while the attacks run;
 // the attackers' own devices and transports beside them.
 type hostile struct {
-	*env     // server, the good client (client) and its connection (conn)
+	*env             // server, the good client (client) and its first connection (conn)
+	lanes    []*Conn // the good client's connections, conn the first
 	t        *testing.T
 	logMu    sync.Mutex
 	logs     bytes.Buffer // the server's log (lockedWriter)
@@ -141,6 +147,16 @@ func (h *hostile) settle(what string) {
 func newHostile(t *testing.T) *hostile {
 	h := &hostile{t: t}
 	h.env = newEnv(t, tcpFabric, echo, hostileConfig(lockedWriter{&h.logMu, &h.logs}), withClient(Config{}))
+	h.lanes = []*Conn{h.conn}
+	for len(h.lanes) < goodLanes {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := h.client.Dial(ctx, h.addr)
+		cancel()
+		if err != nil {
+			t.Fatalf("the good client's lane %d: %v", len(h.lanes), err)
+		}
+		h.lanes = append(h.lanes, c)
+	}
 	// The attacks draw receiver-not-ready NAKs from the server (16 to 41 a run): raw peers
 	// SEND without credits, and floods meet the shared receive queue. They are the server's
 	// answer to the attackers, not a SEND of its own that found no receive.
@@ -169,8 +185,8 @@ func newHostile(t *testing.T) *hostile {
 	return h
 }
 
-// goodCalls makes 64 B calls on the good connection: n of them, or with n zero until
-// stop is closed (and at least 500). It returns their latencies and the first failure.
+// goodCalls makes 64 B calls on the good client's lanes in turn: n of them, or with n zero
+// until stop is closed (and at least 500). It returns their latencies and the first failure.
 func (h *hostile) goodCalls(n int, stop <-chan struct{}) ([]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -188,7 +204,7 @@ func (h *hostile) goodCalls(n int, stop <-chan struct{}) ([]time.Duration, error
 			default:
 			}
 		}
-		conn, err := h.goodConnNow(ctx)
+		conn, err := h.goodConnNow(ctx, i%len(h.lanes))
 		if err != nil {
 			return lat, err
 		}
@@ -207,21 +223,25 @@ func (h *hostile) goodCalls(n int, stop <-chan struct{}) ([]time.Duration, error
 	return lat, nil
 }
 
-// goodConnNow is the good client's connection, a new one once the server sent GOAWAY on
-// the old (its idle timeout: the suite's pauses between attacks are longer), as the rpc
+// goodConnNow is the good client's lane i, a new connection once the server sent GOAWAY
+// on the old (its idle timeout: the suite's pauses between attacks are longer), as the rpc
 // layer does. The old one closes.
-func (h *hostile) goodConnNow(ctx context.Context) (*Conn, error) {
+func (h *hostile) goodConnNow(ctx context.Context, i int) (*Conn, error) {
+	old := h.lanes[i]
 	select {
-	case <-h.conn.GoingAway():
+	case <-old.GoingAway():
 	default:
-		return h.conn, nil
+		return old, nil
 	}
-	h.conn.Close()
+	old.Close()
 	c, err := h.client.Dial(ctx, h.addr)
 	if err != nil {
-		return nil, fmt.Errorf("the good client's redial after GOAWAY: %w", err)
+		return nil, fmt.Errorf("the good client's lane %d, redialed after GOAWAY: %w", i, err)
 	}
-	h.conn = c
+	h.lanes[i] = c
+	if i == 0 {
+		h.conn = c // env's diagnostics read it
+	}
 	return c, nil
 }
 
