@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -189,8 +190,12 @@ func (c *Client) maintainLanes(ep *endpoint) {
 			if !ls.pinned {
 				ls.want.Store(int32(len(*ls.conns.Load())))
 			}
+			wait := backoff/2 + rand.N(backoff/2+1)
+			// At Debug, as the endpoint's own retries: a server at its per-host limit
+			// refuses a pinned count's extra lanes at every try (and logs and counts it).
+			c.logger().Debug("mwrpc: dialing a lane failed; retrying", slog.String("address", ep.addr), slog.Any("error", err), slog.Duration("retry_in", wait))
 			select {
-			case <-time.After(backoff/2 + rand.N(backoff/2+1)):
+			case <-time.After(wait):
 			case <-ep.ctx.Done():
 			}
 			backoff = min(2*backoff, c.opts.backoffMax)
