@@ -241,11 +241,16 @@ func TestLanesFollowTheEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	mu.Lock()
-	n := len(held)
-	mu.Unlock()
-	if n != 1 {
+	dialed := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(held)
+	}
+	for deadline := time.Now().Add(10 * time.Second); dialed() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // time for a lane's dial, were one made
+	if n := dialed(); n != 1 {
 		t.Errorf("the client dialed %d connections while its first was not up, want 1", n)
 	}
 	if err := client.Close(); err != nil {
