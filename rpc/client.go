@@ -65,6 +65,10 @@ type endpoint struct {
 	lastHeard   atomic.Int64          // unix nanos of the last response: keepalive pings a connection silent since
 	lastErr     atomic.Pointer[error] // why the last dial or connection failed (an atomic.Value panics on errors of different types)
 	tried       atomic.Bool           // the first dial has ended, either way
+	// reconnecting: the endpoint lost a connection that was up (it failed, or its server
+	// sent GOAWAY, as MaxConnectionAge does) and has not yet a new one that takes calls,
+	// nor a failed redial: fail-fast calls that find no endpoint wait for it (connFor).
+	reconnecting atomic.Bool
 	// health is what the health check (WithHealthCheck) last saw, for the connection it
 	// names: the endpoint is healthy while that is its connection and err is nil.
 	health   atomic.Pointer[healthState]
@@ -148,7 +152,9 @@ func Dial(ctx context.Context, target string, opts ...DialOption) (*Client, erro
 
 // NewClient returns a client of target at once and connects in the background, as
 // grpc.NewClient does: calls fail with Unavailable while no endpoint is up, unless they
-// pass WaitForReady. A target is one of
+// pass WaitForReady; a call that finds no endpoint up while one reconnects after losing a
+// connection (it failed, or was sent GOAWAY) waits for that dial, as gRPC's wait while a
+// channel is CONNECTING. A target is one of
 //
 //	host:port[,host:port...]     a fixed list of addresses
 //	static:///host:port[,...]    the same
@@ -336,12 +342,18 @@ func (p *pingSchedule) stop() {
 // was removed (or is leaving and dropped), or the client is closing.
 func (c *Client) connect(ep *endpoint, backoff *time.Duration) bool {
 	if ep.leaving.Load() && c.dropLeaving(ep) {
+		c.settled(ep)
 		return false
+	}
+	if l := ep.lanes.take(); l != nil { // a lane takes the lost connection's place at once
+		c.connected(ep, l)
+		return true
 	}
 	ctx, cancel := context.WithTimeout(ep.ctx, 10*time.Second)
 	nc, err := c.tr.Dial(ctx, ep.addr)
 	cancel()
 	if err != nil && ep.ctx.Err() != nil { // removed, or the client is closing
+		c.settled(ep)
 		return false
 	}
 	if err == nil {
@@ -351,7 +363,8 @@ func (c *Client) connect(ep *endpoint, backoff *time.Duration) bool {
 	}
 	ep.setLastErr(err)
 	ep.tried.Store(true)
-	c.signalUp() // Dial may be waiting to see that every endpoint refuses us
+	ep.reconnecting.Store(false) // calls that waited for this redial fail now
+	c.signalUp()                 // and Dial may be waiting to see that every endpoint refuses us
 	c.reresolve()
 	b := *backoff
 	wait := b/2 + rand.N(b/2+1)
@@ -373,6 +386,8 @@ func (c *Client) connected(ep *endpoint, nc *transport.Conn) {
 	if c.opts.healthCheck { // after the Store: it records health for nc only while nc is ep's
 		c.wg.Add(1)
 		go c.watchHealth(ep, nc)
+	} else {
+		ep.reconnecting.Store(false) // it takes calls now (with the check: at its first status)
 	}
 	c.signalUp()
 	ep.lanes.wake() // its lanes follow it
@@ -393,12 +408,12 @@ func (c *Client) watch(ep *endpoint, conn *transport.Conn, pings *pingSchedule) 
 		if err := conn.Err(); err != nil {
 			ep.setLastErr(fmt.Errorf("%s: %w", ep.addr, err))
 		}
-		ep.conn.CompareAndSwap(conn, nil)
+		ep.lose(conn)
 		c.reresolve()
 	case <-conn.GoingAway():
 		// New calls go elsewhere (or to a new connection); this one finishes its own.
 		c.wentAway(ep, conn, pings)
-		ep.conn.CompareAndSwap(conn, nil)
+		ep.lose(conn)
 		c.reresolve()
 		go func() { // this connection's own calls finish, then it closes
 			for conn.InFlight() > 0 && conn.Err() == nil {
@@ -433,7 +448,7 @@ func (c *Client) ping(ep *endpoint, conn *transport.Conn, pings *pingSchedule) {
 	cancel()
 	if err != nil {
 		c.wentAway(ep, conn, pings) // the server may have said why
-		ep.conn.CompareAndSwap(conn, nil)
+		ep.lose(conn)
 		_ = conn.Close()
 		c.reresolve()
 	}
@@ -465,6 +480,33 @@ func (c *Client) slowerPings(ep *endpoint, interval time.Duration, why error) ti
 func (c *Client) signalUp() {
 	up := make(chan struct{})
 	close(*c.up.Swap(&up))
+}
+
+// lose takes conn, which failed or was sent GOAWAY, from ep, which reconnects: reconnecting
+// is set first, so that a call that finds ep without a connection knows to wait.
+func (ep *endpoint) lose(conn *transport.Conn) {
+	if ep.conn.Load() == conn {
+		ep.reconnecting.Store(true)
+	}
+	ep.conn.CompareAndSwap(conn, nil)
+}
+
+// settled ends ep's reconnecting without a connection (removed, or the client closing),
+// waking the calls that waited for it.
+func (c *Client) settled(ep *endpoint) {
+	if ep.reconnecting.Swap(false) {
+		c.signalUp()
+	}
+}
+
+// reconnecting says whether an endpoint reconnects after losing a connection that was up.
+func (c *Client) reconnecting() bool {
+	for _, ep := range *c.eps.Load() {
+		if ep.reconnecting.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // usable says whether ep may take calls: its connection is up and, with WithHealthCheck,
@@ -591,21 +633,42 @@ func (c *Client) roundTrip(ctx context.Context, method string, cod codec.Codec, 
 		releaseBuf(lent)
 		return nil, nil, StatusOf(err)
 	}
-	ep, conn, err := c.connFor(ctx, ci.waitForReady)
-	if err != nil {
-		releaseBuf(lent)
-		return nil, nil, err
-	}
-	resp, sent, err := c.sendRequest(ctx, conn, method, cod, req, raw, lent)
-	ep.outstanding.Add(-1)
-	if err != nil {
-		return nil, nil, StatusOf(err)
+	var ep *endpoint
+	var resp *transport.Response
+	var sent int
+	for try := 1; ; try++ {
+		var conn *transport.Conn
+		var err error
+		if ep, conn, err = c.connFor(ctx, ci.waitForReady); err != nil {
+			releaseBuf(lent)
+			return nil, nil, err
+		}
+		resp, sent, err = c.sendRequest(ctx, conn, method, cod, req, raw, lent)
+		ep.outstanding.Add(-1)
+		if err == nil {
+			break
+		}
+		if lent != nil || !resend(ctx, err, try) { // Buffer's memory went with the call
+			return nil, nil, StatusOf(err)
+		}
 	}
 	if ep.lanes.byBytes {
 		ep.noteCallBytes(sent + len(resp.Bytes()))
 	}
 	c.heard(ep)
 	return c.readResponse(ctx, resp, ci)
+}
+
+// maxSends is how many times a call or stream that sent nothing is tried (resend).
+const maxSends = 3
+
+// resend says whether a call or stream whose try failed with err goes again: nothing of
+// it was sent (transport.ErrNotSent: its connection failed or was closed between connFor
+// and the send, as a connection sent GOAWAY is once its calls are done), its context
+// goes on, and it has had fewer than maxSends tries. gRPC retries such calls too
+// (transparent retry).
+func resend(ctx context.Context, err error, try int) bool {
+	return try < maxSends && errors.Is(err, transport.ErrNotSent) && ctx.Err() == nil
 }
 
 // sendRequest encodes the request (req with cod, or raw as it is) and calls conn with it:
@@ -829,11 +892,14 @@ func (c *Client) connFor(ctx context.Context, waitForReady bool) (*endpoint, *tr
 				continue
 			}
 			if conn != nil { // failed before its maintainer noticed: nothing was sent on it
-				ep.conn.CompareAndSwap(conn, nil)
+				ep.lose(conn)
 			}
 			continue
 		}
-		if !waitForReady {
+		// A fail-fast call waits while an endpoint reconnects (as gRPC's calls wait while
+		// a channel is CONNECTING): a server's MaxConnectionAge sends every connection
+		// GOAWAY in turn, and the calls between it and the redial must not fail.
+		if !waitForReady && !c.reconnecting() {
 			if err := c.unhealthy(); err != nil {
 				return nil, nil, err
 			}

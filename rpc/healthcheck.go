@@ -61,6 +61,9 @@ func (c *Client) setHealth(ep *endpoint, conn *transport.Conn, err error) {
 	was := ep.healthyOn(conn)
 	ep.health.Store(&healthState{conn: conn, err: err})
 	ep.healthMu.Unlock()
+	if ep.reconnecting.Swap(false) && err != nil {
+		c.signalUp() // calls waiting for the reconnection: it came up unhealthy
+	}
 	if err == nil && !was {
 		c.signalUp() // calls waiting for a connection (WaitForReady), and Dial
 		if c.resolver != nil {

@@ -3,6 +3,7 @@ package rpc_test
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 
@@ -220,5 +221,64 @@ func TestKeepaliveTooManyPings(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // about 15 pings
 	if n := permissive.srv.Stats().TooManyPings; n != 0 {
 		t.Errorf("a server that permits a ping every 1ms sent GOAWAY for pings every 20ms %d times", n)
+	}
+}
+
+// TestMaxConnectionAgeCallsGoOn: a server's MaxConnectionAge sends every connection
+// GOAWAY in turn; fail-fast calls and streams made across the rotations all succeed, as
+// in gRPC: with one connection a call that finds the endpoint reconnecting waits for the
+// redial, with lanes a lane takes the lost connection's place at once, and a call whose
+// connection closed between its pick and its send (nothing sent) goes on another.
+func TestMaxConnectionAgeCallsGoOn(t *testing.T) {
+	quiet := rpc.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))) // no health service: a warning a connection
+	for _, tc := range []struct {
+		name string
+		opts []rpc.DialOption
+	}{
+		{"one connection", []rpc.DialOption{rpc.WithLanes(1)}},
+		{"two lanes", []rpc.DialOption{rpc.WithLanes(2)}},
+		{"adaptive lanes", nil},
+		{"health-checked", []rpc.DialOption{rpc.WithLanes(1), rpc.WithHealthCheck(""), quiet}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt, seen := peersSeen()
+			age := rpc.WithKeepalivePolicy(transport.ServerKeepalive{MaxConnectionAge: 50 * time.Millisecond, MaxConnectionAgeGrace: time.Second})
+			e := start(t, []rpc.ServerOption{opt, age}, tc.opts...)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var failed []error
+			stop := time.Now().Add(time.Second)
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; time.Now().Before(stop); i++ {
+						var err error
+						if i%2 == 0 {
+							_, err = e.svc.Sleep(context.Background(), &Msg{N: int64(100 * time.Microsecond)})
+						} else { // a stream: opened as a call is sent
+							for _, serr := range (streamsClient{e.client}).Count(context.Background(), &Msg{N: 2}) {
+								if serr != nil {
+									err = serr
+									break
+								}
+							}
+						}
+						if err != nil {
+							mu.Lock()
+							failed = append(failed, err)
+							mu.Unlock()
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if len(failed) > 0 {
+				t.Errorf("%d calls failed across the rotations, the first: %v", len(failed), failed[0])
+			}
+			if n := len(seen()); n < 4 {
+				t.Errorf("calls came from %d connections in a second of 50 ms ages: want the rotations to have happened", n)
+			}
+		})
 	}
 }

@@ -120,6 +120,29 @@ func (ls *lanes) add(conn *transport.Conn) {
 	ls.mu.Unlock()
 }
 
+// take takes a lane that is up and not sent GOAWAY out of the lanes, and returns it; nil
+// if there is none. The endpoint's connection was lost: a lane takes its place (its
+// watchLane then finds it gone and leaves it to the endpoint's maintainer).
+func (ls *lanes) take() *transport.Conn {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	old := *ls.conns.Load()
+	for i, conn := range old {
+		select {
+		case <-conn.GoingAway():
+			continue
+		default:
+		}
+		if conn.Err() != nil {
+			continue
+		}
+		s := slices.Delete(slices.Clone(old), i, i+1)
+		ls.conns.Store(&s)
+		return conn
+	}
+	return nil
+}
+
 // remove takes conn out of the lanes and reports whether it was there.
 func (ls *lanes) remove(conn *transport.Conn) bool {
 	ls.mu.Lock()

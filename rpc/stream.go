@@ -238,9 +238,9 @@ func (c *Client) newStream(ctx context.Context, ep *endpoint, conn *transport.Co
 }
 
 // open opens the stream on conn, ep's connection, or, when conn is nil, on the one
-// connFor gives.
+// connFor gives: there, a stream that sent nothing (its connection went away between
+// connFor and the send) is opened again on another (resend).
 func (cs *ClientStream) open(ctx context.Context, ep *endpoint, conn *transport.Conn, req any, waitForReady bool) error {
-	c := cs.c
 	if err := ctx.Err(); err != nil { // as gRPC: a stream whose context already ended is not opened
 		return StatusOf(err)
 	}
@@ -248,21 +248,37 @@ func (cs *ClientStream) open(ctx context.Context, ep *endpoint, conn *transport.
 	if err := checkRequest(cs.method, md); err != nil {
 		return &Status{Code: InvalidArgument, Message: err.Error(), cause: err}
 	}
-	var err error
-	if conn == nil {
-		if ep, conn, err = c.connFor(ctx, waitForReady); err != nil {
+	if conn != nil {
+		if err := conn.Err(); err != nil {
+			return &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: connection to %s: %v", ep.addr, err), cause: err}
+		}
+		return cs.openOn(ctx, ep, conn, md, req)
+	}
+	for try := 1; ; try++ {
+		ep, conn, err := cs.c.connFor(ctx, waitForReady)
+		if err != nil {
 			return err
 		}
 		cs.counted = true
-	} else if err := conn.Err(); err != nil {
-		return &Status{Code: Unavailable, Message: fmt.Sprintf("mwrpc: connection to %s: %v", ep.addr, err), cause: err}
+		err = cs.openOn(ctx, ep, conn, md, req)
+		if err == nil || !resend(ctx, err, try) {
+			return err
+		}
 	}
+}
+
+// openOn sends the stream's request on conn, ep's: on success the stream is conn's; on
+// failure it is no longer counted among ep's calls, and the error is the transport's
+// (matching transport.ErrNotSent when nothing was sent) as a status.
+func (cs *ClientStream) openOn(ctx context.Context, ep *endpoint, conn *transport.Conn, md MD, req any) error {
+	c := cs.c
 	var deadline int64
 	if dl, ok := ctx.Deadline(); ok {
 		deadline = dl.UnixNano()
 	}
 	b := appendRequest(nil, cs.method, deadline, md)
 	b = c.tel.inject(cs.telCtx, b, md)
+	var err error
 	if req != nil {
 		if b, err = encodeMsg(cs.cod, b, req); err != nil {
 			cs.uncount(ep)

@@ -183,7 +183,7 @@ func (c *Conn) call(ctx context.Context, eager, tail []byte, buf *pool.Buf) (*Re
 		if buf != nil {
 			buf.Release()
 		}
-		return nil, err
+		return nil, notSent(err)
 	}
 
 	h := wire.Header{Kind: wire.KindRequest, CallID: cl.id}
@@ -231,6 +231,15 @@ func (c *Conn) call(ctx context.Context, eager, tail []byte, buf *pool.Buf) (*Re
 	c.queueCtrl(wire.Header{Kind: wire.KindCancel, CallID: id}, revoke{})
 	return nil, ctx.Err()
 }
+
+// notSentError is the error of a call or stream that sent nothing: its connection's
+// error, matching ErrNotSent too; its message is the connection's error's.
+type notSentError struct{ err error }
+
+func notSent(err error) error { return &notSentError{err} }
+
+func (e *notSentError) Error() string   { return e.err.Error() }
+func (e *notSentError) Unwrap() []error { return []error{e.err, ErrNotSent} }
 
 // answered returns what ended cl, whose done signal its caller has just taken: its
 // response, or the failure that finished it.

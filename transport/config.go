@@ -56,6 +56,11 @@ var (
 	// It stands for code Unavailable: errors.Is matches it and rpc.ErrUnavailable (or a
 	// status of that code) both ways.
 	ErrUnavailable error = &codeError{StatusUnavailable, "mwrpc: connection unavailable"}
+	// ErrNotSent: a call or stream failed before any of it was sent, its connection
+	// already failed or closed when it came (matched beside ErrUnavailable, which the
+	// error is too). Nothing of it reached the peer: it may be sent again on another
+	// connection, as the rpc layer does (gRPC's transparent retry).
+	ErrNotSent = errors.New("mwrpc: nothing was sent")
 	// ErrTooLarge: a payload exceeds the maximum message size of this side or the peer's.
 	ErrTooLarge = wire.ErrTooLarge
 	// ErrHandshake: the peer is not an mwrpc transport of a compatible version.

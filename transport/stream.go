@@ -149,7 +149,7 @@ func (c *Conn) openStream(ctx context.Context, eager []byte, large *pool.Buf) (*
 		if large != nil {
 			large.Release()
 		}
-		return nil, err
+		return nil, notSent(err)
 	}
 	c.calls.addLocked(cl) // with its stream, before a failure can find it
 	st := newStream(c, cl.id, true, minStreamWindow)
