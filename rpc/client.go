@@ -415,12 +415,7 @@ func (c *Client) watch(ep *endpoint, conn *transport.Conn, pings *pingSchedule) 
 		c.wentAway(ep, conn, pings)
 		ep.lose(conn)
 		c.reresolve()
-		go func() { // this connection's own calls finish, then it closes
-			for conn.InFlight() > 0 && conn.Err() == nil {
-				time.Sleep(time.Millisecond)
-			}
-			_ = conn.Close()
-		}()
+		go c.drainClose(conn) // its own calls finish, then it closes
 	case <-pings.tick:
 		c.ping(ep, conn, pings)
 	}

@@ -257,8 +257,9 @@ func (c *Client) watchLane(ep *endpoint, conn *transport.Conn) {
 	}
 }
 
-// drainClose closes conn once the calls in flight on it are done, or at once when the
-// client closes.
+// drainClose closes conn, sent GOAWAY and no longer picked, once the calls in flight on
+// it are done, or at once when the client closes. A call picked just before that may come
+// after the close: nothing of it was sent, and it goes on another connection (resend).
 func (c *Client) drainClose(conn *transport.Conn) {
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
