@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -171,4 +172,39 @@ func eightCallers(t *testing.T, call func() error) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestServerListen: Listen opens what ListenAndServe would serve, and its Addr is what a
+// client dials: a TCP port chosen by the kernel, an shm:/// target as given.
+func TestServerListen(t *testing.T) {
+	leakcheck.Check(t)
+	for _, address := range []string{"127.0.0.1:0", "shm://" + filepath.Join(t.TempDir(), "listen.sock")} {
+		srv := rpc.NewServer()
+		srv.RegisterService(&svcDesc, &impl{slept: make(chan error, 1)})
+		ln, err := srv.Listen(address)
+		if err != nil {
+			t.Fatalf("Listen(%q): %v", address, err)
+		}
+		target := ln.Addr().String()
+		onSHM := strings.HasPrefix(address, "shm://")
+		if onSHM && target != address || !onSHM && strings.HasSuffix(target, ":0") {
+			t.Errorf("Listen(%q): Addr %q, want the shm target itself, or the TCP port the kernel chose", address, target)
+		}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := rpc.Dial(ctx, target)
+		if err == nil {
+			_, err = svcClient{c}.Echo(ctx, &Msg{Text: "listened"})
+			c.Close()
+		}
+		cancel()
+		if err != nil {
+			t.Errorf("%s: %v", target, err)
+		}
+		srv.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}
 }

@@ -196,17 +196,21 @@ func (s *Server) Serve(ln net.Listener) error {
 // "shm:///path/to.sock" for clients on the same host (the shm fabric: a Unix socket at
 // that path, which must not exist, and shared-memory rings; removed when the server stops).
 func (s *Server) ListenAndServe(address string) error {
-	var ln net.Listener
-	var err error
-	if path, ok := shm.ParseTarget(address); ok {
-		ln, err = shm.Listen(path, s.opts.transport.SHM())
-	} else {
-		ln, err = net.Listen("tcp", address)
-	}
+	ln, err := s.Listen(address)
 	if err != nil {
 		return err
 	}
 	return s.Serve(ln)
+}
+
+// Listen opens the listener ListenAndServe would serve address on, for Serve: for a
+// caller that needs its address first (a TCP port 0). Its Addr is what clients dial:
+// "host:port", or "shm:///path/to.sock".
+func (s *Server) Listen(address string) (net.Listener, error) {
+	if path, ok := shm.ParseTarget(address); ok {
+		return shm.Listen(path, s.opts.transport.SHM())
+	}
+	return net.Listen("tcp", address)
 }
 
 func (s *Server) transport() (*transport.Transport, error) {

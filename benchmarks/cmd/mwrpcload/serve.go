@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,7 +14,6 @@ import (
 	"github.com/mwrpc/mwrpc/rpc"
 	"github.com/mwrpc/mwrpc/transport"
 	"github.com/mwrpc/mwrpc/transport/verbs"
-	"github.com/mwrpc/mwrpc/transport/verbs/shm"
 )
 
 // openDevice, when the ibverbs build sets it, opens the named RDMA device; nil means the
@@ -65,32 +63,15 @@ func serve(args []string) error {
 	}
 	srv := rpc.NewServer(sopts...)
 	load.RegisterLoad(srv, load.Server{Srv: srv})
-	ln, addr, err := listenOn(*listen)
+	ln, err := srv.Listen(*listen)
 	if err != nil {
 		return err
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	go func() { <-stop; srv.GracefulStop() }()
-	fmt.Printf("listening %s\n", addr)
+	fmt.Printf("listening %s\n", ln.Addr())
 	return srv.Serve(ln)
-}
-
-// listenOn listens on address (host:port, or an shm:// target) and returns the listener
-// with the target callers dial to reach it.
-func listenOn(address string) (net.Listener, string, error) {
-	if path, ok := shm.ParseTarget(address); ok {
-		ln, err := shm.Listen(path, transport.Config{}.SHM())
-		if err != nil {
-			return nil, "", err
-		}
-		return ln, address, nil
-	}
-	ln, err := net.Listen("tcp", address)
-	if err != nil {
-		return nil, "", err
-	}
-	return ln, ln.Addr().String(), nil
 }
 
 // stats prints the server's Stats as JSON.
